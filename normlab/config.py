@@ -1,0 +1,237 @@
+"""Validated, frozen, serializable configs.
+
+A config is the whole description of what is built: the model is a pure function of its
+`ModelConfig` (plus the seed). Unknown keys, contradictory options and out-of-range values are
+rejected with one message per problem naming the field and the allowed values (`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
+Placement = Literal[
+    "post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "mix", "lns",
+    "hybrid", "rezero", "skipinit", "custom",
+]
+# Placements that describe one block on their own, usable in a per-block list (`custom`).
+BlockPlacement = Literal[
+    "post", "pre", "sandwich", "deepnorm", "admin", "b2t", "lns", "hybrid", "rezero", "skipinit",
+]
+InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
+DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
+
+PLACEMENTS: tuple[str, ...] = Placement.__args__  # type: ignore[attr-defined]
+NORM_KINDS: tuple[str, ...] = NormKind.__args__  # type: ignore[attr-defined]
+INIT_SCHEMES: tuple[str, ...] = InitScheme.__args__  # type: ignore[attr-defined]
+
+
+class ConfigError(ValueError):
+    """A config that cannot be built; the message names each offending field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+class ModelConfig(_Frozen):
+    """One Transformer; the normalization placement is a setting, not a code fork."""
+
+    kind: Literal["decoder", "encoder"] = Field(
+        "decoder", description="decoder: causal LM head; encoder: bidirectional + classifier"
+    )
+    vocab_size: int = Field(256, ge=2)
+    n_blocks: int = Field(6, ge=1, le=4096)
+    d_model: int = Field(256, ge=2)
+    n_heads: int = Field(4, ge=1)
+    d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4*d (8/3*d SwiGLU)")
+    max_seq_len: int = Field(256, ge=1)
+    positions: Literal["learned", "rope"] = "learned"
+    rope_base: float = Field(10000.0, gt=1.0)
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    bias: bool = True
+    tie_embeddings: bool = True
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    n_classes: int = Field(3, ge=2, description="classifier outputs (encoder only)")
+    pooling: Literal["mean", "first"] = "mean"
+
+    norm: NormKind = "layernorm"
+    norm_bias: bool = Field(True, description="LayerNorm with a bias (beta) or without")
+    norm_eps: float = Field(1e-5, gt=0.0)
+    dyt_alpha: float = Field(0.5, gt=0.0, description="initial alpha of DyT")
+    out_norm: NormKind | None = Field(
+        None, description="kind of the branch-output norm of sandwich/peri (default: norm)"
+    )
+
+    placement: Placement = "pre"
+    block_placements: tuple[BlockPlacement, ...] | None = Field(
+        None, description="one placement per block (placement=custom)"
+    )
+    final_norm: Literal["auto", "on", "off"] = "auto"
+    embed_norm: bool | None = Field(None, description="norm on the embedding output (peri: on)")
+    residual_attention: bool = Field(False, description="RealFormer residual attention scores")
+
+    init: InitScheme | None = Field(None, description="default: the placement's paper")
+    init_std: float = Field(0.02, gt=0.0)
+    deepnorm_arch: DeepNormArch | None = Field(
+        None, description="which DeepNet table row sets alpha/beta (default from kind)"
+    )
+    deepnorm_alpha: float | None = Field(None, gt=0.0)
+    deepnorm_beta: float | None = Field(None, gt=0.0)
+    deepnorm_other_blocks: int | None = Field(
+        None, ge=1, description="decoder blocks M (encdec_encoder) or encoder blocks N"
+    )
+    admin_omega: Literal["closed_form", "profile"] | float = "closed_form"
+    mix_switch: int | float = Field(
+        0.25, description="Mix-LN: blocks before the switch are post; an int count or a ratio"
+    )
+    gate_init: float | None = Field(
+        None, ge=0.0, description="ReZero/SkipInit gate init (rezero: 0, skipinit: 1/sqrt(L))"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        problems: list[str] = []
+        if self.d_model % self.n_heads:
+            problems.append(
+                f"n_heads: {self.n_heads} does not divide d_model={self.d_model}; "
+                "choose n_heads among the divisors of d_model"
+            )
+        elif self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            problems.append("positions: rope needs an even head width d_model/n_heads")
+        if self.kind == "decoder" and "batchnorm" in (self.norm, self.out_norm):
+            problems.append(
+                "norm: batchnorm is rejected for kind=decoder (batch statistics leak future "
+                "tokens); use it with kind=encoder, or pick layernorm|rmsnorm|dyt|identity"
+            )
+        if self.placement == "hybrid" and self.norm in ("dyt", "batchnorm"):
+            problems.append(
+                f"norm: hybrid normalizes Q, K and V per head, which {self.norm} does not "
+                "support; use layernorm or rmsnorm"
+            )
+        if self.placement == "custom":
+            if self.block_placements is None:
+                problems.append("block_placements: required with placement=custom")
+            elif len(self.block_placements) != self.n_blocks:
+                problems.append(
+                    f"block_placements: {len(self.block_placements)} entries for "
+                    f"n_blocks={self.n_blocks}; give one placement per block"
+                )
+        elif self.block_placements is not None:
+            problems.append("block_placements: only used with placement=custom")
+        if self.placement == "resi_dual" and self.final_norm == "off":
+            problems.append(
+                "final_norm: resi_dual's output is a_L + Norm(d_L), so its final norm cannot "
+                "be off; use auto or on"
+            )
+        if isinstance(self.mix_switch, float) and not 0.0 <= self.mix_switch <= 1.0:
+            problems.append(f"mix_switch: ratio {self.mix_switch} outside [0, 1]")
+        if isinstance(self.mix_switch, int) and not 0 <= self.mix_switch <= self.n_blocks:
+            problems.append(f"mix_switch: count {self.mix_switch} outside [0, n_blocks]")
+        if isinstance(self.admin_omega, float) and self.admin_omega <= 0:
+            problems.append("admin_omega: must be > 0, closed_form or profile")
+        if self.deepnorm_arch in ("encdec_encoder", "encdec_decoder") and (
+            self.deepnorm_other_blocks is None
+        ):
+            problems.append(
+                "deepnorm_other_blocks: the encoder-decoder DeepNorm constants need the "
+                "other stack's depth"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # -- derived values ------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "decoder"
+
+    @property
+    def ff_width(self) -> int:
+        if self.d_ff is not None:
+            return self.d_ff
+        if self.mlp == "swiglu":  # keep parameter count of a 4d GELU MLP (LLaMA)
+            return max(1, int(8 * self.d_model / 3 + 0.5))
+        return 4 * self.d_model
+
+    @property
+    def mix_switch_block(self) -> int:
+        """Mix-LN's k: blocks [0, k) are post-norm, [k, L) pre-norm (floor(a*L) for a ratio)."""
+        if isinstance(self.mix_switch, int):
+            return self.mix_switch
+        return int(self.mix_switch * self.n_blocks)
+
+    # -- serialization --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(self.model_dump_json())
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        return parse_config(cls, data)
+
+    @classmethod
+    def from_yaml(cls, text_or_path: str | Path) -> ModelConfig:
+        return cls.from_dict(load_yaml(text_or_path))
+
+
+def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping from a path or a string; errors name the file."""
+    is_text = isinstance(text_or_path, str) and "\n" in text_or_path
+    path = None if is_text else Path(text_or_path)
+    if path is not None and path.exists():
+        source, text = str(path), path.read_text()
+    elif isinstance(text_or_path, Path):
+        raise ConfigError(f"config file {text_or_path}: not found")
+    else:
+        source, text = "<string>", str(text_or_path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        raise ConfigError(f"{source}: expected a mapping of config fields, got {kind}")
+    return data
+
+
+def parse_config(cls: type[BaseModel], data: dict[str, Any]) -> Any:
+    """Build a config, turning pydantic's report into one readable `ConfigError`."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(cls, e)) from None
+
+
+def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(p) for p in item["loc"])
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(cls.model_fields))
+            msg = f"unknown field; known fields are: {allowed}"
+        elif item["type"] == "literal_error":
+            msg = f"{msg}, got {item.get('input')!r}"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        lines.append(f"{loc}: {msg}" if loc else msg)
+    return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
+
+
+def make_model_config(**fields: Any) -> ModelConfig:
+    """Keyword shortcut for `ModelConfig` with `ConfigError` on bad input."""
+    return parse_config(ModelConfig, fields)

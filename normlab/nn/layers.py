@@ -1,0 +1,123 @@
+"""The sublayers every placement shares: multi-head attention and the MLP.
+
+Attention goes through `scaled_dot_product_attention` (fused kernels) unless RealFormer's residual
+attention needs the raw scores, which takes the explicit path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.config import ModelConfig
+from normlab.nn.norms import make_norm
+
+
+@dataclass
+class ForwardState:
+    """What one forward pass carries from sublayer to sublayer besides the stream itself."""
+
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: [T, head_dim]
+    key_mask: torch.Tensor | None = None  # [B, 1, 1, T] bool, True where a key may be attended
+    prev_scores: torch.Tensor | None = None  # RealFormer: previous block's pre-softmax scores
+    block_input: torch.Tensor | None = None  # B2T: the stream entering the current block
+    dual: torch.Tensor | None = None  # ResiDual: the un-normalized second stream d
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float, device=None) -> tuple[torch.Tensor, ...]:
+    """cos/sin tables of rotary embeddings (RoFormer, arXiv 2104.09864), rotate-half layout."""
+    even = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
+    inv = 1.0 / base ** (even / head_dim)
+    ang = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv)
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention; fused `qkv` projection, output projection `proj`.
+
+    `qkv_norm` (HybridNorm) normalizes Q, K and V per head right after the projection.
+    `residual_attention` (RealFormer, He et al. 2020, arXiv 2012.11747) adds the previous block's
+    pre-softmax scores to this block's: `S_l = Q K^T / sqrt(d_k) + S_{l-1}`.
+    """
+
+    def __init__(self, cfg: ModelConfig, qkv_norm: str | None = None) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.causal = cfg.causal
+        self.residual_attention = cfg.residual_attention
+        self.qkv = nn.Linear(d, 3 * d, bias=cfg.bias)
+        self.proj = nn.Linear(d, d, bias=cfg.bias)
+        self.attn_dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.qkv_norms = None
+        if qkv_norm:
+            self.qkv_norms = nn.ModuleList(
+                make_norm(qkv_norm, self.head_dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
+                for _ in range(3)
+            )
+
+    def forward(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
+        B, T, _ = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
+        q, k, v = qkv.unbind(2)
+        if self.qkv_norms is not None:
+            q, k, v = (norm(t) for norm, t in zip(self.qkv_norms, (q, k, v), strict=True))
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, Dh]
+        if state.rope is not None:
+            cos, sin = state.rope
+            q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+        p = self.attn_dropout if self.training else 0.0
+        if not self.residual_attention:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=state.key_mask, dropout_p=p,
+                is_causal=self.causal and state.key_mask is None,
+            )
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+            if state.prev_scores is not None:
+                scores = scores + state.prev_scores
+            state.prev_scores = scores
+            allowed = state.key_mask
+            if self.causal:
+                tri = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+                allowed = tri if allowed is None else allowed & tri
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            att = F.dropout(scores.softmax(dim=-1), p=p)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, -1)
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    """Position-wise MLP: GELU (`fc_out(gelu(fc_in x))`) or SwiGLU (Shazeer 2020, arXiv 2002.05202),
+    whose `fc_in` holds the gate and the value halves side by side."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        f = cfg.ff_width
+        self.swiglu = cfg.mlp == "swiglu"
+        self.fc_in = nn.Linear(cfg.d_model, 2 * f if self.swiglu else f, bias=cfg.bias)
+        self.fc_out = nn.Linear(f, cfg.d_model, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, state: ForwardState | None = None) -> torch.Tensor:
+        h = self.fc_in(x)
+        if self.swiglu:
+            gate, value = h.chunk(2, dim=-1)
+            h = F.silu(gate) * value
+        else:
+            h = F.gelu(h)
+        return self.dropout(self.fc_out(h))

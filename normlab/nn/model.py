@@ -1,0 +1,175 @@
+"""embeddings -> blocks -> final norm -> LM head (decoder) or classifier head (encoder).
+
+One model class for every placement: `build_model(cfg)` resolves the placement into a plan and
+the blocks execute it. Decoder and encoder share the same blocks; the encoder is bidirectional and
+pools the final stream into a sequence-classification head.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.config import ModelConfig
+from normlab.nn.block import Block
+from normlab.nn.init import init_weights
+from normlab.nn.layers import ForwardState, rope_tables
+from normlab.nn.norms import make_norm
+from normlab.nn.plan import HARMFUL_INIT, ModelPlan, build_plan
+from normlab.nn.taps import Tap, capture
+from normlab.warnings import NormlabWarning
+
+
+class ModelOutput(NamedTuple):
+    logits: torch.Tensor
+    loss: torch.Tensor | None
+
+
+class NormTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, plan: ModelPlan | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.plan = plan if plan is not None else build_plan(cfg)
+        d = cfg.d_model
+
+        def norm(kind: str | None) -> nn.Module:
+            if kind is None:
+                return nn.Identity()
+            return make_norm(kind, d, eps=cfg.norm_eps, bias=cfg.norm_bias, dyt_alpha=cfg.dyt_alpha)
+
+        self.tok_emb = nn.Embedding(cfg.vocab_size, d)
+        self.pos_emb = nn.Embedding(cfg.max_seq_len, d) if cfg.positions == "learned" else None
+        if cfg.positions == "rope":
+            cos, sin = rope_tables(cfg.max_seq_len, cfg.head_dim, cfg.rope_base)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.embed_norm = norm(self.plan.embed_norm)
+        self.blocks = nn.ModuleList(Block(bp, cfg) for bp in self.plan.blocks)
+        self.final = nn.Module()
+        self.final.add_module("in", Tap())
+        self.final.add_module("norm", norm(self.plan.final_norm))
+        self.final.add_module("out", Tap())
+        if cfg.kind == "decoder":
+            self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
+            if cfg.tie_embeddings:
+                self.lm_head.weight = self.tok_emb.weight
+        else:
+            self.classifier = nn.Linear(d, cfg.n_classes, bias=True)
+
+        init_weights(self, self.plan.init, self.plan, std=cfg.init_std)
+        reason = HARMFUL_INIT.get((cfg.placement, self.plan.init))
+        if reason:
+            warnings.warn(
+                f"init {self.plan.init!r} with placement {cfg.placement!r}: {reason}",
+                NormlabWarning, stacklevel=2,
+            )
+
+    # ------------------------------------------------------------------------------------------
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if self.cfg.max_seq_len < T:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb.weight[:T]
+        return self.embed_norm(self.drop(x))
+
+    def stream(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """The final normalized stream [B, T, d] that the head reads."""
+        state = ForwardState()
+        if self.pos_emb is None:
+            state.rope = (self.rope_cos, self.rope_sin)
+        if attention_mask is not None:
+            if self.cfg.causal:
+                raise ValueError("attention_mask (padding) is only supported for kind=encoder")
+            state.key_mask = attention_mask.bool()[:, None, None, :]
+        x = self.embed(idx)
+        if self.plan.dual_stream:
+            state.dual = x
+        for block in self.blocks:
+            x = block(x, state)
+        x = getattr(self.final, "in")(x)
+        x = x + self.final.norm(state.dual) if self.plan.dual_stream else self.final.norm(x)
+        return self.final.out(x)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> ModelOutput:
+        """Decoder: next-token logits [B, T, V], loss against `targets` [B, T] (-100 ignored).
+        Encoder: class logits [B, C] pooled over (unpadded) positions, loss against labels [B]."""
+        x = self.stream(idx, attention_mask)
+        if self.cfg.kind == "decoder":
+            logits = self.lm_head(x)
+            loss = None
+            if targets is not None:
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                       ignore_index=-100)
+            return ModelOutput(logits, loss)
+        if self.cfg.pooling == "first":
+            pooled = x[:, 0]
+        elif attention_mask is not None:
+            m = attention_mask.to(x.dtype)[..., None]
+            pooled = (x * m).sum(1) / m.sum(1).clamp_min(1.0)
+        else:
+            pooled = x.mean(1)
+        logits = self.classifier(pooled)
+        loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
+        return ModelOutput(logits, loss)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+@torch.no_grad()
+def profile_admin_omega(model: NormTransformer, idx: torch.Tensor) -> list[float]:
+    """Admin's profiling pass: set each sublayer's omega from one batch.
+
+    With omega = 1, run the batch and record the variance of every branch as added; sublayer i
+    gets `omega_i = sqrt(1 + sum_{j<i} Var[F_j])`, the variance a Pre-LN stream would have
+    accumulated there (Liu et al. 2020, arXiv 2004.08249, Sec. 4.2). The leading 1 stands for the
+    unit-variance embedding of the fairseq setting Admin was profiled in, so omega >= 1 and grows
+    with depth like the closed form. Returns the omegas in sublayer order.
+    """
+    subs = [s for b in model.blocks for s in (b.attn, b.mlp) if s.skip is not None]
+    if not subs:
+        raise ValueError("profile_admin_omega needs a model with Admin sublayers")
+    for s in subs:
+        s.skip.fill_(1.0)
+    was_training = model.training
+    model.eval()
+    with capture(model, "blocks.*.branch_added") as cap:
+        model(idx)
+    model.train(was_training)
+    total = 1.0
+    omegas = []
+    for i in range(len(model.blocks)):
+        for kind in ("attn", "mlp"):
+            omegas.append(math.sqrt(total))
+            total += cap[f"blocks.{i}.{kind}.branch_added"].float().var().item()
+    for s, w in zip(subs, omegas, strict=True):
+        s.skip.fill_(w)
+    return omegas
+
+
+def build_model(cfg: ModelConfig, *, seed: int | None = 0,
+                profile_batch: torch.Tensor | None = None) -> NormTransformer:
+    """Build (and seed) the model of `cfg`. Admin with `admin_omega=profile` runs its profiling
+    pass on `profile_batch`, or on random tokens drawn from the seed when none is given."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = NormTransformer(cfg)
+    if cfg.admin_omega == "profile" and any(b.attn.skip is not None for b in model.blocks):
+        if profile_batch is None:
+            gen = torch.Generator().manual_seed(0 if seed is None else seed)
+            profile_batch = torch.randint(0, cfg.vocab_size, (8, min(64, cfg.max_seq_len)),
+                                          generator=gen)
+        profile_admin_omega(model, profile_batch)
+    return model

@@ -1,0 +1,318 @@
+"""Placements as data: each named placement resolves to a list of per-block plans.
+
+A `SublayerPlan` says, for one residual sublayer (attention or MLP), which norms sit where and
+which scales apply; the one `Block` executes it. The sublayer computes
+
+    h = in_norm(x) * in_scale
+    y = gate * out_norm(F(h))                       (branch as added)
+    x = post_norm(skip_scale * x + y [+ x_block])  (x_block: B2T's skip from the block input)
+    d = d + y                                       (ResiDual's second stream, when `dual`)
+
+Every builder below cites its paper; `normlab plan` prints the resolved formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from normlab.config import ModelConfig
+
+NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "identity": "Id",
+               "batchnorm": "BN"}
+
+
+@dataclass(frozen=True)
+class SublayerPlan:
+    kind: str  # "attn" or "mlp"
+    in_norm: str | None = None
+    in_scale: float = 1.0  # LNS: 1/sqrt(l) on the norm output
+    out_norm: str | None = None  # sandwich / Peri-LN: norm on the branch output before the add
+    post_norm: str | None = None  # norm after the add (post, deepnorm, admin, ...)
+    skip_scale: float = 1.0  # DeepNorm alpha; Admin omega (initial value)
+    skip_learned: bool = False  # Admin: omega is a learned per-dimension vector
+    gate_init: float | None = None  # ReZero / SkipInit: learned scalar on the branch
+    add_block_input: bool = False  # B2T: the block input joins the MLP's residual sum
+    dual: bool = False  # ResiDual: the branch also accumulates into the second stream
+    qkv_norm: str | None = None  # HybridNorm: Q, K, V normalized per head after projection
+
+    def formula(self) -> str:
+        """The sublayer as a readable formula, e.g. `x = LN(1.861*x + Attn(x))`."""
+        v = "a" if self.dual else "x"
+        sub = "Attn" if self.kind == "attn" else "MLP"
+        if self.qkv_norm:
+            sub += f"[QKV-{NORM_SYMBOL[self.qkv_norm]}]"
+        h = f"{NORM_SYMBOL[self.in_norm]}({v})" if self.in_norm else v
+        if self.in_scale != 1.0:
+            h = f"{h}*{self.in_scale:.4g}"
+        y = f"{sub}({h})"
+        if self.out_norm:
+            y = f"{NORM_SYMBOL[self.out_norm]}({y})"
+        if self.gate_init is not None:
+            y = f"g*{y}"
+        if self.skip_learned:
+            skip = f"w*{v}"
+        elif self.skip_scale != 1.0:
+            skip = f"{self.skip_scale:.4g}*{v}"
+        else:
+            skip = v
+        total = f"{skip} + {y}" + (" + x_block" if self.add_block_input else "")
+        if self.post_norm:
+            total = f"{NORM_SYMBOL[self.post_norm]}({total})"
+        out = f"{v} = {total}" + (f";  d = d + {y}" if self.dual else "")
+        extras = []
+        if self.gate_init is not None:
+            extras.append(f"g0={self.gate_init:.4g}")
+        if self.skip_learned:
+            extras.append(f"w learned per dim, w0={self.skip_scale:.4g}")
+        return out + (f"   [{', '.join(extras)}]" if extras else "")
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    index: int  # 0-based
+    placement: str
+    attn: SublayerPlan
+    mlp: SublayerPlan
+
+    @property
+    def sublayers(self) -> tuple[SublayerPlan, SublayerPlan]:
+        return (self.attn, self.mlp)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    placement: str
+    blocks: tuple[BlockPlan, ...]
+    embed_norm: str | None
+    final_norm: str | None
+    dual_stream: bool
+    init: str
+    constants: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        lines = [f"placement {self.placement}, {len(self.blocks)} blocks, init {self.init}"]
+        if self.constants:
+            consts = ", ".join(f"{k}={v:.6g}" for k, v in self.constants.items())
+            lines.append(f"constants: {consts}")
+        x0 = "x = Emb(tokens)"
+        if self.embed_norm:
+            x0 = f"x = {NORM_SYMBOL[self.embed_norm]}(Emb(tokens))"
+        lines.append(x0 + (";  a = x;  d = x" if self.dual_stream else ""))
+        for b in self.blocks:
+            for s in b.sublayers:
+                lines.append(f"block {b.index:>3} {s.kind:<4} [{b.placement}]  {s.formula()}")
+        if self.dual_stream:
+            lines.append(f"out = a + {NORM_SYMBOL[self.final_norm or 'identity']}(d)")
+        elif self.final_norm:
+            lines.append(f"out = {NORM_SYMBOL[self.final_norm]}(x)")
+        else:
+            lines.append("out = x")
+        return "\n".join(lines)
+
+
+# --- constants ------------------------------------------------------------------------------
+
+def deepnorm_constants(arch: str, n_blocks: int, other_blocks: int | None = None
+                       ) -> tuple[float, float]:
+    """(alpha, beta) of DeepNet, Wang et al. 2022 (arXiv 2203.00555), Table/Fig. 2.
+
+    encoder-only (N blocks) and decoder-only (M blocks): alpha=(2N)^(1/4), beta=(8N)^(-1/4);
+    encoder of an encoder-decoder: alpha=0.81 (N^4 M)^(1/16), beta=0.87 (N^4 M)^(-1/16);
+    decoder of an encoder-decoder: alpha=(3M)^(1/4), beta=(12M)^(-1/4).
+    """
+    n = n_blocks
+    if arch in ("encoder", "decoder"):
+        return (2 * n) ** 0.25, (8 * n) ** -0.25
+    if arch == "encdec_encoder":
+        if other_blocks is None:
+            raise ValueError("encdec_encoder needs the decoder depth M")
+        m = other_blocks
+        return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)
+    if arch == "encdec_decoder":
+        return (3 * n) ** 0.25, (12 * n) ** -0.25
+    raise ValueError(f"unknown DeepNorm architecture {arch!r}")
+
+
+def admin_closed_form_omega(n_residual_sublayers: int) -> float:
+    """Admin's omega without profiling, `sqrt((n+1)/ln(n+1) - 1)` (admin-torch; Liu et al. 2020,
+    "Understanding the Difficulty of Training Transformers", arXiv 2004.08249)."""
+    n = n_residual_sublayers
+    return math.sqrt((n + 1) / math.log(n + 1) - 1)
+
+
+DEFAULT_INIT = {
+    "post": "xavier",  # Vaswani et al. 2017 / fairseq baselines
+    "pre": "gpt2_scaled",  # GPT-2
+    "sandwich": "normal",
+    "peri": "normal",
+    "deepnorm": "deepnorm",
+    "admin": "admin",
+    "resi_dual": "xavier",  # fairseq-based
+    "b2t": "xavier",  # fairseq-based
+    "mix": "normal",  # LLaMA-style code base
+    "lns": "normal",  # LLaMA-style code base; not gpt2_scaled (Curse of Depth)
+    "hybrid": "normal",
+    "rezero": "xavier",
+    "skipinit": "xavier",
+    "custom": "normal",
+}
+
+# Pairings reported as harmful, with the reason shown in the warning.
+HARMFUL_INIT = {
+    ("lns", "gpt2_scaled"): "Curse of Depth (arXiv 2502.05795) found LNS with scaled init worse",
+    ("lns", "ds_init"): "LNS already scales by depth; Curse of Depth found depth-scaled init worse",
+}
+
+# Placements whose block output is unnormalized and so need a final norm before the head.
+_NEEDS_FINAL_NORM = {"pre", "sandwich", "peri", "lns", "resi_dual"}
+
+
+# --- per-block builders ---------------------------------------------------------------------
+
+def _post(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """Post-LN, `x = Norm(x + F(x))`: Vaswani et al. 2017, "Attention Is All You Need"
+    (arXiv 1706.03762)."""
+    return SublayerPlan("attn", post_norm=n), SublayerPlan("mlp", post_norm=n)
+
+
+def _pre(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """Pre-LN, `x = x + F(Norm(x))`: Xiong et al. 2020, "On Layer Normalization in the
+    Transformer Architecture" (arXiv 2002.04745); GPT-2; LLaMA."""
+    return SublayerPlan("attn", in_norm=n), SublayerPlan("mlp", in_norm=n)
+
+
+def _sandwich(n: str, out: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """Sandwich-LN, `x = x + Norm_out(F(Norm_in(x)))`: CogView (arXiv 2105.13290); the same
+    sublayer as Peri-LN (arXiv 2502.02732)."""
+    return (SublayerPlan("attn", in_norm=n, out_norm=out),
+            SublayerPlan("mlp", in_norm=n, out_norm=out))
+
+
+def _deepnorm(n: str, alpha: float) -> tuple[SublayerPlan, SublayerPlan]:
+    """DeepNorm, `x = Norm(alpha*x + F(x))`: DeepNet, Wang et al. 2022 (arXiv 2203.00555)."""
+    return (SublayerPlan("attn", post_norm=n, skip_scale=alpha),
+            SublayerPlan("mlp", post_norm=n, skip_scale=alpha))
+
+
+def _admin(n: str, omega: float) -> tuple[SublayerPlan, SublayerPlan]:
+    """Admin, `x = Norm(w*x + F(x))` with w a learned per-dimension vector: Liu et al. 2020,
+    "Understanding the Difficulty of Training Transformers" (arXiv 2004.08249)."""
+    return (SublayerPlan("attn", post_norm=n, skip_scale=omega, skip_learned=True),
+            SublayerPlan("mlp", post_norm=n, skip_scale=omega, skip_learned=True))
+
+
+def _b2t(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """B2T connection, `h = Norm(x + Attn(x))`, `out = Norm(h + MLP(h) + x)`: Takase et al. 2022,
+    "On Layer Normalizations and Residual Connections in Transformers" (arXiv 2206.00330)."""
+    return SublayerPlan("attn", post_norm=n), SublayerPlan("mlp", post_norm=n, add_block_input=True)
+
+
+def _lns(n: str, block_1based: int) -> tuple[SublayerPlan, SublayerPlan]:
+    """LayerNorm Scaling, pre-LN with each norm output divided by sqrt(l): Sun et al. 2025,
+    "The Curse of Depth in Large Language Models" (arXiv 2502.05795)."""
+    s = 1.0 / math.sqrt(block_1based)
+    return SublayerPlan("attn", in_norm=n, in_scale=s), SublayerPlan("mlp", in_norm=n, in_scale=s)
+
+
+def _hybrid(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """HybridNorm: QKV-norm attention without an input norm, post-norm MLP. Zhuo et al. 2025
+    (arXiv 2503.04598). The residual wiring is our reading of the released flags (unconfirmed)."""
+    return SublayerPlan("attn", qkv_norm=n), SublayerPlan("mlp", post_norm=n)
+
+
+def _gated(gate: float) -> tuple[SublayerPlan, SublayerPlan]:
+    """`x = x + g*F(x)`, no norm. ReZero (Bachlechner et al. 2020, arXiv 2003.04887) starts g at 0;
+    SkipInit (De & Smith 2020, arXiv 2002.10444) at a small value, 1/sqrt(L) by default."""
+    return SublayerPlan("attn", gate_init=gate), SublayerPlan("mlp", gate_init=gate)
+
+
+def _resi_dual(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """ResiDual: post-norm stream `a = Norm(a + F(a))` plus an un-normalized stream `d = d + F(a)`
+    started at the embedding; output `a_L + Norm(d_L)`. Xie et al. 2023 (arXiv 2304.14802)."""
+    return (SublayerPlan("attn", post_norm=n, dual=True),
+            SublayerPlan("mlp", post_norm=n, dual=True))
+
+
+def build_plan(cfg: ModelConfig) -> ModelPlan:
+    """Resolve `cfg.placement` into one `BlockPlan` per block."""
+    n, L = cfg.norm, cfg.n_blocks
+    out = cfg.out_norm or n
+    constants: dict[str, float] = {}
+
+    names: list[str]
+    if cfg.placement == "custom":
+        assert cfg.block_placements is not None
+        names = list(cfg.block_placements)
+    elif cfg.placement == "mix":
+        k = cfg.mix_switch_block
+        constants["mix_switch_block"] = k
+        names = ["post"] * k + ["pre"] * (L - k)
+    elif cfg.placement == "peri":
+        names = ["sandwich"] * L
+    else:
+        names = [cfg.placement] * L
+
+    init = cfg.init or DEFAULT_INIT[cfg.placement]
+    alpha = beta = None
+    if "deepnorm" in names or init == "deepnorm":
+        arch = cfg.deepnorm_arch or cfg.kind
+        a, b = deepnorm_constants(arch, L, cfg.deepnorm_other_blocks)
+        alpha = cfg.deepnorm_alpha if cfg.deepnorm_alpha is not None else a
+        beta = cfg.deepnorm_beta if cfg.deepnorm_beta is not None else b
+        constants["deepnorm_alpha"], constants["deepnorm_beta"] = alpha, beta
+    omega = 1.0
+    if "admin" in names:
+        if cfg.admin_omega == "closed_form":
+            omega = admin_closed_form_omega(2 * L)
+        elif isinstance(cfg.admin_omega, float):
+            omega = cfg.admin_omega
+        constants["admin_omega"] = omega  # "profile": 1.0 until the profiling pass sets it
+    rezero_gate = cfg.gate_init if cfg.gate_init is not None else 0.0
+    skipinit_gate = cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L)
+
+    blocks = []
+    for i, name in enumerate(names):
+        if name == "post":
+            subs = _post(n)
+        elif name == "pre":
+            subs = _pre(n)
+        elif name == "sandwich":
+            subs = _sandwich(n, out)
+        elif name == "deepnorm":
+            subs = _deepnorm(n, alpha)  # type: ignore[arg-type]
+        elif name == "admin":
+            subs = _admin(n, omega)
+        elif name == "b2t":
+            subs = _b2t(n)
+        elif name == "lns":
+            subs = _lns(n, i + 1)
+        elif name == "hybrid":
+            subs = _hybrid(n)
+        elif name == "rezero":
+            subs = _gated(rezero_gate)
+        elif name == "skipinit":
+            subs = _gated(skipinit_gate)
+        elif name == "resi_dual":
+            subs = _resi_dual(n)
+        else:  # pragma: no cover - the config's Literal rules this out
+            raise ValueError(f"unknown placement {name!r}")
+        blocks.append(BlockPlan(i, name, *subs))
+
+    if cfg.final_norm == "on":
+        final = n
+    elif cfg.final_norm == "off":
+        final = None
+    else:
+        needs = cfg.placement in _NEEDS_FINAL_NORM or any(b in _NEEDS_FINAL_NORM for b in names)
+        final = n if needs else None
+    embed_norm = cfg.embed_norm if cfg.embed_norm is not None else cfg.placement == "peri"
+    return ModelPlan(
+        placement=cfg.placement,
+        blocks=tuple(blocks),
+        embed_norm=n if embed_norm else None,
+        final_norm=final,
+        dual_stream=cfg.placement == "resi_dual",
+        init=init,
+        constants=constants,
+    )

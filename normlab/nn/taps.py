@@ -1,0 +1,80 @@
+"""Named tap points and the capture API (TransformerLens-style hook points).
+
+Every sublayer has four taps, the same for every placement:
+`blocks.{i}.{attn|mlp}.stream_in` (stream entering the sublayer), `.branch_raw` (the sublayer's
+output F(.)), `.branch_added` (what is actually added to the stream, after an output norm or gate),
+`.stream_out` (stream leaving the sublayer, after any post-add norm); plus `final.in` and
+`final.out` around the final norm. A tap is an identity module: with no hook attached it only costs
+a module call.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+class Tap(nn.Module):
+    """Identity module whose module path is the tap's name."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+@dataclass
+class Capture:
+    """Activations (and, after backward, gradients) recorded at the selected taps."""
+
+    activations: dict[str, torch.Tensor] = field(default_factory=dict)
+    grads: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.activations[name]
+
+
+def tap_names(model: nn.Module) -> list[str]:
+    return [name for name, m in model.named_modules() if isinstance(m, Tap)]
+
+
+def select_taps(model: nn.Module, patterns: str | Sequence[str]) -> list[str]:
+    """Tap names matching any of the glob patterns (`*` for all, `blocks.*.mlp.stream_out`)."""
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    names = tap_names(model)
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        raise ValueError(
+            f"no tap matches {unmatched}; taps are named like {names[:4]} ... {names[-2:]}"
+        )
+    return chosen
+
+
+@contextmanager
+def capture(
+    model: nn.Module, names: str | Sequence[str] = "*", *, grads: bool = False,
+    detach: bool = True,
+) -> Iterator[Capture]:
+    """Record activations at the selected taps during forwards run inside the block.
+
+    With `grads=True`, each captured activation also records its gradient when a backward pass
+    runs. `detach=False` keeps the graph (for probes that differentiate through activations).
+    """
+    cap = Capture()
+    modules = dict(model.named_modules())
+    handles = []
+    for name in select_taps(model, names):
+        def hook(_m, _inp, out, name=name):
+            cap.activations[name] = out.detach() if detach else out
+            if grads and out.requires_grad:
+                out.register_hook(lambda g, name=name: cap.grads.__setitem__(name, g.detach()))
+        handles.append(modules[name].register_forward_hook(hook))
+    try:
+        yield cap
+    finally:
+        for h in handles:
+            h.remove()
