@@ -7,6 +7,7 @@ rejected with one message per problem naming the field and the allowed values (`
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -222,7 +223,7 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
         loc = ".".join(str(p) for p in item["loc"])
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(cls.model_fields))
+            allowed = ", ".join(sorted(_section_class(cls, item["loc"][:-1]).model_fields))
             msg = f"unknown field; known fields are: {allowed}"
         elif item["type"] == "literal_error":
             msg = f"{msg}, got {item.get('input')!r}"
@@ -232,6 +233,130 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
 
 
+def _section_class(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The config class at a nested location, e.g. ("train",) -> TrainConfig."""
+    for part in loc:
+        field = cls.model_fields.get(str(part))
+        sub = field.annotation if field is not None else None
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            break
+        cls = sub
+    return cls
+
+
 def make_model_config(**fields: Any) -> ModelConfig:
     """Keyword shortcut for `ModelConfig` with `ConfigError` on bad input."""
     return parse_config(ModelConfig, fields)
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """`["model.placement=post", "train.lr=1e-3"]` -> nested dict; values are read as YAML."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. model.placement=post")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is set both as a value and a section")
+        node[parts[-1]] = value
+    return out
+
+
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+class DataConfig(_Frozen):
+    """Which text, how it is split, and the context length."""
+
+    source: str | tuple[str, ...] = Field(
+        "shakespeare", description="shakespeare, a .txt file, a folder of .txt files, or a list"
+    )
+    val_fraction: float = Field(0.1, gt=0.0, le=0.5, description="bytes held out as whole works")
+    split_seed: int = Field(0, ge=0)
+    seq_len: int = Field(128, ge=2)
+
+
+class TrainConfig(_Frozen):
+    """Optimizer, schedule, divergence detection, logging and checkpointing of one run."""
+
+    steps: int = Field(200, ge=1)
+    batch_size: int = Field(16, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = "cosine"
+    warmup: int = Field(0, ge=0, description="linear warmup steps (0 allowed)")
+    min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="decay floor, as a share of lr")
+    weight_decay: float = Field(0.1, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)
+    eps: float = Field(1e-8, gt=0.0)
+    grad_clip: float | None = Field(1.0, gt=0.0, description="max grad norm; null disables")
+    eval_every: int = Field(50, ge=0, description="0: only at the end")
+    eval_batches: int = Field(8, ge=1)
+    log_every: int = Field(10, ge=1)
+    block_stats_every: int = Field(0, ge=0, description="per-block grad/stream norms; 0: off")
+    checkpoint_every: int = Field(0, ge=0, description="0: only at the end and on a signal")
+    spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
+    spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.schedule == "inv_sqrt" and self.warmup == 0:
+            raise ValueError("warmup: inv_sqrt (lr * sqrt(warmup/step)) needs warmup >= 1")
+        return self
+
+
+class RunConfig(_Frozen):
+    """Everything a training run is a function of."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    train: TrainConfig = TrainConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> RunConfig:
+        if self.data.seq_len > self.model.max_seq_len:
+            raise ValueError(
+                f"data.seq_len: {self.data.seq_len} exceeds model.max_seq_len="
+                f"{self.model.max_seq_len}; raise model.max_seq_len or lower data.seq_len"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(self.model_dump_json())
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def run_id(self) -> str:
+        """Readable prefix plus a hash of the resolved config: same config, same folder."""
+        digest = hashlib.sha256(
+            json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        m = self.model
+        return f"{m.placement}-L{m.n_blocks}-d{m.d_model}-{digest}"
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None
+                    ) -> RunConfig:
+    """A run config from an optional YAML file plus dotted `--set` overrides."""
+    data = load_yaml(Path(path)) if path is not None else {}
+    data = deep_merge(data, parse_overrides(overrides))
+    return parse_config(RunConfig, data)

@@ -1,0 +1,206 @@
+"""Command line: thin commands over the library. Bad input exits with status 2 and one message."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from normlab.config import (
+    PLACEMENTS,
+    ConfigError,
+    ModelConfig,
+    deep_merge,
+    load_yaml,
+    parse_config,
+    parse_overrides,
+)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="normlab: where the normalization goes in a Transformer.")
+# Rich wraps at 80 columns when output is not a terminal; logs and CI read better wider.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+def fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
+
+
+def model_config_from_cli(config: Path | None, sets: list[str] | None,
+                          shortcuts: dict[str, Any]) -> ModelConfig:
+    data: dict[str, Any] = load_yaml(config) if config is not None else {}
+    data = data.get("model", data)  # accept a run config with a model: section
+    data = deep_merge(data, {k: v for k, v in shortcuts.items() if v is not None})
+    overrides = parse_overrides(sets)
+    data = deep_merge(data, overrides.get("model", overrides))
+    return parse_config(ModelConfig, data)
+
+
+@app.command()
+def plan(
+    placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")] = None,
+    blocks: Annotated[int | None, typer.Option(help="number of blocks L")] = None,
+    norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
+                    ] = None,
+    kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
+    set_: SetOpt = None,
+) -> None:
+    """Print the resolved per-block plan: each sublayer's formula with its norms and constants."""
+    from normlab.nn.plan import build_plan
+
+    try:
+        cfg = model_config_from_cli(config, set_, {
+            "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
+    except ConfigError as e:
+        fail(str(e))
+    console.print(build_plan(cfg).describe(), markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def demo(
+    blocks: Annotated[int, typer.Option(help="blocks per model")] = 6,
+    width: Annotated[int, typer.Option(help="d_model")] = 128,
+) -> None:
+    """Build every placement, print its plan, and run one forward/backward on Shakespeare bytes."""
+    import torch
+
+    from normlab.nn import build_model
+
+    tokens = _demo_tokens(seq_len=128, batch=8)
+    table = Table(title=f"every placement, {blocks} blocks, width {width}, one batch")
+    for col in ("placement", "init", "final norm", "params", "loss", "grad norm", "ms fwd+bwd"):
+        table.add_column(col, justify="right" if col in ("params", "loss", "grad norm",
+                                                         "ms fwd+bwd") else "left")
+    for name in PLACEMENTS:
+        fields: dict[str, Any] = {"placement": name, "n_blocks": blocks, "d_model": width,
+                                  "n_heads": max(1, width // 64), "max_seq_len": 128}
+        if name == "custom":
+            fields["block_placements"] = tuple(("post", "pre")[i % 2] for i in range(blocks))
+        try:
+            cfg = parse_config(ModelConfig, fields)
+        except ConfigError as e:
+            fail(str(e))
+        model = build_model(cfg, seed=0)
+        console.rule(f"[bold]{name}")
+        console.print(model.plan.describe(), markup=False, highlight=False, soft_wrap=True)
+        x, y = tokens
+        t0 = time.perf_counter()
+        out = model(x, y)
+        out.loss.backward()
+        ms = (time.perf_counter() - t0) * 1e3
+        gnorm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()
+                                               if p.grad is not None])
+        table.add_row(name, model.plan.init, model.plan.final_norm or "-",
+                      f"{model.num_params():,}", f"{out.loss.item():.4f}", f"{gnorm.item():.3g}",
+                      f"{ms:.0f}")
+    console.print(table)
+
+
+@app.command()
+def train(
+    config: Annotated[Path | None, typer.Argument(help="YAML run config (model/data/train)")
+                      ] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
+    ] = None,
+    root: Annotated[Path, typer.Option(help="folder that holds the run folders")] = Path("runs"),
+    resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
+) -> None:
+    """Train one run; its folder under ROOT is named by a hash of the resolved config."""
+    from normlab.data import DataError
+    from normlab.train import CheckpointError, RunFolderError, read_run_config, train_run
+
+    try:
+        if resume is not None:
+            if config is not None or set_:
+                fail("--resume takes the run's own config.yaml; drop CONFIG and --set")
+            cfg = read_run_config(resume)
+            root = resume.parent
+            if cfg.run_id() != resume.name:
+                fail(f"{resume}: folder name does not match its config (run id {cfg.run_id()})")
+        else:
+            from normlab.config import load_run_config
+
+            cfg = load_run_config(config, set_)
+        summary = train_run(cfg, root, resume="require" if resume else "auto",
+                            progress=not quiet)
+    except (ConfigError, DataError, RunFolderError, CheckpointError) as e:
+        fail(str(e))
+    outcome = summary["outcome"]
+    line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
+    if summary.get("reason"):
+        line += f" ({summary['reason']})"
+    for key in ("train_loss", "val_loss"):
+        if summary.get(key) is not None:
+            line += f", {key} {summary[key]:.4f}"
+    console.print(line, highlight=False)
+    console.print(f"run folder: {Path(root) / summary['run_id']}", highlight=False)
+    if outcome == "failed":
+        err_console.print(summary.get("message", ""), highlight=False, markup=False)
+        raise typer.Exit(1)
+    if outcome == "interrupted":
+        raise typer.Exit(130)
+
+
+@app.command()
+def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = Path("runs")
+         ) -> None:
+    """List the runs under ROOT with their outcome and final losses."""
+    from normlab.train import read_run_config, read_summary
+
+    if not root.is_dir():
+        fail(f"{root}: no such folder of runs")
+    table = Table()
+    for col in ("run", "placement", "blocks", "lr", "warmup", "outcome", "step", "train loss",
+                "val loss", "best val"):
+        table.add_column(col)
+    for run_dir in sorted(p for p in root.iterdir() if (p / "config.yaml").exists()):
+        try:
+            cfg = read_run_config(run_dir)
+        except (ConfigError, RuntimeError):
+            continue
+        s = read_summary(run_dir) or {}
+
+        def num(key: str, s=s) -> str:
+            return f"{s[key]:.4f}" if isinstance(s.get(key), (int, float)) else "-"
+
+        step = f"{s.get('step', '-')}/{cfg.train.steps}"
+        outcome = s.get("outcome", "?") + (f" ({s['reason']})" if s.get("reason") else "")
+        table.add_row(run_dir.name, cfg.model.placement, str(cfg.model.n_blocks),
+                      f"{cfg.train.lr:g}", str(cfg.train.warmup), outcome, step,
+                      num("train_loss"), num("val_loss"), num("best_val_loss"))
+    console.print(table)
+
+
+def _demo_tokens(seq_len: int, batch: int):
+    from normlab.data import BatchSampler, DataError, load_text_data
+
+    try:
+        data = load_text_data("shakespeare")
+    except DataError as e:
+        fail(str(e))
+    return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+"""The training loop: a run is a pure function of its `RunConfig`, recorded in its own folder.
+
+    runs/<run_id>/config.yaml      resolved config plus versions, device, dtype
+    runs/<run_id>/metrics.jsonl    one JSON object per logged step
+    runs/<run_id>/summary.json     outcome: completed | diverged | failed | interrupted
+    runs/<run_id>/checkpoint/      safetensors + JSON (see `normlab.train.checkpoint`)
+    runs/<run_id>/tb/              TensorBoard events
+
+Before every optimizer step the loss and gradient norm must be finite and the loss must not be in
+a sustained spike; otherwise the run ends `diverged` with the step and the reason. A resumed run
+reproduces the uninterrupted run's metrics bit for bit on CPU: batches are a function of the step,
+and the checkpoint holds the RNG, optimizer and detector states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import yaml
+
+import normlab
+from normlab.config import ConfigError, RunConfig, parse_config
+from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.nn import build_model, capture
+from normlab.nn.model import NormTransformer
+from normlab.train.checkpoint import load_checkpoint, save_checkpoint
+from normlab.train.divergence import SpikeDetector, nonfinite_reason
+from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.schedules import lr_at
+
+FINISHED = ("completed", "diverged")
+
+
+class RunFolderError(RuntimeError):
+    """A run folder that cannot be used as asked (exists with another config, nothing to resume)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device: cuda requested but no CUDA device is available; use auto")
+    return torch.device(name)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: decay on weight matrices only; none on norms, biases, gates, embeddings."""
+    decay, no_decay, seen = [], [], set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        is_embedding = "emb" in name
+        (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        raise RunFolderError(f"{run_dir}: not a run folder (config.yaml missing)")
+    data = yaml.safe_load(path.read_text()) or {}
+    data.pop("meta", None)
+    return parse_config(RunConfig, data)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    import json
+
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def train_run(
+    cfg: RunConfig,
+    root: Path | str = "runs",
+    *,
+    resume: Literal["auto", "require", "never"] = "auto",
+    progress: bool = True,
+    interrupt_at: int | None = None,
+) -> dict[str, Any]:
+    """Train (or resume, or just report) the run of `cfg` under `root`; returns its summary.
+
+    A finished run (completed or diverged) is not trained again. `resume="auto"` continues from a
+    checkpoint when one exists; `"require"` insists on one; `"never"` refuses an existing folder.
+    `interrupt_at` stops after that many steps as a signal would (for tests and demos).
+    """
+    tc = cfg.train
+    # Everything that can be rejected is checked before anything is written.
+    data = load_text_data(cfg.data.source, val_fraction=cfg.data.val_fraction,
+                          seed=cfg.data.split_seed)
+    device = resolve_device(tc.device)
+    run_id = cfg.run_id()
+    run_dir = Path(root) / run_id
+    ckpt_dir = run_dir / "checkpoint"
+    if (run_dir / "config.yaml").exists():
+        on_disk = read_run_config(run_dir)
+        if on_disk.run_id() != run_id:
+            raise RunFolderError(f"{run_dir}: holds run {on_disk.run_id()}, not {run_id}")
+        summary = read_summary(run_dir)
+        if summary and summary.get("outcome") in FINISHED:
+            return summary
+        if resume == "never":
+            raise RunFolderError(f"{run_dir}: exists; resume it with `normlab train --resume "
+                                 f"{run_dir}` or delete it")
+    if resume == "require" and not (ckpt_dir / "trainer_state.json").exists():
+        raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
+
+    sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
+    val = eval_batches(data.val, tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
+    model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr,
+                                  betas=(tc.beta1, tc.beta2), eps=tc.eps)
+    spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not (run_dir / "config.yaml").exists():
+        meta = {"run_id": run_id, "normlab": normlab.__version__, "torch": str(torch.__version__),
+                "device": str(device), "dtype": "bfloat16-autocast" if tc.precision == "bf16"
+                else "float32", "init": model.plan.init, "final_norm": model.plan.final_norm,
+                "constants": model.plan.constants, "params": model.num_params(),
+                "train_works": data.train_works, "val_works": data.val_works}
+        text = cfg.to_yaml() + yaml.safe_dump({"meta": meta}, sort_keys=False)
+        tmp = run_dir / "config.yaml.tmp"
+        tmp.write_text(text)
+        tmp.replace(run_dir / "config.yaml")
+
+    start, best_val = 0, float("inf")
+    metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
+    if resume != "never" and (ckpt_dir / "trainer_state.json").exists():
+        state = load_checkpoint(ckpt_dir, model, optimizer, expected_config_hash=run_id)
+        start, best_val = state["step"], state["best_val_loss"]
+        spike.load_state_dict(state["spike"])
+        metrics.truncate_after(start)
+    elif (run_dir / "metrics.jsonl").exists():
+        metrics.truncate_after(0)  # an earlier attempt died before its first checkpoint
+
+    def checkpoint(step: int) -> None:
+        save_checkpoint(ckpt_dir, model, optimizer, {
+            "step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
+            "config_hash": run_id})
+
+    def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
+        summary = {"run_id": run_id, "outcome": outcome, "step": step, "reason": reason,
+                   "steps_planned": tc.steps,
+                   "best_val_loss": best_val if best_val < float("inf") else None,
+                   **final, **extra}
+        write_json_atomic(run_dir / "summary.json", summary)
+        return summary
+
+    final: dict[str, Any] = {}
+    bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress)
+    tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if tc.precision == "bf16"
+                else contextlib.nullcontext())
+    write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "outcome": "running",
+                                                 "step": start, "steps_planned": tc.steps})
+    t_run = time.perf_counter()
+    try:
+        with _StopFlag() as stop:
+            step = start
+            while step < tc.steps:
+                if stop.signal is not None or (interrupt_at is not None and step >= interrupt_at):
+                    checkpoint(step)
+                    return finish("interrupted", step, reason="signal" if stop.signal else
+                                  "requested")
+                t0 = time.perf_counter()
+                lr = lr_at(step, tc)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                stats_now = tc.block_stats_every and (step + 1) % tc.block_stats_every == 0
+                loss_sum = torch.zeros((), device=device)
+                cap_ctx = (capture(model, "blocks.*.mlp.stream_out") if stats_now
+                           else contextlib.nullcontext())
+                for micro in range(tc.grad_accum):
+                    x, y = sampler.batch(step * tc.grad_accum + micro)
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    with cap_ctx if micro == 0 else contextlib.nullcontext() as cap, autocast:
+                        loss = model(x, y).loss
+                    (loss / tc.grad_accum).backward()
+                    loss_sum += loss.detach()
+                    if micro == 0:
+                        captured = cap
+                train_loss = loss_sum.item() / tc.grad_accum
+                params = [p for p in model.parameters() if p.grad is not None]
+                total_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+                grad_norm = total_norm.item()
+                step += 1
+                record: dict[str, Any] = {"step": step, "train_loss": train_loss, "lr": lr,
+                                          "grad_norm": grad_norm}
+                reason = nonfinite_reason(train_loss, grad_norm)
+                if reason is None and spike.update(train_loss):
+                    reason = "loss_spike"
+                if reason is not None:
+                    metrics.write(record | {"diverged": reason})
+                    final.update(train_loss=train_loss)
+                    return finish("diverged", step, reason=reason)
+                if stats_now:  # before the step: gradients as computed, before clipping
+                    record.update(block_stats(model, captured))
+                if tc.grad_clip is not None:
+                    torch.nn.utils.clip_grads_with_norm_(params, tc.grad_clip, total_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                dt = time.perf_counter() - t0
+                last = step == tc.steps
+                if (tc.eval_every and step % tc.eval_every == 0) or last:
+                    record["val_loss"] = evaluate(model, val, autocast)
+                    best_val = min(best_val, record["val_loss"])
+                    final["val_loss"] = record["val_loss"]
+                final["train_loss"] = train_loss
+                if step % tc.log_every == 0 or last or "val_loss" in record or stats_now:
+                    metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
+                if tc.checkpoint_every and step % tc.checkpoint_every == 0 and not last:
+                    checkpoint(step)
+                bar.update(step, f"loss {train_loss:.3f} lr {lr:.2e} "
+                                 f"{tokens_per_step / dt:,.0f} tok/s")
+            checkpoint(step)
+            elapsed = time.perf_counter() - t_run
+            done = step - start
+            return finish("completed", step,
+                          tokens_per_s=tokens_per_step * done / elapsed if done else None)
+    except Exception as e:  # failure is data: the run folder says what happened
+        return finish("failed", locals().get("step", start), reason=type(e).__name__,
+                      message=str(e), traceback=traceback.format_exc())
+    finally:
+        bar.close()
+        metrics.close()
+
+
+@torch.no_grad()
+def evaluate(model: NormTransformer, batches, autocast) -> float:
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total = 0.0
+    for x, y in batches:
+        with autocast:
+            total += model(x.to(device), y.to(device)).loss.item()
+    model.train(was_training)
+    return total / len(batches)
+
+
+def block_stats(model: NormTransformer, cap) -> dict[str, float]:
+    """Per block: gradient norm of the attention and MLP parameters, stream norm after the block
+    (mean over tokens of the per-token L2 norm)."""
+    out = {}
+    for i, block in enumerate(model.blocks):
+        for part in ("attn", "mlp"):
+            grads = [p.grad for p in getattr(block, part).parameters() if p.grad is not None]
+            if grads:
+                out[f"blocks.{i}.{part}.grad_norm"] = torch.nn.utils.get_total_norm(grads).item()
+        act = cap.activations.get(f"blocks.{i}.mlp.stream_out") if cap is not None else None
+        if act is not None:
+            out[f"blocks.{i}.stream_norm"] = act.float().norm(dim=-1).mean().item()
+    return out
