@@ -34,6 +34,7 @@ class Sublayer(nn.Module):
 
         self.stream_in = Tap()
         self.in_norm = norm(plan.in_norm)
+        self.branch_in = Tap()
         self.fn = fn
         self.branch_raw = Tap()
         self.out_norm = norm(plan.out_norm)
@@ -51,7 +52,7 @@ class Sublayer(nn.Module):
         h = x if self.in_norm is None else self.in_norm(x)
         if self.plan.in_scale != 1.0:
             h = h * self.plan.in_scale
-        y = self.branch_raw(self.fn(h, state))
+        y = self.branch_raw(self.fn(self.branch_in(h), state))
         if self.out_norm is not None:
             y = self.out_norm(y)
         if self.gate is not None:

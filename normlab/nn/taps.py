@@ -1,11 +1,13 @@
 """Named tap points and the capture API (TransformerLens-style hook points).
 
-Every sublayer has four taps, the same for every placement:
-`blocks.{i}.{attn|mlp}.stream_in` (stream entering the sublayer), `.branch_raw` (the sublayer's
-output F(.)), `.branch_added` (what is actually added to the stream, after an output norm or gate),
-`.stream_out` (stream leaving the sublayer, after any post-add norm); plus `final.in` and
-`final.out` around the final norm. A tap is an identity module: with no hook attached it only costs
-a module call.
+Every sublayer has five taps, the same for every placement:
+`blocks.{i}.{attn|mlp}.stream_in` (stream entering the sublayer), `.branch_in` (what the sublayer
+F reads: the normalized and scaled stream), `.branch_raw` (F's output), `.branch_added` (what is
+actually added to the stream, after an output norm or gate), `.stream_out` (stream leaving the
+sublayer, after any post-add norm); plus `final.in` and `final.out` around the final norm.
+A tap is an identity module: with no hook attached it only costs
+a module call. A forward hook that returns a tensor replaces the value (interventions such as the
+merge test use this on `branch_in`).
 """
 
 from __future__ import annotations

@@ -111,3 +111,21 @@ def _load_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer,
             if slots:
                 optimizer.state[p] = {
                     k: v.to(p.device) if k != "step" else v for k, v in slots.items()}
+
+
+def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu"):
+    """The model of a run folder with its checkpointed weights: `(run_config, model)`."""
+    from normlab.nn import build_model
+    from normlab.train.trainer import read_run_config
+
+    run_dir = Path(run_dir)
+    cfg = read_run_config(run_dir)
+    weights = run_dir / "checkpoint" / "model.safetensors"
+    if not weights.exists():
+        raise CheckpointError(f"{run_dir}: no checkpoint/model.safetensors; train the run first")
+    model = build_model(cfg.model, seed=cfg.train.seed)
+    try:
+        load_model(model, str(weights), strict=True)
+    except (SafetensorError, RuntimeError, OSError) as e:
+        raise CheckpointError(f"{weights}: cannot be loaded into the run's model ({e})") from None
+    return cfg, model.to(device).eval()
