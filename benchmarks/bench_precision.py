@@ -31,20 +31,33 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def run(precision: str, args, root: Path) -> dict:
-    cfg = load_run_config(None, [
+def config(precision: str, args):
+    return load_run_config(None, [
         f"model.placement={args.placement}", f"model.n_blocks={args.blocks}",
         f"model.d_model={args.width}", f"model.n_heads={max(1, args.width // 64)}",
         f"model.max_seq_len={args.seq_len}", f"data.seq_len={args.seq_len}",
         f"train.batch_size={args.batch}", f"train.steps={args.steps}", "train.eval_every=0",
         "train.eval_batches=4", f"train.precision={precision}", "train.lr=1e-3",
         "train.warmup=10", "train.log_every=1", "train.device=cpu"])
-    t0 = time.perf_counter()
-    s = train_run(cfg, root / precision, progress=False)
-    wall = time.perf_counter() - t0
+
+
+def run_interleaved(args, root: Path) -> list[dict]:
+    """Train the fp32 and bf16 runs in alternating chunks of steps (each chunk resumes the run
+    from its checkpoint), so a change in machine load affects both alike. Per-step times come
+    from the trainer's own metrics, which exclude checkpointing."""
+    summaries = {}
+    for stop in range(args.chunk, args.steps + args.chunk, args.chunk):
+        for precision in ("fp32", "bf16"):
+            summaries[precision] = train_run(config(precision, args), root / precision,
+                                             progress=False, interrupt_at=min(stop, args.steps))
+    return [result(p, summaries[p], root) for p in ("fp32", "bf16")]
+
+
+def result(precision: str, s: dict, root: Path) -> dict:
     rows = read_metrics(root / precision / s["run_id"] / "metrics.jsonl")
-    steady = [r["tokens_per_s"] for r in rows[5:] if "tokens_per_s" in r]
-    return {"precision": precision, "outcome": s["outcome"], "wall_s": wall,
+    # the first step of each chunk pays for a fresh process state (allocator, caches): skip it
+    steady = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r["step"] > 1]
+    return {"precision": precision, "outcome": s["outcome"],
             "tokens_per_s_median": statistics.median(steady),
             "train_loss_last": rows[-1]["train_loss"], "val_loss": s.get("val_loss"),
             "loss_curve": [round(r["train_loss"], 4) for r in rows]}
@@ -58,13 +71,15 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--placement", default="pre")
+    ap.add_argument("--chunk", type=int, default=10, help="steps per interleaved chunk")
     ap.add_argument("--quick", action="store_true", help="tiny shapes, seconds")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_precision.json"))
     args = ap.parse_args()
     if args.quick:
         args.steps, args.width, args.blocks, args.seq_len, args.batch = 8, 64, 2, 64, 4
+        args.chunk = 4
     with tempfile.TemporaryDirectory() as tmp:
-        results = [run(p, args, Path(tmp)) for p in ("fp32", "bf16")]
+        results = run_interleaved(args, Path(tmp))
     fp32, bf16 = results
     ratio = bf16["tokens_per_s_median"] / fp32["tokens_per_s_median"]
     report = {

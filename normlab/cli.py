@@ -72,8 +72,11 @@ def plan(
 def demo(
     blocks: Annotated[int, typer.Option(help="blocks per model")] = 6,
     width: Annotated[int, typer.Option(help="d_model")] = 128,
+    steps: Annotated[int, typer.Option(help="training steps of the pre/post runs")] = 150,
+    out: Annotated[Path, typer.Option(help="folder for the demo's runs")] = Path("demo"),
 ) -> None:
-    """Build every placement, print its plan, and run one forward/backward on Shakespeare bytes."""
+    """Build every placement and print its plan with one forward/backward on Shakespeare bytes,
+    then train pre and post with and without warmup."""
     import torch
 
     from normlab.nn import build_model
@@ -97,14 +100,43 @@ def demo(
         console.print(model.plan.describe(), markup=False, highlight=False, soft_wrap=True)
         x, y = tokens
         t0 = time.perf_counter()
-        out = model(x, y)
-        out.loss.backward()
+        result = model(x, y)
+        result.loss.backward()
         ms = (time.perf_counter() - t0) * 1e3
         gnorm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()
                                                if p.grad is not None])
         table.add_row(name, model.plan.init, model.plan.final_norm or "-",
-                      f"{model.num_params():,}", f"{out.loss.item():.4f}", f"{gnorm.item():.3g}",
+                      f"{model.num_params():,}", f"{result.loss.item():.4f}", f"{gnorm.item():.3g}",
                       f"{ms:.0f}")
+    console.print(table)
+    _demo_training(blocks, width, steps, out / "runs")
+
+
+def _demo_training(blocks: int, width: int, steps: int, root: Path) -> None:
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+
+    table = Table(title=f"pre vs post on Shakespeare: {blocks} blocks, width {width}, {steps} "
+                        f"steps, lr 2e-3 (runs in {root})")
+    for col in ("placement", "warmup", "outcome", "train loss", "val loss", "tokens/s"):
+        table.add_column(col)
+    for placement in ("pre", "post"):
+        for warmup in (0, steps // 3):
+            cfg = load_run_config(None, [
+                f"model.placement={placement}", f"model.n_blocks={blocks}",
+                f"model.d_model={width}", f"model.n_heads={max(1, width // 64)}",
+                "model.max_seq_len=128", "data.seq_len=128", "train.batch_size=16",
+                f"train.steps={steps}", "train.lr=2e-3", f"train.warmup={warmup}",
+                f"train.eval_every={steps}", "train.log_every=25"])
+            s = train_run(cfg, root)
+            outcome = s["outcome"] + (f" ({s['reason']} @ {s['step']})" if s.get("reason") else
+                                      "")
+
+            def num(key: str, s=s) -> str:
+                return f"{s[key]:.4f}" if isinstance(s.get(key), float) else "-"
+
+            table.add_row(placement, str(warmup), outcome, num("train_loss"), num("val_loss"),
+                          f"{s['tokens_per_s']:,.0f}" if s.get("tokens_per_s") else "-")
     console.print(table)
 
 
