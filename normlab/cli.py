@@ -227,6 +227,11 @@ def _demo_tokens(seq_len: int, batch: int):
     return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
 
 
+from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
+
+app.command(name="probe")(_probe)
+
+
 def main() -> None:
     try:
         app()

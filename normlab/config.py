@@ -55,6 +55,9 @@ class ModelConfig(_Frozen):
     positions: Literal["learned", "rope"] = "learned"
     rope_base: float = Field(10000.0, gt=1.0)
     mlp: Literal["gelu", "swiglu"] = "gelu"
+    gelu_approx: Literal["none", "tanh"] = Field(
+        "none", description="GELU of the gelu MLP: exact (none) or the tanh approximation (GPT-2)"
+    )
     bias: bool = True
     tie_embeddings: bool = True
     dropout: float = Field(0.0, ge=0.0, lt=1.0)

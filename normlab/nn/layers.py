@@ -109,6 +109,7 @@ class MLP(nn.Module):
         super().__init__()
         f = cfg.ff_width
         self.swiglu = cfg.mlp == "swiglu"
+        self.gelu_approx = cfg.gelu_approx  # "tanh": GPT-2's gelu_new (Hendrycks & Gimpel 2016)
         self.fc_in = nn.Linear(cfg.d_model, 2 * f if self.swiglu else f, bias=cfg.bias)
         self.fc_out = nn.Linear(f, cfg.d_model, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -119,5 +120,5 @@ class MLP(nn.Module):
             gate, value = h.chunk(2, dim=-1)
             h = F.silu(gate) * value
         else:
-            h = F.gelu(h)
+            h = F.gelu(h, approximate=self.gelu_approx)
         return self.dropout(self.fc_out(h))

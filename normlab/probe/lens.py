@@ -1,0 +1,70 @@
+"""Logit lens (claim C13 of REFERENCE.md section 2): the model's own LM head read off each block.
+
+For each block l, the head is applied to the block's output stream (tap `blocks.{l}.mlp.stream_out`)
+twice, and the next-token loss of each reading is reported:
+
+    lens_normed[l]   head(FinalNorm(x_{l+1})): the model's final norm (`final.norm`); when the
+                     placement has none (post, deepnorm, admin, b2t, ...), a fresh LayerNorm
+                     without affine parameters, and `lens_norm` says so
+    lens_raw[l]      head(x_{l+1}): no norm at the extraction point
+
+ResiDual's output is `a_L + Norm(d_L)`, so its normed reading is `a_l + FinalNorm(d_l)` (the
+model's own output rule applied at block l) and its raw reading `a_l + d_l`.
+At the last block the normed reading is the model's output whenever the model has a final norm.
+Decoder only: an encoder's head reads a pooled stream, not per-position next-token logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from normlab.config import ConfigError
+from normlab.probe.hooks import eval_mode, hooked
+from normlab.probe.measures import model_loss
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def lens_norm(model: nn.Module) -> tuple[nn.Module, str]:
+    """The norm applied at the extraction points, and a sentence saying which it is."""
+    if model.plan.final_norm is not None:
+        return model.final.norm, f"the model's final norm ({model.plan.final_norm})"
+    cfg = model.cfg
+    fresh = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, elementwise_affine=False)
+    fresh.to(next(model.parameters()).device)
+    return fresh, ("a fresh LayerNorm without affine parameters (gain 1, bias 0), since the "
+                   "model has no final norm")
+
+
+@torch.no_grad()
+def logit_lens(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
+    """Loss of the head on every block's stream, with and without a norm; mean over batches."""
+    if model.cfg.kind != "decoder":
+        raise ConfigError("logit lens: needs kind=decoder (an encoder has no per-position head)")
+    L = len(model.blocks)
+    norm, which = lens_norm(model)
+    dual = model.plan.dual_stream
+    head = model.lm_head
+    normed = torch.zeros(L, dtype=torch.float64)
+    raw = torch.zeros(L, dtype=torch.float64)
+    model_losses = []
+    with eval_mode(model):
+        for idx, targets in batches:
+            def make(i: int, targets=targets):
+                def hook(_m, args, x) -> None:
+                    d = args[1].dual if dual else None
+                    on = x + norm(d) if dual else norm(x)
+                    off = x + d if dual else x
+                    normed[i] += model_loss("decoder", head(on), targets).item()
+                    raw[i] += model_loss("decoder", head(off), targets).item()
+                return hook
+
+            with hooked(model, {f"blocks.{i}": make(i) for i in range(L)}):
+                out = model(idx, targets)
+            model_losses.append(out.loss.item())
+    n = len(batches)
+    return {"lens_normed": (normed / n).tolist(), "lens_raw": (raw / n).tolist(),
+            "lens_norm": which, "model_loss": sum(model_losses) / n}
