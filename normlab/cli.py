@@ -228,8 +228,10 @@ def _demo_tokens(seq_len: int, batch: int):
 
 
 from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
+from normlab.study.command import study as _study  # noqa: E402
 
 app.command(name="probe")(_probe)
+app.command(name="study")(_study)
 
 
 def main() -> None:

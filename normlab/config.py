@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
 Placement = Literal[
@@ -97,6 +104,12 @@ class ModelConfig(_Frozen):
     gate_init: float | None = Field(
         None, ge=0.0, description="ReZero/SkipInit gate init (rezero: 0, skipinit: 1/sqrt(L))"
     )
+
+    @field_validator("final_norm", mode="before")
+    @classmethod
+    def _on_off(cls, value: Any) -> Any:
+        # `final_norm: off` in a YAML file arrives as False (YAML 1.1 booleans)
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -263,6 +276,8 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+            value = raw.strip()  # YAML 1.1 reads on/off/yes/no as booleans; keep the word
         node = out
         parts = key.strip().split(".")
         for part in parts[:-1]:

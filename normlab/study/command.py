@@ -1,0 +1,57 @@
+"""`normlab study`: every claim as an experiment with a verdict, then the HTML report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def study(
+    profile: Annotated[str, typer.Option(help="tiny | quick (~10 min CPU) | standard (~2 h "
+                                              "CPU) | full (GPU)")] = "quick",
+    claims: Annotated[str | None, typer.Option(help="comma separated, e.g. C1,C4 (default all)")
+                      ] = None,
+    out: Annotated[Path, typer.Option(help="study folder (runs, cache, figures, study.json, "
+                                           "report.html)")] = Path("study"),
+    report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
+) -> None:
+    """Put the Pre-Norm vs Post-Norm claims to the test; a re-run reuses finished work."""
+    from rich.table import Table
+
+    from normlab.cli import console, fail
+    from normlab.config import ConfigError
+    from normlab.data import DataError
+    from normlab.study.runner import run_study
+
+    t0 = time.perf_counter()
+
+    def log(message: str) -> None:
+        console.print(f"[dim]{time.perf_counter() - t0:6.0f}s[/] {message}", highlight=False)
+
+    try:
+        result = run_study(out, profile, claims.split(",") if claims else None, log=log)
+    except (ConfigError, DataError) as e:
+        fail(str(e))
+    colours = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
+               "not run": "dim"}
+    table = Table(title=f"normlab study, profile {profile} ({time.perf_counter() - t0:.0f} s)")
+    for col in ("claim", "title", "verdict", "effect [95% interval], n"):
+        table.add_column(col)
+    for c in result["claims"]:
+        e = c.get("effect")
+        eff = (f"{e['estimate']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}], n={e['n']}"
+               if e else c.get("note", "")[:60])
+        v = c["verdict"]
+        table.add_row(c["id"], c["title"], f"[{colours[v]}]{v}[/]", eff)
+    console.print(table)
+    console.print(f"every number: {out / 'study.json'}", highlight=False)
+    if report:
+        try:
+            from normlab.report.html import write_report
+        except ImportError:
+            return
+        path = write_report(out)
+        console.print(f"report: {path}", highlight=False)

@@ -1,0 +1,51 @@
+"""What a study writes: `study.json` holds every number behind the report.
+
+    {
+      "normlab": "0.1.0", "torch": "2.13.0", "created": "2026-11-29 10:00",
+      "profile": "quick", "elapsed_s": 412.0, "machine": "...",
+      "claims": [ClaimResult, ...]
+    }
+
+Each claim is one experiment with a verdict decided by a rule written in code (see
+`normlab.study.verdict`). Figures are PNG files relative to the study folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Verdict = Literal["supported", "not supported", "inconclusive", "not run"]
+VERDICTS: tuple[str, ...] = ("supported", "not supported", "inconclusive", "not run")
+
+
+@dataclass
+class Effect:
+    """The number a verdict rests on: an estimate with its interval over n seeds/batches."""
+
+    name: str  # e.g. "slope(pre) - slope(post) of the last-layer gradient vs depth"
+    estimate: float
+    ci_low: float
+    ci_high: float
+    n: int
+    expected: str  # e.g. "< 0", "> 0"
+
+
+@dataclass
+class ClaimResult:
+    id: str  # "C1" ... "C13"
+    title: str
+    statement: str
+    source: str
+    method: str
+    verdict: Verdict
+    rule: str  # the decision rule, in words, with its thresholds
+    effect: Effect | None = None
+    numbers: dict[str, Any] = field(default_factory=dict)  # every number behind the verdict
+    figures: list[str] = field(default_factory=list)  # PNG paths relative to the study folder
+    caveat: str = ""  # e.g. scale: a small CPU model may not show an effect seen at scale
+    note: str = ""  # e.g. why not run, with the install command
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

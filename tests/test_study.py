@@ -1,0 +1,80 @@
+"""The study: the verdict rule on synthetic numbers, and every claim's experiment at tiny size."""
+
+import json
+import random
+
+import pytest
+
+from normlab.config import ConfigError
+from normlab.study.runner import ALL_CLAIMS, parse_claims, run_study
+from normlab.study.schema import VERDICTS
+from normlab.study.verdict import decide, decide_interval
+
+
+def test_clear_effect_is_supported():
+    verdict, effect = decide([0.52, 0.48, 0.50, 0.55, 0.47], ">", 0.1)
+    assert verdict == "supported"
+    assert effect.ci_low > 0.1 and effect.n == 5
+    assert decide([-0.5, -0.45, -0.55], "<", -0.2)[0] == "supported"
+
+
+def test_no_effect_is_not_supported():
+    # a tight interval around zero: the predicted effect of at least 0.1 is absent
+    assert decide([0.01, -0.01, 0.0, 0.02, -0.02], ">", 0.1)[0] == "not supported"
+    # the opposite effect
+    assert decide([-0.5, -0.6, -0.55], ">", 0.0)[0] == "not supported"
+
+
+def test_noise_is_inconclusive():
+    rng = random.Random(0)
+    noisy = [rng.gauss(0.2, 1.0) for _ in range(4)]
+    assert decide(noisy, ">", 0.0)[0] == "inconclusive"
+    assert decide([0.3], ">", 0.0)[0] == "inconclusive"  # one seed proves nothing
+    assert decide_interval(float("nan"), 0, 1, ">") == "inconclusive"
+
+
+def test_parse_claims():
+    assert parse_claims("c4, C1") == ["C1", "C4"]
+    assert parse_claims(None) == list(ALL_CLAIMS)
+    with pytest.raises(ConfigError, match="C14"):
+        parse_claims("C14")
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    return out, run_study(out, "tiny", log=lambda m: None)
+
+
+def test_every_claim_runs_at_tiny_size(tiny_study):
+    out, study = tiny_study
+    assert [c["id"] for c in study["claims"]] == list(ALL_CLAIMS)
+    on_disk = json.loads((out / "study.json").read_text())
+    assert on_disk["claims"] == json.loads(json.dumps(study["claims"]))
+    for c in study["claims"]:
+        assert c["verdict"] in VERDICTS
+        if c["verdict"] == "not run":
+            assert c["note"], c["id"]  # says why
+            assert "failed" not in c["note"], (c["id"], c["note"])
+            continue
+        e = c["effect"]
+        assert e["n"] >= 2 and e["ci_low"] <= e["estimate"] <= e["ci_high"], c["id"]
+        assert c["numbers"]["per_seed_effect"] and c["rule"] and c["method"], c["id"]
+        for fig in c["figures"]:
+            assert (out / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
+
+
+def test_rerun_reuses_everything(tiny_study):
+    out, study = tiny_study
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    mtimes = {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs}
+    again = run_study(out, "tiny", claims=["C6", "C9"], log=lambda m: None)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == runs
+    assert {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs} == mtimes
+    before = {c["id"]: c["effect"] for c in study["claims"]}
+    assert [c["effect"] for c in again["claims"]] == [before["C6"], before["C9"]]
+
+
+def test_unknown_profile():
+    with pytest.raises(ConfigError, match="profile"):
+        run_study(__import__("pathlib").Path("/nonexistent"), "huge")
