@@ -19,6 +19,8 @@ lint: $(STAMP)
 	$(PY) -m ruff check normlab tests benchmarks
 
 test: $(STAMP) lint
+	# the report test renders the page in headless Chromium (Debian's package)
+	sh scripts/install_chromium.sh
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

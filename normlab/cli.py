@@ -217,6 +217,51 @@ def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = P
     console.print(table)
 
 
+@app.command()
+def advise(
+    blocks: Annotated[int, typer.Option(help="intended number of blocks", min=1)],
+    width: Annotated[int, typer.Option(help="intended d_model", min=8)],
+    heads: Annotated[int | None, typer.Option(help="attention heads (default width/64)")] = None,
+    finetune: Annotated[bool, typer.Option(help="you will fine-tune a Post-Norm checkpoint")
+                        ] = False,
+    warmup_budget: Annotated[int | None, typer.Option(help="warmup steps you can afford")
+                             ] = None,
+    intermediate_heads: Annotated[bool, typer.Option(help="heads read intermediate blocks")
+                                  ] = False,
+    check_steps: Annotated[int, typer.Option(help="steps of each stability-check run")] = 60,
+    measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
+) -> None:
+    """Placement guidance for your shape, each rule shown with what normlab measures there."""
+    from normlab.advise import advise as run_advise
+
+    if heads is not None and width % heads:
+        fail(f"--heads {heads} does not divide --width {width}")
+    try:
+        advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
+                            intermediate_heads=intermediate_heads, check_steps=check_steps,
+                            measure=measure)
+    except ConfigError as e:
+        fail(str(e))
+    table = Table(title=f"guidance for {blocks} blocks, width {width}")
+    table.add_column("rule")
+    table.add_column("applies")
+    for r in advice.rules:
+        table.add_row(r["rule"], "yes" if r["applies"] else "no")
+    console.print(table)
+    if advice.measured.get("stability"):
+        st = Table(title="short stability check (reduced width, your depth)")
+        for col in ("placement", "lr", "warmup", "outcome", "val loss"):
+            st.add_column(col)
+        for r in advice.measured["stability"]:
+            st.add_row(r["placement"], f"{r['lr']:g}", str(r["warmup"]),
+                       r["outcome"] + (f" ({r['reason']} @ {r['step']})" if r["reason"] else ""),
+                       f"{r['val_loss']:.3f}" if r["val_loss"] is not None else "-")
+        console.print(st)
+    console.print(f"[bold]recommendation: {advice.recommendation}[/]")
+    for reason in advice.reasons:
+        console.print(f"  - {reason}", highlight=False)
+
+
 def _demo_tokens(seq_len: int, batch: int):
     from normlab.data import BatchSampler, DataError, load_text_data
 
@@ -228,10 +273,12 @@ def _demo_tokens(seq_len: int, batch: int):
 
 
 from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
+from normlab.report.command import report as _report  # noqa: E402
 from normlab.study.command import study as _study  # noqa: E402
 
 app.command(name="probe")(_probe)
 app.command(name="study")(_study)
+app.command(name="report")(_report)
 
 
 def main() -> None:

@@ -49,9 +49,7 @@ def study(
     console.print(table)
     console.print(f"every number: {out / 'study.json'}", highlight=False)
     if report:
-        try:
-            from normlab.report.html import write_report
-        except ImportError:
-            return
-        path = write_report(out)
+        from normlab.report.html import render
+
+        path = render(out)
         console.print(f"report: {path}", highlight=False)

@@ -1,0 +1,26 @@
+"""`normlab report DIR`: write DIR/report.html (registered in `normlab.cli`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def report(
+    dir: Annotated[Path, typer.Argument(
+        metavar="DIR", help="a study folder (with study.json) or any folder of runs and sweeps")],
+    out: Annotated[Path | None, typer.Option(
+        help="HTML file to write (default: DIR/report.html)")] = None,
+) -> None:
+    """One self-contained HTML report (figures inlined, no network references): the verdicts of
+    a study, or the runs, loss curves and stability maps of a folder of runs."""
+    from normlab.cli import console, fail
+    from normlab.report.html import ReportError, render
+
+    try:
+        path = render(dir, out)
+    except ReportError as e:
+        fail(str(e))
+    console.print(f"report: {path}", highlight=False)
