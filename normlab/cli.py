@@ -114,7 +114,7 @@ def demo(
 
 def _demo_training(blocks: int, width: int, steps: int, root: Path) -> None:
     from normlab.config import load_run_config
-    from normlab.train import train_run
+    from normlab.train.trainer import train_many_step
 
     table = Table(title=f"pre vs post on Shakespeare: {blocks} blocks, width {width}, {steps} "
                         f"steps, lr 2e-3 (runs in {root})")
@@ -128,7 +128,7 @@ def _demo_training(blocks: int, width: int, steps: int, root: Path) -> None:
                 "model.max_seq_len=128", "data.seq_len=128", "train.batch_size=16",
                 f"train.steps={steps}", "train.lr=2e-3", f"train.warmup={warmup}",
                 f"train.eval_every={steps}", "train.log_every=25"])
-            s = train_run(cfg, root)
+            s = train_many_step(cfg, root)
             outcome = s["outcome"] + (f" ({s['reason']} @ {s['step']})" if s.get("reason") else
                                       "")
 

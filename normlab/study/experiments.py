@@ -21,8 +21,9 @@ from normlab.probe import probe_model, text_batches
 from normlab.probe.suite import finite_or_none
 from normlab.probe.sweep import depth_sweep
 from normlab.study.profiles import Profile
-from normlab.train import load_trained_model, train_run
+from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
+from normlab.train.trainer import train_many_step
 
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
@@ -143,7 +144,7 @@ class StudyContext:
                      f"({self.profile.steps} steps each)")
         summaries = []
         for cfg in configs:
-            s = train_run(cfg, self.runs_root, progress=False)
+            s = train_many_step(cfg, self.runs_root, progress=False)
             if cfg in todo:
                 self.log(f"  run {todo.index(cfg) + 1}/{len(todo)}: {cfg.model.placement} lr "
                          f"{cfg.train.lr:g} warmup {cfg.train.warmup} seed {cfg.train.seed}: "

@@ -291,3 +291,12 @@ def block_stats(model: NormTransformer, cap) -> dict[str, float]:
         if act is not None:
             out[f"blocks.{i}.stream_norm"] = act.float().norm(dim=-1).mean().item()
     return out
+
+
+def train_many_step(cfg: RunConfig, root: Path | str, **kwargs: Any) -> dict[str, Any]:
+    """`train_run` for a caller that trains several runs in a row: a signal that interrupted this
+    run (after its checkpoint) also stops the caller, by raising KeyboardInterrupt."""
+    summary = train_run(cfg, root, **kwargs)
+    if summary["outcome"] == "interrupted" and summary.get("reason") == "signal":
+        raise KeyboardInterrupt(f"run {summary['run_id']} interrupted at step {summary['step']}")
+    return summary
