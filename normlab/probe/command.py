@@ -196,9 +196,18 @@ def probe(
     drop_threshold: Annotated[float, typer.Option(
         help="effective depth: a block counts if dropping it costs more (nats)")] = 0.01,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
+    hf: Annotated[list[str] | None, typer.Option(
+        "--hf", help="a real checkpoint instead: minilm, smollm2, a local Hugging Face folder "
+        "or .gguf file (repeat to compare; see normlab probe-hf)")] = None,
 ) -> None:
     """Probe stability and effective depth: stream, gradients, merge test, layer drop, logit
     lens, perturbation and update size, at init (depth sweeps with log-log fits) or on a run."""
+    if hf:
+        from normlab.interop.command import probe_hf_cli
+
+        probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size,
+                     seq_len=seq_len or 128, figures=figures)
+        return
     try:
         spec = _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind,
                         config, set_, seeds, probes, batches, batch_size, seq_len, text)

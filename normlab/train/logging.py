@@ -51,7 +51,9 @@ class MetricsLog:
                     kept.append(line)
             except json.JSONDecodeError:
                 break  # a line cut by a crash: everything after it is dropped
-        self.path.write_text("".join(k + "\n" for k in kept))
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(k + "\n" for k in kept))
+        os.replace(tmp, self.path)  # a kill while rewriting must not lose checkpointed lines
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is None:

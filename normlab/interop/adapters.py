@@ -1,0 +1,429 @@
+"""normlab's tap names on a Hugging Face model: probe real checkpoints with normlab's probes.
+
+`HFTapModel(hf_model)` wraps a `transformers` model of a known family and exposes the interface
+the probes read from a normlab model: `blocks[i].{attn,mlp}.{stream_in, branch_in, branch_raw,
+branch_added, stream_out}`, `blocks[i]` itself, `final.in` / `final.out` (all identity `Tap`
+modules), `stream(idx, attention_mask)`, `forward(idx, targets)` (models with an LM head),
+`cfg.kind` and `plan.dual_stream`. So `normlab.nn.capture(wrapper, "blocks.*.mlp.stream_out")`,
+`normlab.probe.stream_stats(wrapper, batches)` and, for causal LMs,
+`normlab.probe.layer_drop(wrapper, batches)` run unchanged on a real checkpoint.
+
+How: during each forward of the wrapper, forward (pre-)hooks on the Hugging Face modules pass the
+value at each site through the matching `Tap`; hooks attached to the tap observe it, and a tap
+hook that returns a new tensor replaces the value where the site allows it (see `SITES`). The
+bridge hooks are removed after every forward; the Hugging Face model is never modified, and with
+no hook on any tap nothing but the bridge's own bookkeeping runs.
+
+Which module carries each tap (per block, relative to the layer; "in" = the module's input):
+
+| tap | BERT (post-LN) | GPT-2 (pre-LN) | Llama family (pre-RMSNorm) |
+|---|---|---|---|
+| attn.stream_in | layer in | layer in | layer in |
+| attn.branch_in | attention.self in | ln_1 out | input_layernorm out |
+| attn.branch_raw, .branch_added | attention.output.dense out | attn out | self_attn out |
+| attn.stream_out, mlp.stream_in | attention out | ln_2 in (ro) | post_attention_layernorm in (ro) |
+| mlp.branch_in | intermediate in | ln_2 out | post_attention_layernorm out |
+| mlp.branch_raw, .branch_added | output.dense out | mlp out | mlp out |
+| mlp.stream_out | layer out | layer out | layer out |
+| final.in / final.out | last layer out (no final norm) | ln_f in / out | norm in / out |
+
+(ro: read-only, the residual add happens inside the layer's forward.)
+
+`blocks.{i}` fires once per forward at the layer's output, called as `block(x_in, state)` where
+`state.block_input` is the layer input and `state.block_out` its output; what it returns
+becomes the layer output (normlab's layer-drop hooks return `x_in`). Pre-hooks on `blocks.{i}`
+run at that point too, so they cannot change the layer's input (use `attn.stream_in`).
+
+`skip_blocks(hf_model, [i, ...])` is the direct way to drop layers (layer drop) with hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.interop.errors import InteropError
+from normlab.nn.model import ModelOutput
+from normlab.nn.taps import Tap
+
+SUBLAYER_TAPS = ("stream_in", "branch_in", "branch_raw", "branch_added", "stream_out")
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one family of Hugging Face models lays out a block. `sites[tap]` is
+    `(module path relative to the layer, "in" | "out", writable)`."""
+
+    name: str
+    model_types: tuple[str, ...]
+    placement: str  # "pre" | "post"
+    norm: str  # "layernorm" | "rmsnorm"
+    layers: str  # path of the ModuleList of blocks in the base model
+    final_norm: str | None  # path of the final norm in the base model
+    sites: dict[str, tuple[str, str, bool]]
+
+
+def _pre_sites(ln1: str, attn: str, ln2: str, mlp: str) -> dict[str, tuple[str, str, bool]]:
+    return {
+        "attn.stream_in": ("", "in", True), "attn.branch_in": (ln1, "out", True),
+        "attn.branch_raw": (attn, "out", True), "attn.branch_added": (attn, "out", True),
+        # the residual add happens inside the layer's forward: observable at ln2's input only
+        "attn.stream_out": (ln2, "in", False), "mlp.stream_in": (ln2, "in", False),
+        "mlp.branch_in": (ln2, "out", True),
+        "mlp.branch_raw": (mlp, "out", True), "mlp.branch_added": (mlp, "out", True),
+        "mlp.stream_out": ("", "out", True),
+    }
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        "bert", ("bert", "roberta", "xlm-roberta"), "post", "layernorm", "encoder.layer", None,
+        {"attn.stream_in": ("", "in", True),
+         "attn.branch_in": ("attention.self", "in", True),
+         "attn.branch_raw": ("attention.output.dense", "out", True),
+         "attn.branch_added": ("attention.output.dense", "out", True),
+         "attn.stream_out": ("attention", "out", True),
+         "mlp.stream_in": ("attention", "out", True),
+         "mlp.branch_in": ("intermediate", "in", True),
+         "mlp.branch_raw": ("output.dense", "out", True),
+         "mlp.branch_added": ("output.dense", "out", True),
+         "mlp.stream_out": ("", "out", True)}),
+    "gpt2": Family("gpt2", ("gpt2",), "pre", "layernorm", "h", "ln_f",
+                   _pre_sites("ln_1", "attn", "ln_2", "mlp")),
+    "llama": Family("llama", ("llama", "mistral", "qwen2", "qwen3"), "pre", "rmsnorm", "layers",
+                    "norm", _pre_sites("input_layernorm", "self_attn",
+                                       "post_attention_layernorm", "mlp")),
+}
+
+
+def family_of(hf_model: nn.Module) -> Family:
+    """The `Family` of a transformers model, by its `config.model_type`."""
+    model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
+    for fam in FAMILIES.values():
+        if model_type in fam.model_types:
+            return fam
+    known = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
+    raise InteropError(f"model_type {model_type!r} ({type(hf_model).__name__}) has no tap "
+                       f"adapter; supported model types: {known}")
+
+
+def base_of(hf_model: nn.Module) -> nn.Module:
+    """The headless base model (`model.bert`, `model.transformer`, `model.model`, or itself)."""
+    base = getattr(hf_model, "base_model", None)
+    return base if isinstance(base, nn.Module) else hf_model
+
+
+def layers_of(hf_model: nn.Module) -> nn.ModuleList:
+    return base_of(hf_model).get_submodule(family_of(hf_model).layers)
+
+
+def objective_of(hf_model: nn.Module) -> str:
+    """`causal_lm`, `masked_lm` or `none` (a headless encoder such as a sentence embedder)."""
+    name = type(hf_model).__name__
+    if name.endswith(("ForCausalLM", "LMHeadModel")):
+        return "causal_lm"
+    if name.endswith("ForMaskedLM"):
+        return "masked_lm"
+    return "none"
+
+
+# --- values at a site: tensors, tuples whose first item is the hidden state, or kwargs ---------
+
+def _first(out: Any) -> torch.Tensor:
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _with_first(out: Any, value: torch.Tensor) -> Any:
+    if isinstance(out, tuple):
+        return (value, *out[1:])
+    if isinstance(out, list):
+        return [value, *out[1:]]
+    return value
+
+
+def _input_of(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_input(args: tuple, kwargs: dict, value: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (value, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": value}
+
+
+@contextmanager
+def skip_blocks(hf_model: nn.Module, blocks: Iterable[int]) -> Iterator[None]:
+    """Within the block, each listed layer of `hf_model` returns its input (layer drop): a
+    forward pre-hook keeps the input, a forward hook returns it in place of the output. The
+    hooks are removed on exit; the model is not modified. Use with `use_cache=False`."""
+    layers = layers_of(hf_model)
+    chosen = sorted(set(blocks))
+    bad = [i for i in chosen if not 0 <= i < len(layers)]
+    if bad:
+        raise InteropError(f"blocks {bad} out of range: the model has {len(layers)} blocks")
+    handles = []
+    try:
+        for i in chosen:
+            kept: dict[str, torch.Tensor] = {}
+
+            def pre(_m, args, kwargs, kept=kept) -> None:
+                kept["x"] = _input_of(args, kwargs)
+
+            def post(_m, _args, out, kept=kept) -> Any:
+                return _with_first(out, kept.pop("x"))
+
+            handles.append(layers[i].register_forward_pre_hook(pre, with_kwargs=True))
+            handles.append(layers[i].register_forward_hook(post))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# --- the wrapper -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HFModelInfo:
+    """What the probes read from `model.cfg`. `kind` is `decoder` for causal LMs (next-token
+    logits) and `encoder` otherwise."""
+
+    kind: str
+    family: str
+    model_type: str
+    objective: str
+    placement: str
+    norm: str
+    n_blocks: int
+    d_model: int
+    n_heads: int
+    vocab_size: int
+    architecture: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class HFPlan:
+    placement: str
+    embed_norm: str | None
+    final_norm: str | None
+    dual_stream: bool = False
+
+
+class _SublayerTaps(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        for name in SUBLAYER_TAPS:
+            self.add_module(name, Tap())
+
+
+class BlockProxy(nn.Module):
+    """Stands for Hugging Face layer i: hooks on it see `(x_in, state)` and the layer output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = _SublayerTaps()
+        self.mlp = _SublayerTaps()
+
+    def forward(self, x: torch.Tensor, state: SimpleNamespace) -> torch.Tensor:
+        return state.block_out
+
+
+def _active(tap: nn.Module) -> bool:
+    return bool(tap._forward_hooks or tap._forward_pre_hooks)
+
+
+class HFTapModel(nn.Module):
+    """A Hugging Face model seen through normlab's tap names (see the module doc)."""
+
+    def __init__(self, hf_model: nn.Module) -> None:
+        super().__init__()
+        fam = family_of(hf_model)
+        self.family = fam
+        self.hf = hf_model
+        base = base_of(hf_model)
+        self._layers = base.get_submodule(fam.layers)
+        self._final_norm = base.get_submodule(fam.final_norm) if fam.final_norm else None
+        c = hf_model.config
+        self.objective = objective_of(hf_model)
+        self.cfg = HFModelInfo(
+            kind="decoder" if self.objective == "causal_lm" else "encoder", family=fam.name,
+            model_type=c.model_type, objective=self.objective, placement=fam.placement,
+            norm=fam.norm, n_blocks=len(self._layers), d_model=c.hidden_size,
+            n_heads=c.num_attention_heads, vocab_size=c.vocab_size,
+            architecture=type(hf_model).__name__)
+        self.plan = HFPlan(fam.placement, "layernorm" if fam.name == "bert" else None,
+                           fam.norm if fam.final_norm else None)
+        self.blocks = nn.ModuleList(BlockProxy() for _ in range(len(self._layers)))
+        self.final = nn.Module()
+        self.final.add_module("in", Tap())
+        self.final.add_module("out", Tap())
+
+    # -- where each tap lives ------------------------------------------------------------------
+    def site_of(self, tap: str) -> str:
+        """The Hugging Face module (and side) that carries tap `tap`, e.g.
+        `model.layers.3.post_attention_layernorm (input)`."""
+        base_name = {id(m): n for n, m in self.hf.named_modules()}
+        parts = tap.split(".")
+        if parts[0] == "final":
+            if self._final_norm is None:
+                return f"{base_name[id(self._layers[-1])]} (output)"
+            side = "input" if parts[1] == "in" else "output"
+            return f"{base_name[id(self._final_norm)]} ({side})"
+        i, rest = int(parts[1]), ".".join(parts[2:])
+        layer = self._layers[i]
+        if not rest:
+            return f"{base_name[id(layer)]} (output)"
+        path, side, writable = self.family.sites[rest]
+        module = layer.get_submodule(path) if path else layer
+        ro = "" if writable else ", read-only"
+        return f"{base_name[id(module)]} ({'input' if side == 'in' else 'output'}{ro})"
+
+    def tap_table(self) -> list[tuple[str, str]]:
+        names = [n for n, m in self.named_modules() if isinstance(m, Tap)]
+        return [(n, self.site_of(n)) for n in names]
+
+    # -- the bridge ----------------------------------------------------------------------------
+    def _fire(self, taps: Sequence[tuple[str, nn.Module, bool]], value: torch.Tensor
+              ) -> torch.Tensor:
+        for name, tap, writable in taps:
+            if not _active(tap):
+                continue
+            new = tap(value)
+            if new is not value:
+                if not writable:
+                    raise InteropError(
+                        f"tap {name} is read-only on {self.family.name} models: the residual "
+                        "add happens inside the layer's forward; replace "
+                        f"{name.rsplit('.', 2)[0]}.branch_added or .stream_out instead")
+                value = new
+        return value
+
+    @contextmanager
+    def _bridge(self) -> Iterator[None]:
+        fam = self.family
+        handles = []
+        last = len(self._layers) - 1
+
+        def on_input(taps):
+            def hook(_m, args, kwargs):
+                x = _input_of(args, kwargs)
+                y = self._fire(taps, x)
+                return None if y is x else _with_input(args, kwargs, y)
+            return hook
+
+        def on_output(taps):
+            def hook(_m, _args, out):
+                x = _first(out)
+                y = self._fire(taps, x)
+                return None if y is x else _with_first(out, y)
+            return hook
+
+        try:
+            for i, layer in enumerate(self._layers):
+                proxy = self.blocks[i]
+                by_site: dict[tuple[str, str], list] = {}
+                for kind in ("attn", "mlp"):
+                    for tname in SUBLAYER_TAPS:
+                        path, side, writable = fam.sites[f"{kind}.{tname}"]
+                        tap = getattr(getattr(proxy, kind), tname)
+                        by_site.setdefault((path, side), []).append(
+                            (f"blocks.{i}.{kind}.{tname}", tap, writable))
+                layer_in = by_site.pop(("", "in"), [])
+                layer_out = by_site.pop(("", "out"), [])
+                for (path, side), taps in by_site.items():
+                    module = layer.get_submodule(path)
+                    if side == "in":
+                        handles.append(module.register_forward_pre_hook(
+                            on_input(taps), with_kwargs=True))
+                    else:
+                        handles.append(module.register_forward_hook(on_output(taps)))
+                kept: dict[str, torch.Tensor] = {}
+
+                def pre(_m, args, kwargs, taps=layer_in, kept=kept):
+                    x = _input_of(args, kwargs)
+                    y = self._fire(taps, x)
+                    kept["x"] = y
+                    return None if y is x else _with_input(args, kwargs, y)
+
+                def post(_m, _args, out, taps=layer_out, kept=kept, proxy=proxy, i=i):
+                    x = _first(out)
+                    y = self._fire(taps, x)
+                    if _active(proxy):
+                        state = SimpleNamespace(block_input=kept["x"], block_out=y)
+                        y = proxy(kept["x"], state)
+                    if i == last and self._final_norm is None:
+                        y = self._fire([("final.in", getattr(self.final, "in"), True),
+                                        ("final.out", self.final.out, True)], y)
+                    kept.clear()
+                    return None if y is x else _with_first(out, y)
+
+                handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+                handles.append(layer.register_forward_hook(post))
+            if self._final_norm is not None:
+                handles.append(self._final_norm.register_forward_pre_hook(
+                    on_input([("final.in", getattr(self.final, "in"), True)]),
+                    with_kwargs=True))
+                handles.append(self._final_norm.register_forward_hook(
+                    on_output([("final.out", self.final.out, True)])))
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    # -- forwards ------------------------------------------------------------------------------
+    def _kwargs(self, attention_mask: torch.Tensor | None) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if attention_mask is not None:
+            kw["attention_mask"] = attention_mask
+        if self.family.placement == "pre":  # the decoders: no KV cache while probing
+            kw["use_cache"] = False
+        return kw
+
+    def stream(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """The final stream `[B, T, d]` (after the final norm where the model has one)."""
+        with self._bridge():
+            out = base_of(self.hf)(input_ids=idx, **self._kwargs(attention_mask))
+        return _first(out) if not hasattr(out, "last_hidden_state") else out.last_hidden_state
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> ModelOutput:
+        """Token logits `[B, T, V]` of a model with an LM head, and the mean cross-entropy
+        against `targets` `[B, T]` aligned with the logits (-100 ignored): next tokens for a
+        causal LM, the original tokens at masked positions for a masked LM."""
+        if self.objective == "none":
+            raise InteropError(f"{self.cfg.architecture} has no LM head; use stream() (or load "
+                               "the checkpoint with its ...ForCausalLM / ...ForMaskedLM class)")
+        with self._bridge():
+            logits = self.hf(input_ids=idx, **self._kwargs(attention_mask)).logits
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(),
+                                   ignore_index=-100)
+        return ModelOutput(logits, loss)
+
+
+def tap_model(hf_model: nn.Module) -> HFTapModel:
+    """`HFTapModel(hf_model)`: normlab's tap names on a transformers model."""
+    return HFTapModel(hf_model)
+
+
+@contextmanager
+def capture_hf(hf_model: nn.Module | HFTapModel, names: str | Sequence[str] = "*"
+               ) -> Iterator[tuple[HFTapModel, Any]]:
+    """`with capture_hf(hf, "blocks.*.mlp.stream_out") as (m, cap): m.stream(idx)`: normlab's
+    `capture` on a Hugging Face model (`cap["blocks.3.mlp.stream_out"]`)."""
+    from normlab.nn.taps import capture
+
+    m = hf_model if isinstance(hf_model, HFTapModel) else HFTapModel(hf_model)
+    with capture(m, names) as cap:
+        yield m, cap

@@ -1,0 +1,86 @@
+"""The side-by-side figure of real checkpoints (claim C12): one line per model against relative
+depth `(l+1)/L`, so models of different depths share an axis.
+
+Panels: stream norm (mean token norm after each block, log scale; dashed: the median token, which
+ignores the few massive first-token activations of LLMs; the marker at depth 0 is the embedding
+output), angular distance between consecutive blocks, the loss increase when each block is
+skipped (models with an LM head), and the change of the final hidden state when each block is
+skipped (every model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange")
+
+
+def _label(res: dict[str, Any]) -> str:
+    m = res["model"]
+    return (f"{res['checkpoint']['name']} ({m['placement']}-{m['norm']}, "
+            f"{m['n_blocks']} blocks, d={m['d_model']})")
+
+
+def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str | None = None
+                      ) -> Path:
+    """Write the 2x2 comparison of `run_hf_probe` results to `path` (PNG)."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    ax_norm, ax_ang, ax_loss, ax_hid = axes.flat
+    no_head = []
+    for k, res in enumerate(results):
+        c = COLORS[k % len(COLORS)]
+        x = res["relative_depth"]
+        pb = res["per_block"]
+        label = _label(res)
+        ax_norm.plot([0.0, *x], [res["summary"]["embed_norm"], *pb["norm"]], "-o", ms=3,
+                     color=c, label=f"{label}: mean token")
+        ax_norm.plot(x, pb["norm_median"], "--", color=c, alpha=0.7, label="median token")
+        ax_ang.plot(x, pb["ang_prev"], "-o", ms=3, color=c, label=label)
+        drop = res.get("drop") or {}
+        if drop:
+            L = res["model"]["n_blocks"]
+            dx = [(i + 1) / L for i in drop["drop_blocks"]]
+            if "drop_dloss" in drop:
+                what = "masked-token" if res["model"]["objective"] == "masked_lm" else "next-token"
+                ax_loss.plot(dx, drop["drop_dloss"], "-o", ms=3, color=c,
+                             label=f"{label}: {what} loss")
+            else:
+                no_head.append(res["checkpoint"]["name"])
+            ax_hid.plot(dx, drop["drop_hidden_cos"], "-o", ms=3, color=c, label=label)
+            if "drop_pooled_cos" in drop:
+                ax_hid.plot(dx, drop["drop_pooled_cos"], ":", color=c, alpha=0.8,
+                            label=f"{res['checkpoint']['name']}: mean-pooled embedding")
+    ax_norm.set_yscale("log")
+    ax_norm.set_title("stream norm after each block")
+    ax_norm.set_ylabel("token norm ||x_l||")
+    ax_ang.set_title("angular distance between consecutive blocks")
+    ax_ang.set_ylabel("arccos(cos(x_l, x_{l+1})) / pi")
+    ax_ang.set_ylim(bottom=0)
+    ax_loss.set_title("layer drop: loss increase when the block is skipped")
+    ax_loss.set_ylabel("loss increase (nats)")
+    ax_loss.set_yscale("symlog", linthresh=0.1)
+    for name in no_head:
+        ax_loss.plot([], [], " ", label=f"{name}: no LM head in the checkpoint (see right)")
+    ax_hid.set_title("layer drop: change of the final hidden state")
+    ax_hid.set_ylabel("1 - cos(h, h without the block)")
+    ax_hid.set_ylim(bottom=0)
+    for ax in axes.flat:
+        ax.set_xlabel("relative depth (l+1)/L")
+        ax.set_xlim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,181 @@
+"""`normlab sweep ...`: plan, run, summarize and map a sweep. Bad input exits 2 with one message.
+
+Registered in `normlab.cli` with `app.add_typer(sweep_app, name="sweep")`; also runnable alone as
+`python -m normlab.sweep.command`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from normlab.config import ConfigError
+
+sweep_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                        pretty_exceptions_enable=False,
+                        help="Sweeps: many runs from one spec, resumable; tables and stability "
+                             "maps of their outcomes.")
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+SpecArg = Annotated[Path, typer.Argument(help="sweep spec (YAML: base + axes)")]
+RootOpt = Annotated[Path | None, typer.Option(
+    help="folder of the sweep's run folders and sweep.json [default: runs/sweeps/<name>]")]
+DirArg = Annotated[Path, typer.Argument(help="sweep folder (the --root of `sweep run`)")]
+
+
+def fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _plan(spec: Path):
+    from normlab.sweep.spec import plan_sweep
+
+    try:
+        return plan_sweep(spec)
+    except ConfigError as e:
+        fail(str(e))
+
+
+@sweep_app.command("plan")
+def sweep_plan(spec: SpecArg, root: RootOpt = None) -> None:
+    """Print the expanded runs and their count (and their state under ROOT); nothing runs."""
+    from normlab.sweep.runner import default_root
+    from normlab.sweep.spec import format_value
+    from normlab.sweep.state import run_state
+
+    plan = _plan(spec)
+    root = root if root is not None else default_root(plan)
+    table = Table(title=f"sweep {plan.name}: {len(plan.runs)} runs under {root}")
+    for col in ("#", "run", *(a.split(".")[-1] for a in plan.axis_paths), "state"):
+        table.add_column(col)
+    counts: dict[str, int] = {}
+    for run in plan.runs:
+        state = run_state(root / run.run_id)[0]
+        counts[state] = counts.get(state, 0) + 1
+        table.add_row(str(run.index), run.run_id,
+                      *(format_value(run.point[a]) if a in run.point else "-"
+                        for a in plan.axis_paths), state)
+    console.print(table)
+    for axis in plan.axes:
+        when = (" when " + ", ".join(f"{k} in {list(v)}" for k, v in axis.when.items())
+                if axis.when else "")
+        console.print(f"  {axis.path}: {', '.join(format_value(v) for v in axis.values)}{when}",
+                      highlight=False)
+    state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    console.print(f"{len(plan.runs)} runs ({state})", highlight=False)
+
+
+@sweep_app.command("run")
+def sweep_run(
+    spec: SpecArg,
+    root: RootOpt = None,
+    workers: Annotated[int, typer.Option(
+        help="runs in parallel (ray with --address: 0 = as many as the cluster's CPUs allow)")
+    ] = 2,
+    executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray")
+                        ] = "local",
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster address (e.g. auto or ray://host:10001); none: a local Ray instance")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads per run [default: CPUs / workers; 1 on a Ray cluster]")] = None,
+    quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
+) -> None:
+    """Run every run of SPEC (skipping finished ones, resuming interrupted ones). Exit status: 0
+    when every run finished (completed or diverged), 1 when some failed, 130 when interrupted."""
+    from normlab.sweep.executors import ExecutorError
+    from normlab.sweep.runner import run_sweep
+
+    plan = _plan(spec)
+    if threads is not None and threads < 1:
+        fail(f"threads: {threads}; need at least 1")
+    try:
+        result = run_sweep(plan, root, workers=workers, executor=executor, address=address,
+                           threads=threads, progress=not quiet)
+    except (ConfigError, ExecutorError) as e:
+        fail(str(e))
+    c = result.counts
+    console.print(f"sweep {plan.name}: {len(plan.runs)} runs in {result.root}: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(c.items())), highlight=False)
+    console.print(f"table: normlab sweep summarize {result.root}\n"
+                  f"map:   normlab sweep map {result.root}", highlight=False)
+    if result.interrupted:
+        raise typer.Exit(130)
+    if not result.ok:  # failed runs (or runs left unfinished)
+        raise typer.Exit(1)
+
+
+@sweep_app.command("summarize")
+def sweep_summarize(
+    dir: DirArg,
+    format: Annotated[str, typer.Option(help="table (terminal), csv or parquet")] = "table",
+    out: Annotated[Path | None, typer.Option(
+        help="output file for csv/parquet [default: DIR/summary.csv|parquet]; - for stdout "
+             "(csv)")] = None,
+) -> None:
+    """One table of every run: axes, outcome, divergence step and reason, losses, tokens/s."""
+    from normlab.sweep.summarize import SummaryError, collect, to_csv, to_parquet, to_rich
+
+    if format not in ("table", "csv", "parquet"):
+        fail(f"format: {format!r} is not one of table, csv, parquet")
+    try:
+        table = collect(dir)
+        if format == "table":
+            console.print(to_rich(table))
+        elif format == "csv" and str(out) == "-":
+            sys.stdout.write(to_csv(table))
+        elif format == "csv":
+            path = out or dir / "summary.csv"
+            to_csv(table, path)
+            console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
+        else:
+            path = out or dir / "summary.parquet"
+            to_parquet(table, path)
+            console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
+    except SummaryError as e:
+        fail(str(e))
+
+
+@sweep_app.command("map")
+def sweep_map(
+    dir: DirArg,
+    x: Annotated[str, typer.Option(help="config path on the x axis")] = "train.warmup",
+    y: Annotated[str, typer.Option(help="config path on the y axis")] = "train.lr",
+    panel: Annotated[str, typer.Option(help="one panel per value of this path; none: one panel")
+                     ] = "model.placement",
+    metric: Annotated[str, typer.Option(help="val_loss, best_val_loss or train_loss")
+                      ] = "val_loss",
+    out: Annotated[Path | None, typer.Option(help="PNG to write [default: DIR/map.png]")
+                   ] = None,
+    curves: Annotated[bool, typer.Option(
+        help="also draw the loss curves of every cell (<out>_curves.png)")] = False,
+) -> None:
+    """Stability map: cells coloured by outcome, annotated with final loss over seeds."""
+    from normlab.sweep.maps import MapError, curves_path, loss_curves, stability_map
+    from normlab.sweep.summarize import SummaryError, collect
+
+    if metric not in ("val_loss", "best_val_loss", "train_loss"):
+        fail(f"metric: {metric!r} is not one of val_loss, best_val_loss, train_loss")
+    panel_path = None if panel.lower() in ("none", "") else panel
+    out = out or dir / "map.png"
+    try:
+        table = collect(dir)
+        info = stability_map(table, out, x=x, y=y, panel=panel_path, metric=metric)
+        console.print(f"map: {info.path} ({len(info.panels)} panel(s), {len(info.y_values)} x "
+                      f"{len(info.x_values)} cells, {len(table.rows)} runs)", highlight=False)
+        if curves:
+            c = loss_curves(table, curves_path(out), x=x, y=y, panel=panel_path)
+            console.print(f"curves: {c.path}", highlight=False)
+    except (SummaryError, MapError) as e:
+        fail(str(e))
+
+
+if __name__ == "__main__":
+    sweep_app()

@@ -1,0 +1,330 @@
+"""Executors: run a list of training runs on local worker processes or on a Ray cluster.
+
+Both call the same `run_one` for each run, which trains (or resumes, or just reports) the run in
+its own folder under the sweep root, holding the run's lock (see `normlab.sweep.state`). A worker
+never prints progress; the sweep process reports through the `on_start` / `on_finish` callbacks.
+
+Local: `concurrent.futures.ProcessPoolExecutor` with the spawn context, at most `workers` runs in
+flight, each worker limited to `threads` CPU threads (`torch.set_num_threads`) and, where there
+are GPUs, given one of them (`CUDA_VISIBLE_DEVICES`, round robin). Workers ignore SIGINT while
+idle; during a run, SIGINT/SIGTERM make `train_run` checkpoint and return `interrupted`. A worker
+whose parent dies (even by SIGKILL) sends itself SIGTERM, so an orphan checkpoints and stops
+instead of training on. A worker that dies (segfault, OOM kill) breaks the pool: the runs it may
+have been running are retried one at a time, and the one that kills its worker alone is recorded
+`failed` (reason `worker_died`).
+
+Ray: one task per run (`num_cpus=threads`, one GPU each on GPU runs), at most `workers` in flight;
+`address=None` starts a local instance (no dashboard, bound to 127.0.0.1, usage stats off) and
+stops it at the end. The sweep root must be on a file system every node sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from normlab.config import RunConfig, parse_config
+from normlab.sweep.state import run_lock, run_state
+from normlab.train.logging import write_json_atomic
+from normlab.train.trainer import read_summary
+
+EXECUTORS = ("local", "ray")
+OnStart = Callable[[str], None]
+OnFinish = Callable[[str, dict[str, Any], float], None]
+
+
+class ExecutorError(RuntimeError):
+    """An executor that cannot start (Ray missing, cluster unreachable)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    run_id: str
+    config: dict[str, Any]        # RunConfig.to_dict(): plain data, cheap to send to a worker
+
+
+def default_threads(workers: int) -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, workers))
+
+
+# -- one run (in a worker) -------------------------------------------------------------------
+
+_STOP: Any = None  # a multiprocessing Event in local workers: set when the sweep is stopping
+_BUSY = threading.Event()  # set while this process is inside run_one
+
+
+def run_one(config: dict[str, Any], root: str, threads: int | None = None,
+            run_id: str | None = None) -> tuple[dict[str, Any], float]:
+    """Train one run in its folder under `root`; returns (summary, wall seconds). Never raises
+    for a run's own failure: that is recorded in the run's summary as `failed`. `run_id` is the
+    id the sweep planned; a worker whose normlab resolves the config to another id (the code
+    changed under a running sweep, or a cluster node runs another version) refuses the run."""
+    import torch
+
+    from normlab.train import train_run
+
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    cfg = parse_config(RunConfig, config)
+    if run_id is not None and cfg.run_id() != run_id:
+        return record_failure(Path(root) / run_id, run_id, "ConfigMismatch", (
+            f"this worker's normlab resolves the run's config to {cfg.run_id()}, not {run_id}: "
+            "the config schema differs between the sweep process and the worker (another "
+            "normlab version); nothing was trained")), 0.0
+    run_dir = Path(root) / cfg.run_id()
+    _BUSY.set()
+    try:
+        with run_lock(run_dir):
+            if _STOP is not None and _STOP.is_set():
+                outcome, summary = run_state(run_dir)
+                return summary or {"run_id": cfg.run_id(), "outcome": outcome}, 0.0
+            try:
+                summary = train_run(cfg, root, resume="auto", progress=False)
+            except Exception as e:  # raised before train_run's guard (checkpoint, data, device)
+                summary = record_failure(run_dir, cfg.run_id(), type(e).__name__, str(e),
+                                         traceback.format_exc())
+    finally:
+        _BUSY.clear()
+    return summary, time.perf_counter() - t0
+
+
+def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
+                   tb: str | None = None) -> dict[str, Any]:
+    """Write `failed` into the run's summary (keeping its step); the run stays resumable."""
+    old = read_summary(run_dir) or {}
+    summary = {**{k: v for k, v in old.items() if k not in ("outcome", "reason", "message")},
+               "run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
+               "reason": reason, "message": message}
+    if tb:
+        summary["traceback"] = tb
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+# -- local processes ---------------------------------------------------------------------------
+
+def _init_worker(threads: int, gpu_ids: Any, stop: Any) -> None:
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # idle workers ignore Ctrl-C; runs handle it
+    if gpu_ids is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
+    import torch
+
+    torch.set_num_threads(threads)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Orphaned (the sweep process died, even by SIGKILL): a running run checkpoints and stops
+    (SIGTERM), then the worker exits; an idle worker just exits. Nobody is left training."""
+    while os.getppid() == parent_pid:
+        time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+    while _BUSY.is_set():
+        time.sleep(0.2)
+    os._exit(0)
+
+
+def _gpu_count(tasks: list[Task]) -> int:
+    wants_gpu = any(t.config["train"]["device"] in ("auto", "cuda") for t in tasks)
+    if not wants_gpu:
+        return 0
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _context() -> mp.context.BaseContext:
+    """spawn: each worker is a fresh interpreter whose parent is the sweep process, so the
+    watchdog sees the sweep die. (forkserver starts faster, but its server outlives a SIGKILLed
+    sweep and keeps its workers, and their run locks, alive: measured, not used.)"""
+    return mp.get_context("spawn")
+
+
+def run_local(tasks: list[Task], root: Path, *, workers: int, threads: int,
+              on_start: OnStart, on_finish: OnFinish) -> None:
+    """Run every task on `workers` local processes. Ctrl-C (KeyboardInterrupt) asks running runs
+    to checkpoint, waits for them, reports them, and re-raises; a second Ctrl-C kills them."""
+    ctx = _context()
+    stop = ctx.Event()
+    n_gpu = _gpu_count(tasks)
+    pending: deque[Task] = deque(tasks)
+    suspects: deque[Task] = deque()   # in flight when a worker died: retried one at a time
+    in_flight: dict[Future, Task] = {}
+
+    def new_pool() -> ProcessPoolExecutor:
+        gpu_ids = None
+        if n_gpu:
+            gpu_ids = ctx.Queue()
+            for i in range(workers):
+                gpu_ids.put(i % n_gpu)
+        return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                   initargs=(threads, gpu_ids, stop))
+
+    alone: str | None = None          # the suspect now running by itself, if any
+
+    def submit(task: Task) -> None:
+        in_flight[pool.submit(run_one, task.config, str(root), threads, task.run_id)] = task
+        on_start(task.run_id)
+
+    pool = new_pool()
+    killed = False
+    try:
+        while pending or suspects or in_flight:
+            if suspects:
+                if not in_flight:
+                    task = suspects.popleft()
+                    alone = task.run_id
+                    submit(task)
+            else:
+                alone = None
+                while pending and len(in_flight) < workers:
+                    submit(pending.popleft())
+            done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
+            broken: list[Task] = []
+            for fut in done:
+                task = in_flight.pop(fut)
+                try:
+                    summary, wall = fut.result()
+                except BrokenProcessPool:
+                    broken.append(task)
+                    continue
+                except Exception as e:  # e.g. a result that could not be sent back
+                    summary, wall = record_failure(root / task.run_id, task.run_id,
+                                                   type(e).__name__, str(e)), 0.0
+                on_finish(task.run_id, summary, wall)
+            if broken:  # a worker died; every run in flight is a suspect
+                broken.extend(in_flight.values())
+                in_flight.clear()
+                pool.shutdown(wait=True, cancel_futures=True)
+                if len(broken) == 1 and broken[0].run_id == alone:
+                    task = broken[0]  # it killed its worker while running alone: the culprit
+                    summary = record_failure(
+                        root / task.run_id, task.run_id, "worker_died",
+                        "the worker process running this run died (killed, out of memory, or "
+                        "crashed); its last checkpoint is kept")
+                    on_finish(task.run_id, summary, 0.0)
+                else:
+                    suspects.extendleft(reversed(broken))
+                pool = new_pool()
+    except KeyboardInterrupt:
+        killed = _stop_local(pool, in_flight, stop, root, on_finish)
+        raise
+    finally:
+        pool.shutdown(wait=not killed, cancel_futures=True)
+
+
+def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, Task], stop: Any,
+                root: Path, on_finish: OnFinish) -> bool:
+    """Ask running runs to checkpoint (SIGINT) and report them; True if a second Ctrl-C made us
+    kill the workers instead."""
+    stop.set()
+    pids = list(getattr(pool, "_processes", {}) or {})
+    try:
+        while in_flight:
+            for pid in pids:  # repeated: a worker that was just starting a run gets it too
+                with _suppress():
+                    os.kill(pid, signal.SIGINT)
+            done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in done:
+                task = in_flight.pop(fut)
+                try:
+                    summary, wall = fut.result()
+                except Exception:
+                    summary, wall = run_state(root / task.run_id)[1], 0.0
+                on_finish(task.run_id, summary, wall)
+    except KeyboardInterrupt:  # second Ctrl-C: no more waiting
+        for pid in pids:
+            with _suppress():
+                os.kill(pid, signal.SIGKILL)
+        return True
+    return False
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> bool:
+        return exc[0] is not None and issubclass(exc[0], ProcessLookupError | PermissionError)
+
+
+# -- Ray ---------------------------------------------------------------------------------------
+
+def run_ray(tasks: list[Task], root: Path, *, workers: int | None, threads: int,
+            address: str | None, on_start: OnStart, on_finish: OnFinish) -> None:
+    """Run every task as a Ray task. `address=None` starts (and stops) a local Ray instance with
+    `workers * threads` CPUs; with an address, `workers` caps the runs in flight (default: as
+    many as the cluster's CPUs allow)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError("the ray executor needs the package ray: pip install 'ray>=2.9'"
+                            ) from None
+
+    started = False
+    in_flight: dict[Any, Task] = {}
+    if not ray.is_initialized():
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                ray.init(num_cpus=(workers or 1) * threads, include_dashboard=False,
+                         _node_ip_address="127.0.0.1", log_to_driver=False,
+                         logging_level=logging.WARNING)
+        except Exception as e:
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise ExecutorError(f"cannot start or reach {where}: {type(e).__name__}: {e}"
+                                ) from None
+        started = True
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if workers is None:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
+        remote = ray.remote(run_one)
+        pending = deque(tasks)
+        while pending or in_flight:
+            while pending and len(in_flight) < workers:
+                task = pending.popleft()
+                use_gpu = gpus > 0 and task.config["train"]["device"] in ("auto", "cuda")
+                ref = remote.options(num_cpus=threads, num_gpus=1 if use_gpu else 0,
+                                     max_retries=1).remote(task.config, str(root), threads,
+                                                           task.run_id)
+                in_flight[ref] = task
+                on_start(task.run_id)
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for ref in done:
+                task = in_flight.pop(ref)
+                try:
+                    summary, wall = ray.get(ref)
+                except Exception as e:  # the worker died twice, or the task could not run
+                    summary, wall = record_failure(root / task.run_id, task.run_id,
+                                                   "worker_died", f"{type(e).__name__}: {e}"), 0.0
+                on_finish(task.run_id, summary, wall)
+    except KeyboardInterrupt:
+        for ref in list(in_flight):
+            ray.cancel(ref, force=True)  # runs resume from their last checkpoint
+        raise
+    finally:
+        if started:
+            ray.shutdown()

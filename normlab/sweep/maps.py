@@ -1,0 +1,326 @@
+"""Stability maps: heatmaps of a sweep, one cell per (x, y) pair, one panel per value of `panel`.
+
+Each cell pools the runs that share its x, y and panel values (seeds, and any other axis not on
+the map). Its colour is the worst outcome among them: diverged (non-finite loss or gradient) >
+loss spike > failed > not finished > completed. Its text is the mean final validation loss of the
+completed runs and, where some diverged, `k/n div`; where none completed, the reason and median
+step of divergence. The best cell of each panel has a heavy border.
+
+`loss_curves` draws one small plot per cell with the training loss of every run in it, the panel
+values in different colours, so pre and post can be compared cell by cell.
+
+Matplotlib is used through its Agg canvas directly: importing this module does not change the
+caller's backend.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from normlab.sweep.spec import format_value
+from normlab.sweep.summarize import SweepTable, collect
+from normlab.train.logging import read_metrics
+
+CATEGORIES = ("completed", "loss spike", "diverged", "failed", "not finished")
+COLORS = {"completed": "#9ed7a5", "loss spike": "#f7b267", "diverged": "#e4646b",
+          "failed": "#5b5b5b", "not finished": "#e3e3e3"}
+_SHORT_REASON = {"loss_spike": "spike", "nonfinite_loss": "nan loss",
+                 "nonfinite_grad": "nan grad"}
+
+
+class MapError(ValueError):
+    """An axis that is not in the sweep's configs."""
+
+
+@dataclass
+class Cell:
+    runs: list[int] = field(default_factory=list)     # row indices into the table
+    n: int = 0
+    completed: int = 0
+    spike: int = 0
+    nonfinite: int = 0
+    failed: int = 0
+    losses: list[float] = field(default_factory=list)
+    div_steps: list[int] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def diverged(self) -> int:
+        return self.spike + self.nonfinite
+
+    @property
+    def category(self) -> str:
+        if self.nonfinite:
+            return "diverged"
+        if self.spike:
+            return "loss spike"
+        if self.failed:
+            return "failed"
+        if self.completed < self.n:
+            return "not finished"
+        return "completed"
+
+    @property
+    def mean_loss(self) -> float | None:
+        return statistics.fmean(self.losses) if self.losses else None
+
+    def text(self) -> str:
+        lines = []
+        if self.losses:
+            lines.append(f"{self.mean_loss:.3f}")
+        if self.diverged and self.losses:
+            lines.append(f"{self.diverged}/{self.n} div")
+        elif self.diverged:
+            reason = _SHORT_REASON.get(max(set(self.reasons), key=self.reasons.count), "div")
+            lines.append(f"{reason}\n@{int(statistics.median(self.div_steps))}")
+            if self.diverged < self.n:
+                lines.append(f"{self.diverged}/{self.n} div")
+        elif self.failed:
+            lines.append(f"failed {self.failed}/{self.n}")
+        elif not self.losses:
+            lines.append("-")
+        if self.completed < self.n and not self.diverged and not self.failed and self.losses:
+            lines.append(f"{self.completed}/{self.n} done")
+        return "\n".join(lines)
+
+
+@dataclass
+class MapInfo:
+    path: Path
+    x: str
+    y: str
+    panel: str | None
+    x_values: list[Any]
+    y_values: list[Any]
+    panels: list[Any]
+    cells: dict[tuple[Any, Any, Any], Cell]
+    n_axes: int
+
+
+def _sort_key(v: Any) -> tuple:
+    return (0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
+
+
+def _check_axis(table: SweepTable, path: str, what: str) -> None:
+    known = set().union(*(c.keys() for c in table.configs))
+    if path not in known:
+        varying = [k for k in sorted(known)
+                   if len({repr(c.get(k)) for c in table.configs}) > 1]
+        raise MapError(f"{what}: {path!r} is not a config path of these runs; the sweep varies: "
+                       f"{', '.join(varying) or 'nothing'}")
+
+
+def aggregate(table: SweepTable, x: str, y: str, panel: str | None, metric: str = "val_loss"
+              ) -> dict[tuple[Any, Any, Any], Cell]:
+    """(panel value, y value, x value) -> Cell; panel value None when there is no panel axis."""
+    for path, what in ((x, "x"), (y, "y"), (panel, "panel")):
+        if path is not None:
+            _check_axis(table, path, what)
+    cells: dict[tuple[Any, Any, Any], Cell] = {}
+    for i, row in enumerate(table.rows):
+        key = (table.value(i, panel) if panel else None, table.value(i, y), table.value(i, x))
+        cell = cells.setdefault(key, Cell())
+        cell.runs.append(i)
+        cell.n += 1
+        outcome = row["outcome"]
+        if outcome == "completed":
+            cell.completed += 1
+            value = row.get(metric)
+            if isinstance(value, float) and math.isfinite(value):
+                cell.losses.append(value)
+        elif outcome == "diverged":
+            if row.get("reason") == "loss_spike":
+                cell.spike += 1
+            else:
+                cell.nonfinite += 1
+            cell.div_steps.append(int(row.get("step") or 0))
+            cell.reasons.append(str(row.get("reason")))
+        elif outcome == "failed":
+            cell.failed += 1
+    return cells
+
+
+def _load(source: SweepTable | Path | str) -> SweepTable:
+    return source if isinstance(source, SweepTable) else collect(source)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _label(path: str) -> str:
+    return {"train.lr": "learning rate", "train.warmup": "warmup steps",
+            "model.n_blocks": "blocks", "model.placement": "placement",
+            "train.seed": "seed"}.get(path, path)
+
+
+def _short(path: str) -> str:
+    return {"model.n_blocks": "L", "model.d_model": "d"}.get(path, path.split(".")[-1])
+
+
+def _fixed_text(table: SweepTable, skip: set[str]) -> str:
+    """Settings shared by every run, for the title: depth, width, steps, schedule."""
+    parts = []
+    for path, fmt in (("model.n_blocks", "L={}"), ("model.d_model", "d={}"),
+                      ("train.steps", "{} steps"), ("train.schedule", "{}"),
+                      ("train.batch_size", "batch {}"), ("data.seq_len", "seq {}")):
+        values = {c.get(path) for c in table.configs}
+        if path not in skip and len(values) == 1:
+            parts.append(fmt.format(format_value(values.pop())))
+    return ", ".join(parts)
+
+
+def _loss_shades(losses: list[float | None]):
+    """Completed cells: a green from pale (the worst loss on the figure) to dark (the best),
+    one scale for every panel so panels compare."""
+    from matplotlib import colormaps
+
+    values = [v for v in losses if v is not None]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    greens = colormaps["Greens"]
+
+    def shade(loss: float) -> tuple[Any, bool]:
+        t = 1.0 - (loss - lo) / (hi - lo) if hi > lo else 0.5
+        return greens(0.2 + 0.6 * t), t > 0.6
+
+    return shade
+
+
+def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = "train.warmup",
+                  y: str = "train.lr", panel: str | None = "model.placement",
+                  metric: str = "val_loss", title: str | None = None) -> MapInfo:
+    """Write the heatmap PNG to `out`; returns what was drawn."""
+    from matplotlib.patches import Patch, Rectangle
+
+    table = _load(source)
+    cells = aggregate(table, x, y, panel, metric)
+    panels = sorted({k[0] for k in cells}, key=_sort_key) if panel else [None]
+    if panel == "model.placement":  # the order the sweep lists them in, e.g. pre before post
+        order = [table.value(i, panel) for i in range(len(table.rows))]
+        panels = sorted(panels, key=order.index)
+    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    ys = sorted({k[1] for k in cells}, key=_sort_key)
+    w = max(3.2, 0.95 * len(xs) + 1.6)
+    fig = _figure(w * len(panels) + 0.4, max(2.8, 0.62 * len(ys) + 1.9))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    n_seeds = max((c.n for c in cells.values()), default=0)
+    shade = _loss_shades([c.mean_loss for c in cells.values() if c.category == "completed"])
+    for ax, pv in zip(axes, panels, strict=True):
+        best = min(((c.mean_loss, k) for k, c in cells.items()
+                    if k[0] == pv and c.mean_loss is not None and c.category == "completed"),
+                   default=None)
+        for yi, yv in enumerate(ys):
+            for xi, xv in enumerate(xs):
+                cell = cells.get((pv, yv, xv))
+                if cell is None:
+                    continue
+                cat = cell.category
+                color, dark = COLORS[cat], cat in ("failed", "diverged")
+                if cat == "completed" and cell.mean_loss is not None:
+                    color, dark = shade(cell.mean_loss)
+                ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, facecolor=color,
+                                       edgecolor="white", linewidth=1.5))
+                ax.text(xi, yi, cell.text(), ha="center", va="center", fontsize=7.5,
+                        color="white" if dark else "black")
+                if best is not None and best[1] == (pv, yv, xv):
+                    ax.add_patch(Rectangle((xi - 0.47, yi - 0.47), 0.94, 0.94, fill=False,
+                                           edgecolor="black", linewidth=2.2))
+        ax.set_xlim(-0.5, len(xs) - 0.5)
+        ax.set_ylim(-0.5, len(ys) - 0.5)
+        ax.set_xticks(range(len(xs)), [format_value(v) for v in xs])
+        ax.set_yticks(range(len(ys)), [format_value(v) for v in ys])
+        ax.set_xlabel(_label(x))
+        ax.set_ylabel(_label(y))
+        ax.set_title(f"{_label(panel)} = {format_value(pv)}" if panel else table.name)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.tick_params(length=0)
+    present = [c for c in CATEGORIES if any(cell.category == c for cell in cells.values())]
+    names = {"completed": "completed (darker: lower loss)"}
+    fig.legend(handles=[Patch(facecolor=COLORS[c], label=names.get(c, c)) for c in present],
+               loc="lower center", ncol=len(present), frameon=False, fontsize=8)
+    metric_name = metric.replace("_", " ")
+    head = title or f"{table.name}: final {metric_name}, mean over {n_seeds} run(s) per cell"
+    fixed = _fixed_text(table, {x, y, panel or ""})
+    fig.suptitle(head + (f"\n{fixed}" if fixed else ""), fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return MapInfo(path=out, x=x, y=y, panel=panel, x_values=xs, y_values=ys, panels=panels,
+                   cells=cells, n_axes=len(fig.axes))
+
+
+def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "train.warmup",
+                y: str = "train.lr", panel: str | None = "model.placement",
+                key: str = "train_loss") -> MapInfo:
+    """One small plot per (y, x) cell with the `key` curve of every run in it; panel values in
+    different colours (solid: one seed, lighter: the others); an x marks where a run diverged."""
+    table = _load(source)
+    cells = aggregate(table, x, y, panel)
+    panels = sorted({k[0] for k in cells}, key=_sort_key) if panel else [None]
+    if panel == "model.placement":
+        order = [table.value(i, panel) for i in range(len(table.rows))]
+        panels = sorted(panels, key=order.index)
+    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    ys = sorted({k[1] for k in cells}, key=_sort_key, reverse=True)  # largest y on top
+    fig = _figure(2.3 * len(xs) + 0.6, 1.8 * len(ys) + 0.9)
+    grid = fig.subplots(len(ys), len(xs), squeeze=False, sharex=True, sharey=True)
+    colors = [f"C{i}" for i in range(10)]
+    lows, highs, ends = [], [], []
+    for r, yv in enumerate(ys):
+        for c, xv in enumerate(xs):
+            ax = grid[r][c]
+            for p, pv in enumerate(panels):
+                cell = cells.get((pv, yv, xv))
+                for j, i in enumerate(cell.runs if cell else []):
+                    rows = read_metrics(table.root / table.rows[i]["run_id"] / "metrics.jsonl")
+                    pts = [(m["step"], m[key]) for m in rows
+                           if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+                    if not pts:
+                        continue
+                    steps, values = zip(*pts, strict=True)
+                    lows.append(min(values))
+                    highs.append(values[0])
+                    ax.plot(steps, values, color=colors[p % 10], linewidth=0.9,
+                            alpha=1.0 if j == 0 else 0.45,
+                            label=format_value(pv) if (j == 0 and r == 0 and c == 0) else None)
+                    if table.rows[i]["outcome"] == "diverged":
+                        ends.append((ax, steps[-1], values[-1], colors[p % 10]))
+            ax.set_title(f"{_short(y)}={format_value(yv)}, {_short(x)}={format_value(xv)}",
+                         fontsize=7.5)
+            ax.tick_params(labelsize=7)
+            if r == len(ys) - 1:
+                ax.set_xlabel("step", fontsize=7.5)
+            if c == 0:
+                ax.set_ylabel(key.replace("_", " "), fontsize=7.5)
+    if lows:
+        top = max(min(max(highs), math.log(256) + 0.6), min(lows) + 0.5)
+        grid[0][0].set_ylim(min(lows) - 0.1, top)
+        for ax, step, value, color in ends:  # an x where a run diverged, kept inside the plot
+            ax.plot(step, min(value, top - 0.05), "x", color=color, markersize=6, clip_on=False)
+    if panel:
+        fig.legend(*grid[0][0].get_legend_handles_labels(), loc="lower center",
+                   ncol=len(panels), frameon=False, fontsize=8, title=_label(panel),
+                   title_fontsize=8)
+    fig.suptitle(f"{table.name}: {key.replace('_', ' ')} per cell", fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.06 if panel else 0, 1, 1))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return MapInfo(path=out, x=x, y=y, panel=panel, x_values=xs, y_values=ys, panels=panels,
+                   cells=cells, n_axes=len(fig.axes))
+
+
+def curves_path(map_path: Path | str) -> Path:
+    p = Path(map_path)
+    return p.with_name(p.stem + "_curves" + (p.suffix or ".png"))

@@ -1,0 +1,111 @@
+"""What a sweep folder holds and how the state of each run is read from it.
+
+    <root>/sweep.json          the spec, the axes and every run (id, axis values, full config)
+    <root>/<run_id>/           one run folder per run, written by `train_run` only
+    <root>/<run_id>/sweep.lock held (flock) by the worker training the run; the kernel releases it
+                               when that process ends, however it ends
+
+A run's summary says `running` from the moment a worker starts it until it ends. After a crash or
+a SIGKILL the word stays; the lock tells a live run from a dead one: `running` with a free lock is
+`interrupted` (resumable from its last checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import normlab
+from normlab.sweep.spec import SweepPlan
+from normlab.train.logging import write_json_atomic
+from normlab.train.trainer import FINISHED, read_summary
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; a sweep there must not share a root
+    fcntl = None  # type: ignore[assignment]
+
+SWEEP_FILE = "sweep.json"
+LOCK_FILE = "sweep.lock"
+# Outcomes of a run as the sweep reports it: train_run's, plus pending (not started yet).
+OUTCOMES = ("completed", "diverged", "failed", "interrupted", "running", "pending")
+
+
+def write_sweep_file(root: Path, plan: SweepPlan) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    data = {
+        "name": plan.name,
+        "normlab": normlab.__version__,
+        "axes": plan.axis_paths,
+        "spec": plan.spec,
+        "runs": [{"run_id": r.run_id, "point": {k: _jsonable(v) for k, v in r.point.items()},
+                  "config": r.config.to_dict()} for r in plan.runs],
+    }
+    path = root / SWEEP_FILE
+    write_json_atomic(path, data)
+    return path
+
+
+def read_sweep_file(root: Path) -> dict[str, Any] | None:
+    path = Path(root) / SWEEP_FILE
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def _jsonable(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run's lock while training it; waits while another process holds it (an earlier
+    sweep's worker finishing its last step after its parent was killed)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def is_live(run_dir: Path) -> bool | None:
+    """True if a process holds the run's lock, False if not, None if it cannot be told."""
+    path = run_dir / LOCK_FILE
+    if fcntl is None or not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        return False
+    finally:
+        os.close(fd)
+
+
+def run_state(run_dir: Path) -> tuple[str, dict[str, Any]]:
+    """(outcome, summary) of a run folder, with `running` resolved against the lock."""
+    summary = read_summary(run_dir) if run_dir.exists() else None
+    if summary is None:
+        return "pending", {}
+    outcome = str(summary.get("outcome", "pending"))
+    if outcome == "running" and is_live(run_dir) is False:
+        outcome = "interrupted"
+    return outcome, summary
+
+
+def is_finished(run_dir: Path) -> bool:
+    return run_state(run_dir)[0] in FINISHED

@@ -1,0 +1,222 @@
+"""One table of all the runs of a sweep folder: config axes, outcome, divergence step and reason,
+final train/val loss, best val loss, tokens/s. As rows (dicts), CSV, Parquet or a rich table.
+
+The runs and axes come from `sweep.json`; a folder of runs without one (e.g. several `normlab
+train` runs) works too: the axes are then the config fields that differ between its runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normlab.sweep.spec import format_value
+from normlab.sweep.state import read_sweep_file, run_state
+from normlab.train.logging import read_metrics
+
+RESULT_COLUMNS = ("outcome", "reason", "step", "steps_planned", "diverged_step", "train_loss",
+                  "val_loss", "best_val_loss", "tokens_per_s")
+FORMATS = ("table", "csv", "parquet")
+
+
+class SummaryError(RuntimeError):
+    """A folder that holds no runs, or an output that cannot be written."""
+
+
+@dataclass
+class SweepTable:
+    root: Path
+    name: str
+    axes: list[str]
+    rows: list[dict[str, Any]]              # one per run: run_id, axes, RESULT_COLUMNS
+    configs: list[dict[str, Any]]           # each run's full config, flattened to dotted paths
+
+    @property
+    def columns(self) -> list[str]:
+        return ["run_id", *self.axes, *RESULT_COLUMNS]
+
+    def value(self, i: int, path: str) -> Any:
+        return self.configs[i].get(path)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def _float(x: Any) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def collect(root: Path | str) -> SweepTable:
+    root = Path(root)
+    if not root.is_dir():
+        raise SummaryError(f"{root}: no such folder")
+    sweep = read_sweep_file(root)
+    if sweep is not None:
+        name, axes = str(sweep.get("name", root.name)), list(sweep.get("axes", []))
+        entries = [(r["run_id"], flatten(r["config"])) for r in sweep.get("runs", [])]
+    else:
+        name, entries = root.name, []
+        for run_dir in sorted(p for p in root.iterdir() if (p / "config.yaml").exists()):
+            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+            data.pop("meta", None)
+            entries.append((run_dir.name, flatten(data)))
+        axes = _varying([c for _, c in entries])
+    if not entries:
+        raise SummaryError(f"{root}: no runs here (no sweep.json and no run folders)")
+    rows = [_row(root / run_id, run_id, cfg, axes) for run_id, cfg in entries]
+    return SweepTable(root=root, name=name, axes=axes, rows=rows, configs=[c for _, c in entries])
+
+
+def _varying(configs: list[dict[str, Any]]) -> list[str]:
+    keys = sorted({k for c in configs for k in c})
+    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+
+
+def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> dict[str, Any]:
+    outcome, s = run_state(run_dir)
+    row: dict[str, Any] = {"run_id": run_id}
+    for axis in axes:
+        v = cfg.get(axis)
+        row[axis] = format_value(v) if isinstance(v, tuple) else v
+    tps = _float(s.get("tokens_per_s"))
+    if tps is None and outcome != "pending":  # diverged/interrupted: median over logged steps
+        speeds = [_float(r.get("tokens_per_s")) for r in read_metrics(run_dir / "metrics.jsonl")]
+        speeds = [x for x in speeds if x is not None]
+        tps = statistics.median(speeds) if speeds else None
+    row.update({
+        "outcome": outcome,
+        "reason": s.get("reason"),
+        "step": s.get("step"),
+        "steps_planned": s.get("steps_planned", cfg.get("train.steps")),
+        "diverged_step": s.get("step") if outcome == "diverged" else None,
+        "train_loss": _float(s.get("train_loss")),
+        "val_loss": _float(s.get("val_loss")) if outcome == "completed" else None,
+        "best_val_loss": _float(s.get("best_val_loss")),
+        "tokens_per_s": tps,
+    })
+    return row
+
+
+def _column_types_clean(rows: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+    """Parquet wants one type per column: a column mixing numbers and text becomes text."""
+    out = [dict(r) for r in rows]
+    for col in columns:
+        kinds = {type(r[col]) for r in rows if r.get(col) is not None}
+        if kinds <= {int, float} and kinds:
+            if float in kinds:
+                for r in out:
+                    r[col] = None if r[col] is None else float(r[col])
+        elif len(kinds) > 1:
+            for r in out:
+                r[col] = None if r[col] is None else format_value(r[col])
+    return out
+
+
+def to_csv(table: SweepTable, path: Path | None = None) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=table.columns, extrasaction="ignore")
+    writer.writeheader()
+    for row in table.rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    text = buf.getvalue()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return text
+
+
+def to_parquet(table: SweepTable, path: Path) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SummaryError("Parquet output needs the package pyarrow, which is not installed: "
+                           "pip install pyarrow (or use --format csv)") from None
+    rows = _column_types_clean(table.rows, table.columns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), str(path))
+
+
+def _cell(v: Any, col: str) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if col == "tokens_per_s":
+            return f"{v:,.0f}"
+        if col.endswith("loss"):
+            return f"{v:.4f}"
+        return f"{v:g}"
+    return str(v)
+
+
+_STYLE = {"completed": "green", "diverged": "red", "failed": "bold red", "interrupted": "yellow",
+          "running": "cyan", "pending": "dim"}
+
+
+def to_rich(table: SweepTable):
+    from rich.table import Table
+
+    t = Table(title=f"sweep {table.name}: {len(table.rows)} runs ({table.root})")
+    short = {a: a.split(".")[-1] for a in table.axes}
+    cols = ["run_id", *table.axes, "outcome", "step", "train_loss", "val_loss", "best_val_loss",
+            "tokens_per_s"]
+    heads = {"run_id": "run", "train_loss": "train loss", "val_loss": "val loss",
+             "best_val_loss": "best val", "tokens_per_s": "tok/s", **short}
+    for c in cols:
+        t.add_column(heads.get(c, c), justify="right" if c not in ("run_id", "outcome")
+                     and c not in table.axes else "left")
+    for row in table.rows:
+        cells = []
+        for c in cols:
+            if c == "outcome":
+                text = row["outcome"] + (f" ({row['reason']})" if row.get("reason") else "")
+                style = _STYLE.get(row["outcome"])
+                cells.append(f"[{style}]{text}[/]" if style else text)
+            elif c == "step":
+                cells.append(f"{_cell(row['step'], c)}/{_cell(row['steps_planned'], c)}")
+            else:
+                cells.append(_cell(row[c], c))
+        t.add_row(*cells)
+    return t
+
+
+def to_markdown(table: SweepTable, columns: list[str] | None = None) -> str:
+    cols = columns or table.columns
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in table.rows:
+        lines.append("| " + " | ".join(_cell(row.get(c), c) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def summarize(root: Path | str, fmt: str = "table", out: Path | None = None) -> SweepTable:
+    """Collect the table and write it as `fmt` (csv/parquet to `out`, default in the folder)."""
+    if fmt not in FORMATS:
+        raise SummaryError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
+    table = collect(root)
+    if fmt == "csv":
+        to_csv(table, out or table.root / "summary.csv")
+    elif fmt == "parquet":
+        to_parquet(table, out or table.root / "summary.parquet")
+    return table
