@@ -137,20 +137,27 @@ class StudyContext:
         return load_run_config(None, sets)
 
     def train(self, configs: list[RunConfig]) -> list[dict[str, Any]]:
-        """Train (or reuse) every run; returns their summaries in order."""
+        """Train (or reuse) every run; returns their summaries in order. Runs still to do go to
+        the sweep's local worker processes (one torch thread share each)."""
         todo = [c for c in configs if not _finished(self.runs_root / c.run_id())]
         if todo:
             self.log(f"training {len(todo)} run(s) of {len(configs)} "
-                     f"({self.profile.steps} steps each)")
-        summaries = []
-        for cfg in configs:
-            s = train_many_step(cfg, self.runs_root, progress=False)
-            if cfg in todo:
-                self.log(f"  run {todo.index(cfg) + 1}/{len(todo)}: {cfg.model.placement} lr "
-                         f"{cfg.train.lr:g} warmup {cfg.train.warmup} seed {cfg.train.seed}: "
-                         f"{s['outcome']}" + (f" ({s['reason']})" if s.get("reason") else ""))
-            summaries.append(s)
-        return summaries
+                     f"({self.profile.steps} steps each, {self.profile.workers} workers)")
+        if len(todo) > 1 and self.profile.workers > 1:
+            from normlab.sweep.executors import Task, default_threads, run_local
+
+            finished = []
+
+            def on_finish(run_id: str, summary: dict[str, Any], _wall: float) -> None:
+                finished.append(run_id)
+                self.log(f"  {len(finished)}/{len(todo)} {run_id}: {summary.get('outcome')}"
+                         + (f" ({summary['reason']})" if summary.get("reason") else ""))
+
+            workers = self.profile.workers
+            run_local([Task(c.run_id(), c.to_dict()) for c in todo], self.runs_root,
+                      workers=workers, threads=default_threads(workers),
+                      on_start=lambda _run_id: None, on_finish=on_finish)
+        return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
 
     def grid(self) -> dict[str, Any]:
         """pre and post x lrs x {warmup} x seeds (C9, C3, C13) plus no-warmup runs at the top
