@@ -27,7 +27,8 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(VENV)/bin/normlab demo
+	# the quick study (about 10 minutes on 2 CPU cores); re-running reuses finished work
+	$(VENV)/bin/normlab study --profile quick --out demo
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_step.py

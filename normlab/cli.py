@@ -75,8 +75,8 @@ def demo(
     steps: Annotated[int, typer.Option(help="training steps of the pre/post runs")] = 150,
     out: Annotated[Path, typer.Option(help="folder for the demo's runs")] = Path("demo"),
 ) -> None:
-    """Build every placement and print its plan with one forward/backward on Shakespeare bytes,
-    then train pre and post with and without warmup."""
+    """A tour: build every placement and print its plan with one forward/backward on
+    Shakespeare bytes, then train pre and post with and without warmup."""
     import torch
 
     from normlab.nn import build_model
@@ -272,6 +272,7 @@ def _demo_tokens(seq_len: int, batch: int):
     return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
 
 
+from normlab.finetune import finetune_command as _finetune  # noqa: E402
 from normlab.interop.command import probe_hf as _probe_hf  # noqa: E402
 from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
 from normlab.report.command import report as _report  # noqa: E402
@@ -281,6 +282,7 @@ app.command(name="probe")(_probe)
 app.command(name="probe-hf")(_probe_hf)
 app.command(name="study")(_study)
 app.command(name="report")(_report)
+app.command(name="finetune")(_finetune)
 
 from normlab.sweep.command import sweep_app  # noqa: E402
 

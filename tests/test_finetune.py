@@ -1,0 +1,281 @@
+"""The genre task (normlab.data.genre), its n-gram baseline, and fine-tuning (normlab.finetune)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from normlab.data import DataError, shakespeare_works
+from normlab.data.genre import (
+    EXCLUDED_WORKS,
+    FOLIO_GENRES,
+    GENRES,
+    clean_play,
+    folio_plays,
+    genre_task,
+    naive_bayes_baseline,
+    play_texts,
+)
+from normlab.finetune import FinetuneError, finetune, finetune_command, finetune_model
+from normlab.train.checkpoint import CheckpointError
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # The test machine is shared; one thread is much faster under contention and deterministic.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A tiny pretrained decoder run folder: 2 blocks, d 32, 20 steps."""
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("runs")
+    cfg = load_run_config(None, [
+        "model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=64",
+        "data.seq_len=64", "train.batch_size=8", "train.steps=20", "train.eval_every=0",
+        "train.eval_batches=2", "train.device=cpu"])
+    summary = train_run(cfg, root, progress=False)
+    assert summary["outcome"] == "completed"
+    return root / summary["run_id"]
+
+
+def small_task(task: str = "genre", n_train: int = 256, n_test: int = 96):
+    """The real task with fewer passages (every k-th test row), for fast fine-tuning tests."""
+    full = genre_task(task, passage_bytes=64)
+    step = len(full.test_y) // n_test
+    return dataclasses.replace(
+        full, train_x=full.train_x[:n_train], train_y=full.train_y[:n_train],
+        train_play=full.train_play[:n_train], train_offset=full.train_offset[:n_train],
+        test_x=full.test_x[::step], test_y=full.test_y[::step],
+        test_play=full.test_play[::step], test_offset=full.test_offset[::step])
+
+
+# -- the task -------------------------------------------------------------------------------
+def test_folio_plays_and_labels():
+    names = {w.name for w in shakespeare_works()}
+    assert len(folio_plays()) == 36 == len(GENRES)
+    assert collections.Counter(GENRES.values()) == {"comedy": 14, "history": 10, "tragedy": 12}
+    assert set(GENRES) <= names
+    assert names - set(GENRES) == set(EXCLUDED_WORKS)
+    assert "pericles" in EXCLUDED_WORKS and "sonnets" in EXCLUDED_WORKS
+    assert sum(len(v) for v in FOLIO_GENRES.values()) == 36
+    task = genre_task("genre")
+    assert task.classes == ["comedy", "history", "tragedy"]
+    for play, genre in (("hamlet", "tragedy"), ("cymbeline", "tragedy"), ("henry_v", "history"),
+                        ("tempest", "comedy"), ("winters_tale", "comedy")):
+        p = task.plays.index(play)
+        labels = set(task.train_y[task.train_play == p]) | set(task.test_y[task.test_play == p])
+        assert labels == {task.classes.index(genre)}
+    play = genre_task("play")
+    assert play.n_classes == 36 and set(play.test_y) == set(range(36))
+    assert play.classes[play.test_y[0]] == play.plays[play.test_play[0]]
+
+
+SAMPLE = b"""THE TRAGEDY OF SAMPLE
+
+DRAMATIS PERSONAE
+
+KING, a king.
+Ham., his son.
+
+SCENE. Elsinore.
+
+
+
+ACT I.
+
+Scene I. A platform. The heading goes on
+on a second line.
+
+[Enter KING and HAMLET,
+with [many] attendants.]
+
+KING.
+First speech line,
+second line.
+
+Ham.
+[Aside.] Aside speech.
+
+1 Clown.
+A clown speaks.
+
+KING. Inline speech.
+
+Ham. and King.
+Together now.
+
+[Exeunt.]
+
+THE END
+"""
+
+
+def test_clean_play_keeps_only_speech():
+    assert clean_play(SAMPLE) == (b"First speech line, second line. Aside speech. "
+                                  b"A clown speaks. Inline speech. Together now.")
+    with pytest.raises(DataError, match="ACT"):
+        clean_play(b"Shall I compare thee to a summer's day?\n")
+
+
+def _frequent_caps_headings(raw: bytes) -> set[str]:
+    """Independent rule: all-caps lines ending in '.' after a blank line, seen 5+ times."""
+    lines = raw.decode("latin-1").split("\n")
+    count = collections.Counter(
+        lines[i].strip() for i in range(1, len(lines))
+        if not lines[i - 1].strip() and re.fullmatch(r"[A-Z][A-Z .'&-]+\.", lines[i].strip()))
+    return {h for h, n in count.items() if n >= 5}
+
+
+def test_passages_have_no_stage_directions_or_headings():
+    texts = play_texts()
+    raw = {w.name: w.text for w in shakespeare_works()}
+    task = genre_task("genre")
+    for x in (task.train_x, task.test_x):
+        assert x.dtype == np.uint8 and x.shape[1] == 256
+        for byte in b"[]{}\n":
+            assert not (x == byte).any(), chr(byte)
+    checked = 0
+    for play, text in texts.items():
+        s = " " + text.decode("latin-1") + " "
+        assert "  " not in s[1:-1]
+        assert not re.search(r"\b(?:ACT|Act|SCENE|Scene) (?:[IVX]+|\d+)\.", s), play
+        assert "Dramatis Personae" not in s and "DRAMATIS PERSONAE" not in s
+        for heading in _frequent_caps_headings(raw[play]):
+            assert f" {heading} " not in s, (play, heading)
+            checked += 1
+    assert checked > 300  # the rule found the headings of the all-caps plays
+
+
+def test_train_and_test_come_from_disjoint_ranges():
+    texts = play_texts()
+    task = genre_task("genre", passage_bytes=256, gap=1024)
+    size = task.passage_bytes
+    for p, play in enumerate(task.plays):
+        train_end, test_start, length = task.bounds[play]
+        assert length == len(texts[play]) and test_start == train_end + 1024
+        assert abs(train_end - 0.8 * length) <= 1
+        tr = np.sort(task.train_offset[task.train_play == p])
+        te = np.sort(task.test_offset[task.test_play == p])
+        assert len(tr) > 100 and len(te) > 20
+        assert tr.min() >= 0 and tr.max() + size <= train_end
+        assert te.min() >= test_start and te.max() + size <= length
+        assert np.all(np.diff(tr) >= size) and np.all(np.diff(te) >= size)  # no overlap
+    data = {play: np.frombuffer(texts[play], dtype=np.uint8) for play in task.plays}
+    for x, play_idx, offs in ((task.train_x, task.train_play, task.train_offset),
+                              (task.test_x, task.test_play, task.test_offset)):
+        for i in range(0, len(x), 97):
+            play = task.plays[play_idx[i]]
+            assert np.array_equal(x[i], data[play][offs[i]:offs[i] + size])
+    assert genre_task("genre", seed=0) is task  # cached, deterministic
+    other = genre_task("genre", seed=1)
+    assert not np.array_equal(other.train_y, task.train_y)  # seed shuffles training rows
+    assert np.array_equal(np.sort(other.train_offset), np.sort(task.train_offset))
+    assert np.array_equal(other.test_x, task.test_x)
+    with pytest.raises(DataError, match="task"):
+        genre_task("author")
+    with pytest.raises(DataError, match="gap"):
+        genre_task("genre", gap=10**6)
+
+
+def test_naive_bayes_beats_chance():
+    genre = naive_bayes_baseline(genre_task("genre"))
+    assert genre["chance"] == pytest.approx(1 / 3)
+    assert genre["test_accuracy"] > 0.5
+    play = naive_bayes_baseline(genre_task("play"))
+    assert play["test_accuracy"] > 0.2 > 5 * play["chance"]
+
+
+# -- fine-tuning ----------------------------------------------------------------------------
+def test_finetune_run_writes_and_reuses_results(tiny_run):
+    kw = dict(steps=4, lr=1e-3, batch_size=8, warmup=1, passage_bytes=64, device="cpu",
+              train_eval_max=64, test_max=200)
+    first = finetune(tiny_run, "genre", **kw)
+    assert first["cached"] is False and first["outcome"] == "completed"
+    assert 0.0 <= first["test_accuracy"] <= 1.0 and 0.0 <= first["train_accuracy"] <= 1.0
+    assert first["n_test"] == 200 < len(genre_task("genre", passage_bytes=64).test_y)
+    assert len(first["loss_curve"]) == 4 and first["checkpoint_step"] == 20
+    path = tiny_run / "finetune" / first["path"].rsplit("/", 1)[-1]
+    assert path.exists() and path.name.startswith("genre-")
+    stored = json.loads(path.read_text())
+    assert stored["test_accuracy"] == first["test_accuracy"] and "cached" not in stored
+    # A second call must read the file, not train: a planted number comes back.
+    path.write_text(json.dumps(stored | {"test_accuracy": -1.0}))
+    again = finetune(tiny_run, "genre", **kw)
+    assert again["cached"] is True and again["test_accuracy"] == -1.0
+    # Other settings (or from init) are other files.
+    other = finetune(tiny_run, "genre", **(kw | {"seed": 1}))
+    init = finetune(tiny_run, "genre", from_init=True, **kw)
+    assert len({first["path"], other["path"], init["path"]}) == 3
+    assert init["from_init"] is True and init["checkpoint_step"] is None
+    assert "init-" in init["path"]
+
+
+def test_finetune_model_is_deterministic_and_leaves_model_alone(tiny_run):
+    from normlab.train import load_trained_model
+
+    _, model = load_trained_model(tiny_run)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    task = small_task("play")
+    kw = dict(steps=3, lr=1e-3, batch_size=8, warmup=1, device="cpu", seed=3)
+    a = finetune_model(model, task, **kw)
+    b = finetune_model(model, task, **kw)
+    assert a["loss_curve"] == b["loss_curve"]
+    assert a["test_accuracy"] == b["test_accuracy"] and a["test_loss"] == b["test_loss"]
+    assert a["confusion"] == b["confusion"]
+    assert a["task"] == "play" and len(a["classes"]) == 36
+    c = finetune_model(model, task, **(kw | {"seed": 4}))
+    assert c["loss_curve"] != a["loss_curve"]
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    frozen = finetune_model(model, task, freeze=True, pooling="last", **kw)
+    assert frozen["trainable_params"] == 32 * 36 + 36
+    assert frozen["settings"]["pooling"] == "last"
+    # from a model at init (no pretraining)
+    from normlab.nn import build_model
+
+    fresh = finetune_model(build_model(model.cfg, seed=0), task, **kw)
+    assert 0.0 <= fresh["test_accuracy"] <= 1.0
+
+
+def test_finetune_bad_input(tiny_run, tmp_path):
+    with pytest.raises(FinetuneError, match="max_seq_len"):
+        finetune(tiny_run, "genre", steps=1, passage_bytes=256, device="cpu")
+    with pytest.raises(FinetuneError, match="task"):
+        finetune(tiny_run, "author", steps=1)
+    with pytest.raises(FinetuneError, match="lr"):
+        finetune(tiny_run, "genre", steps=1, lr=-1.0)
+    with pytest.raises(CheckpointError, match="no such run folder"):
+        finetune(tmp_path / "nope", "genre", steps=1)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError):
+        finetune(tmp_path / "empty", "genre", steps=1)
+
+
+def test_finetune_command(tiny_run):
+    app = typer.Typer()
+    app.command()(finetune_command)
+    runner = CliRunner()
+    r = runner.invoke(app, [str(tiny_run), "--steps", "2", "--passage-bytes", "64",
+                            "--test-max", "100", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert "fine-tuned" in r.output and "chance" in r.output
+    r = runner.invoke(app, [str(tiny_run), "--steps", "2", "--device", "cpu"])
+    assert r.exit_code == 2 and "max_seq_len" in r.output
+    r = runner.invoke(app, [str(tiny_run), "--task", "author", "--device", "cpu"])
+    assert r.exit_code == 2 and "task" in r.output
