@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -17,18 +16,9 @@ from pathlib import Path
 import torch
 
 from normlab.config import load_run_config
+from normlab.machine import cpu_model
 from normlab.train import train_run
 from normlab.train.logging import read_metrics
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def config(precision: str, args):

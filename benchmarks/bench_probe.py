@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from normlab.machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
@@ -150,16 +152,6 @@ def measure_time(shapes: dict, threads: int, rounds: int) -> dict:
             "params": sum(p.numel() for p in model.parameters())}
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def write_markdown(result: dict, path: Path) -> None:
     s, t, m = result["shapes"], result["time"], result["memory"]
     lines = [
@@ -216,7 +208,7 @@ def main() -> None:
     m = measure_memory(shapes, args.threads, args.mem_repeats)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{cpu_name()}, {os.cpu_count()} CPUs, {platform.system()} "
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, {platform.system()} "
                    f"{platform.release()}",
         "python": platform.python_version(), "torch": torch.__version__,
         "threads": args.threads, "shapes": shapes, "rounds": args.rounds,

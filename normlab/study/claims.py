@@ -316,6 +316,15 @@ def c11(ctx: StudyContext) -> ClaimResult:
         "val loss(no final norm) - val loss(final norm)", {"val_loss": bars}, _rel(ctx, fig))
 
 
+def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]
+                      ) -> dict[str, Any]:
+    """Per-block curves of the trained probes averaged over seeds, shaped for plot_per_block."""
+    return {p: {str(ctx.profile.train_blocks): {
+        m: [sum(c) / len(c) for c in zip(*[s["per_block"][m] for s in tp[p]["seeds"]],
+                                         strict=True)] for m in metrics}}
+        for p in ("pre", "post")}
+
+
 def _late_mean(values: list[float]) -> float:
     half = values[len(values) // 2:]
     return sum(half) / len(half)
@@ -330,10 +339,7 @@ def c3(ctx: StudyContext) -> ClaimResult:
             for p in ("pre", "post")}
     values = [math.log(b / a) for a, b in zip(kl["pre"], kl["post"], strict=True)
               if a > 0 and b > 0]
-    curves = {p: {str(ctx.profile.train_blocks): {
-        m: [sum(c) / len(c) for c in zip(*[s["per_block"][m] for s in tp[p]["seeds"]],
-                                         strict=True)] for m in ("merge_kl", "drop_dloss")}}
-        for p in ("pre", "post")}
+    curves = _seed_mean_curves(ctx, tp, ("merge_kl", "drop_dloss"))
     figs = _rel(ctx, plot_per_block(curves, "merge_kl", ctx.fig_dir / "c3_merge.png"))
     figs += _rel(ctx, plot_per_block(curves, "drop_dloss", ctx.fig_dir / "c3_drop.png"))
     return _claim(
@@ -362,10 +368,7 @@ def c13(ctx: StudyContext) -> ClaimResult:
 
     seeds = range(min(len(tp["pre"]["seeds"]), len(tp["post"]["seeds"])))
     gaps = {p: [gap(tp[p]["seeds"][s]) for s in seeds] for p in ("pre", "post")}
-    curves = {p: {str(ctx.profile.train_blocks): {
-        m: [sum(c) / len(c) for c in zip(*[s["per_block"][m] for s in tp[p]["seeds"]],
-                                         strict=True)] for m in ("lens_raw", "lens_normed")}}
-        for p in ("pre", "post")}
+    curves = _seed_mean_curves(ctx, tp, ("lens_raw", "lens_normed"))
     figs = _rel(ctx, plot_per_block(curves, "lens_raw", ctx.fig_dir / "c13_lens_raw.png"))
     figs += _rel(ctx, plot_per_block(curves, "lens_normed", ctx.fig_dir / "c13_lens_normed.png"))
     return _claim(

@@ -18,6 +18,7 @@ import torch
 
 import normlab
 from normlab.config import ConfigError
+from normlab.machine import cpu_model
 from normlab.study.claims import CLAIMS
 from normlab.study.experiments import StudyContext
 from normlab.study.profiles import PROFILES
@@ -80,12 +81,4 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads, {platform.system()}"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads, {platform.system()}"

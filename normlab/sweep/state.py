@@ -13,7 +13,6 @@ a SIGKILL the word stays; the lock tells a live run from a dead one: `running` w
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import normlab
 from normlab.sweep.spec import SweepPlan
-from normlab.train.logging import write_json_atomic
+from normlab.train.logging import read_json, write_json_atomic
 from normlab.train.trainer import FINISHED, read_summary
 
 try:
@@ -51,13 +50,7 @@ def write_sweep_file(root: Path, plan: SweepPlan) -> Path:
 
 
 def read_sweep_file(root: Path) -> dict[str, Any] | None:
-    path = Path(root) / SWEEP_FILE
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    return read_json(Path(root) / SWEEP_FILE)
 
 
 def _jsonable(v: Any) -> Any:

@@ -18,6 +18,16 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def read_json(path: Path) -> Any | None:
+    """A JSON file's content, or None when it is missing or cut short (e.g. by a crash)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
 def _jsonable(x: Any) -> Any:
     if hasattr(x, "item"):
         return x.item()

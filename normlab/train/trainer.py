@@ -32,7 +32,7 @@ from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.train.checkpoint import load_checkpoint, save_checkpoint
 from normlab.train.divergence import SpikeDetector, nonfinite_reason
-from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
 from normlab.train.schedules import lr_at
 
 FINISHED = ("completed", "diverged")
@@ -77,15 +77,7 @@ def read_run_config(run_dir: Path) -> RunConfig:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    import json
-
-    path = run_dir / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    return read_json(run_dir / "summary.json")
 
 
 class _StopFlag:
