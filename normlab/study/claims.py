@@ -62,7 +62,7 @@ def _rel(ctx: StudyContext, path) -> list[str]:
 def _init_block_figure(ctx: StudyContext, metric: str, placements: Sequence[str], name: str
                        ) -> list[str]:
     sweep = ctx.init_sweep()
-    curves = {p: sweep[p]["per_block_mean"] for p in placements}
+    curves = {p: sweep[p]["per_block_mean"][p] for p in placements}
     deepest = str(max(ctx.profile.init_depths))
     curves = {p: {deepest: c[deepest]} for p, c in curves.items() if deepest in c}
     return _rel(ctx, plot_per_block(curves, metric, ctx.fig_dir / name))
