@@ -77,40 +77,32 @@ def drop_hooks(t: int) -> tuple[dict[str, object], dict[str, object]]:
 @torch.no_grad()
 def merge_test(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
     """Merge test for every consecutive pair of blocks, averaged over batches."""
-    L = len(model.blocks)
-    dloss, kl = [], []
-    with eval_mode(model):
-        for idx, targets in batches:
-            base, base_loss = _outputs(model, idx, targets)
-            row_l, row_k = [], []
-            for t in range(L - 1):
-                with hooked(model, merge_hooks(t)):
-                    logits, loss = _outputs(model, idx, targets)
-                row_l.append(loss - base_loss)
-                row_k.append(kl_divergence(base, logits))
-            dloss.append(row_l)
-            kl.append(row_k)
-    return _rows("merge", dloss, kl)
+    pairs = range(len(model.blocks) - 1)
+    return _scan(model, batches, "merge", [(merge_hooks(t), None) for t in pairs])
 
 
 @torch.no_grad()
 def layer_drop(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
     """Loss increase and KL(original || dropped) when each block is skipped, over batches."""
-    L = len(model.blocks)
+    return _scan(model, batches, "drop", [drop_hooks(t) for t in range(len(model.blocks))])
+
+
+def _scan(model: nn.Module, batches: Sequence[Batch], prefix: str,
+          interventions: list[tuple[dict, dict | None]]) -> dict[str, object]:
+    """Loss change and KL(original || intervened) of each (forward hooks, pre-hooks) pair."""
     dloss, kl = [], []
     with eval_mode(model):
         for idx, targets in batches:
             base, base_loss = _outputs(model, idx, targets)
             row_l, row_k = [], []
-            for t in range(L):
-                fwd, pre = drop_hooks(t)
+            for fwd, pre in interventions:
                 with hooked(model, fwd, pre):
                     logits, loss = _outputs(model, idx, targets)
                 row_l.append(loss - base_loss)
                 row_k.append(kl_divergence(base, logits))
             dloss.append(row_l)
             kl.append(row_k)
-    return _rows("drop", dloss, kl)
+    return _rows(prefix, dloss, kl)
 
 
 def _rows(prefix: str, dloss: list[list[float]], kl: list[list[float]]) -> dict[str, object]:
