@@ -50,13 +50,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.machine import cpu_model
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from normlab.config import ModelConfig  # noqa: E402
+from normlab.machine import cpu_model  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bench_step.json"
