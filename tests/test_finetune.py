@@ -28,22 +28,12 @@ from normlab.finetune import FinetuneError, finetune, finetune_command, finetune
 from normlab.train.checkpoint import CheckpointError
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The test machine is shared; one thread is much faster under contention and deterministic.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A tiny pretrained decoder run folder: 2 blocks, d 32, 20 steps."""
     from normlab.config import load_run_config
     from normlab.train import train_run
 
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("runs")
     cfg = load_run_config(None, [
         "model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=64",

@@ -39,13 +39,6 @@ BLOCK_PLACEMENTS = ("post", "pre", "sandwich", "deepnorm", "admin", "b2t", "lns"
 
 # --- building ---
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The models are tiny: thread start-up would dominate (10x slower on small CPUs)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def make_cfg(**kw):

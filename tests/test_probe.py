@@ -38,15 +38,6 @@ from normlab.probe.interventions import drop_hooks, merge_hooks  # noqa: E402
 from normlab.probe.suite import PROBES  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The models are tiny: thread start-up would dominate."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def batches():
     return text_batches(n_batches=2, batch_size=4, seq_len=32)

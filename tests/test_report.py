@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 import typer
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -110,17 +109,12 @@ def runs_dir(tmp_path_factory) -> Path:
     """Two real tiny runs (pre and post), and a sweep.json naming them (a sweep root)."""
     d = tmp_path_factory.mktemp("runs")
     entries = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small only loses from threads on a busy machine
-    try:
-        for placement in ("pre", "post"):
-            cfg = load_run_config(None, [*TINY, f"model.placement={placement}"])
-            summary = train_run(cfg, d, progress=False)
-            assert summary["outcome"] == "completed", summary
-            entries.append({"run_id": cfg.run_id(), "point": {"model.placement": placement},
-                            "config": cfg.to_dict()})
-    finally:
-        torch.set_num_threads(threads)
+    for placement in ("pre", "post"):
+        cfg = load_run_config(None, [*TINY, f"model.placement={placement}"])
+        summary = train_run(cfg, d, progress=False)
+        assert summary["outcome"] == "completed", summary
+        entries.append({"run_id": cfg.run_id(), "point": {"model.placement": placement},
+                        "config": cfg.to_dict()})
     (d / "sweep.json").write_text(json.dumps({"name": "tiny", "axes": ["model.placement"],
                                               "runs": entries}))
     return d
