@@ -43,16 +43,18 @@ def _clean(value: Any) -> Any:
 
 class MetricsLog:
     """One JSON object per logged step; on resume, lines past the checkpoint step are dropped so
-    the file continues exactly as an uninterrupted run's would."""
+    the file continues exactly as an uninterrupted run's would. A disabled log (a rank other than
+    0 of a multi-process run) writes nothing."""
 
-    def __init__(self, path: Path, tb_dir: Path | None = None) -> None:
+    def __init__(self, path: Path, tb_dir: Path | None = None, enabled: bool = True) -> None:
         self.path = path
+        self.enabled = enabled
         self._file = None
         self._tb = None
         self._tb_dir = tb_dir
 
     def truncate_after(self, step: int) -> None:
-        if not self.path.exists():
+        if not self.enabled or not self.path.exists():
             return
         kept = []
         for line in self.path.read_text().splitlines():
@@ -66,6 +68,8 @@ class MetricsLog:
         os.replace(tmp, self.path)  # a kill while rewriting must not lose checkpointed lines
 
     def write(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         if self._file is None:
             self._file = self.path.open("a")
         self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")

@@ -30,6 +30,7 @@ from normlab.config import ConfigError, RunConfig, parse_config
 from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
+from normlab.train import distributed
 from normlab.train.checkpoint import load_checkpoint, save_checkpoint
 from normlab.train.divergence import SpikeDetector, nonfinite_reason
 from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
@@ -114,12 +115,16 @@ def train_run(
     A finished run (completed or diverged) is not trained again. `resume="auto"` continues from a
     checkpoint when one exists; `"require"` insists on one; `"never"` refuses an existing folder.
     `interrupt_at` stops after that many steps as a signal would (for tests and demos).
+    Inside a process group, every rank calls this and trains its shard of each batch (see
+    `normlab.train.distributed`); rank 0 alone writes the run folder.
     """
     tc = cfg.train
     # Everything that can be rejected is checked before anything is written.
     data = load_text_data(cfg.data.source, val_fraction=cfg.data.val_fraction,
                           seed=cfg.data.split_seed)
-    device = resolve_device(tc.device)
+    dist = distributed.current()
+    device = dist.train_device(resolve_device(tc.device))
+    distributed.check_divisible(tc.batch_size, dist.world_size)
     run_id = cfg.run_id()
     run_dir = Path(root) / run_id
     ckpt_dir = run_dir / "checkpoint"
@@ -142,21 +147,25 @@ def train_run(
     optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr,
                                   betas=(tc.beta1, tc.beta2), eps=tc.eps)
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
+    net = dist.wrap(model)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if not (run_dir / "config.yaml").exists():
+    dist.barrier()  # every rank has read the folder's state before rank 0 writes to it
+    if dist.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    if dist.main and not (run_dir / "config.yaml").exists():
         meta = {"run_id": run_id, "normlab": normlab.__version__, "torch": str(torch.__version__),
                 "device": str(device), "dtype": "bfloat16-autocast" if tc.precision == "bf16"
                 else "float32", "init": model.plan.init, "final_norm": model.plan.final_norm,
                 "constants": model.plan.constants, "params": model.num_params(),
-                "train_works": data.train_works, "val_works": data.val_works}
+                "train_works": data.train_works, "val_works": data.val_works,
+                "world_size": dist.world_size}
         text = cfg.to_yaml() + yaml.safe_dump({"meta": meta}, sort_keys=False)
         tmp = run_dir / "config.yaml.tmp"
         tmp.write_text(text)
         tmp.replace(run_dir / "config.yaml")
 
     start, best_val = 0, float("inf")
-    metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
+    metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
     if resume != "never" and (ckpt_dir / "trainer_state.json").exists():
         state = load_checkpoint(ckpt_dir, model, optimizer, expected_config_hash=run_id)
         start, best_val = state["step"], state["best_val_loss"]
@@ -166,33 +175,40 @@ def train_run(
         metrics.truncate_after(0)  # an earlier attempt died before its first checkpoint
 
     def checkpoint(step: int) -> None:
-        save_checkpoint(ckpt_dir, model, optimizer, {
-            "step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
-            "config_hash": run_id})
+        if dist.main:
+            save_checkpoint(ckpt_dir, model, optimizer, {
+                "step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
+                "config_hash": run_id})
 
     def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
         summary = {"run_id": run_id, "outcome": outcome, "step": step, "reason": reason,
-                   "steps_planned": tc.steps,
+                   "steps_planned": tc.steps, "world_size": dist.world_size,
                    "best_val_loss": best_val if best_val < float("inf") else None,
                    **final, **extra}
-        write_json_atomic(run_dir / "summary.json", summary)
+        if dist.main:
+            write_json_atomic(run_dir / "summary.json", summary)
         return summary
 
     final: dict[str, Any] = {}
-    bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress)
+    bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
     autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if tc.precision == "bf16"
                 else contextlib.nullcontext())
-    write_json_atomic(run_dir / "summary.json", {"run_id": run_id, "outcome": "running",
-                                                 "step": start, "steps_planned": tc.steps})
+    if dist.main:
+        write_json_atomic(run_dir / "summary.json", {
+            "run_id": run_id, "outcome": "running", "step": start, "steps_planned": tc.steps,
+            "world_size": dist.world_size})
     t_run = time.perf_counter()
     try:
         with _StopFlag() as stop:
             step = start
             while step < tc.steps:
-                if stop.signal is not None or (interrupt_at is not None and step >= interrupt_at):
+                # 2: a signal on some rank, 1: interrupt_at; the max over ranks stops all alike
+                stop_code = dist.max(2 if stop.signal is not None else int(
+                    interrupt_at is not None and step >= interrupt_at))
+                if stop_code:
                     checkpoint(step)
-                    return finish("interrupted", step, reason="signal" if stop.signal else
+                    return finish("interrupted", step, reason="signal" if stop_code == 2 else
                                   "requested")
                 t0 = time.perf_counter()
                 lr = lr_at(step, tc)
@@ -203,15 +219,18 @@ def train_run(
                 cap_ctx = (capture(model, "blocks.*.mlp.stream_out") if stats_now
                            else contextlib.nullcontext())
                 for micro in range(tc.grad_accum):
-                    x, y = sampler.batch(step * tc.grad_accum + micro)
+                    x, y = dist.shard(*sampler.batch(step * tc.grad_accum + micro))
                     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                    with cap_ctx if micro == 0 else contextlib.nullcontext() as cap, autocast:
-                        loss = model(x, y).loss
-                    (loss / tc.grad_accum).backward()
+                    with dist.sync_context(net, sync=micro == tc.grad_accum - 1):
+                        with cap_ctx if micro == 0 else contextlib.nullcontext() as cap, autocast:
+                            loss = net(x, y).loss
+                        (loss / tc.grad_accum).backward()
                     loss_sum += loss.detach()
                     if micro == 0:
                         captured = cap
-                train_loss = loss_sum.item() / tc.grad_accum
+                # DDP averaged the gradients, so the norm, clipping and divergence checks below
+                # see the same values on every rank; the loss is averaged here to match.
+                train_loss = dist.mean(loss_sum).item() / tc.grad_accum
                 params = [p for p in model.parameters() if p.grad is not None]
                 total_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
                 grad_norm = total_norm.item()
@@ -226,7 +245,7 @@ def train_run(
                     final.update(train_loss=train_loss)
                     return finish("diverged", step, reason=reason)
                 if stats_now:  # before the step: gradients as computed, before clipping
-                    record.update(block_stats(model, captured))
+                    record.update(block_stats(model, captured, dist))
                 if tc.grad_clip is not None:
                     torch.nn.utils.clip_grads_with_norm_(params, tc.grad_clip, total_norm)
                 optimizer.step()
@@ -234,7 +253,7 @@ def train_run(
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
                 if (tc.eval_every and step % tc.eval_every == 0) or last:
-                    record["val_loss"] = evaluate(model, val, autocast)
+                    record["val_loss"] = evaluate(model, val, autocast, dist)
                     best_val = min(best_val, record["val_loss"])
                     final["val_loss"] = record["val_loss"]
                 final["train_loss"] = train_loss
@@ -258,21 +277,26 @@ def train_run(
 
 
 @torch.no_grad()
-def evaluate(model: NormTransformer, batches, autocast) -> float:
+def evaluate(model: NormTransformer, batches, autocast,
+             dist: distributed.Dist = distributed.SINGLE) -> float:
+    """Mean validation loss; in a process group each rank evaluates its shard of every batch and
+    the result is the mean over ranks, the same number on all of them."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     total = 0.0
-    for x, y in batches:
+    for batch in batches:
+        x, y = dist.shard(*batch)
         with autocast:
             total += model(x.to(device), y.to(device)).loss.item()
     model.train(was_training)
-    return total / len(batches)
+    return dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
 
 
-def block_stats(model: NormTransformer, cap) -> dict[str, float]:
+def block_stats(model: NormTransformer, cap,
+                dist: distributed.Dist = distributed.SINGLE) -> dict[str, float]:
     """Per block: gradient norm of the attention and MLP parameters, stream norm after the block
-    (mean over tokens of the per-token L2 norm)."""
+    (mean over tokens of the per-token L2 norm; over all ranks' tokens in a process group)."""
     out = {}
     for i, block in enumerate(model.blocks):
         for part in ("attn", "mlp"):
@@ -281,7 +305,7 @@ def block_stats(model: NormTransformer, cap) -> dict[str, float]:
                 out[f"blocks.{i}.{part}.grad_norm"] = torch.nn.utils.get_total_norm(grads).item()
         act = cap.activations.get(f"blocks.{i}.mlp.stream_out") if cap is not None else None
         if act is not None:
-            out[f"blocks.{i}.stream_norm"] = act.float().norm(dim=-1).mean().item()
+            out[f"blocks.{i}.stream_norm"] = dist.mean(act.float().norm(dim=-1).mean()).item()
     return out
 
 
