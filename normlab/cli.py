@@ -150,11 +150,29 @@ def train(
     root: Annotated[Path, typer.Option(help="folder that holds the run folders")] = Path("runs"),
     resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
+    nproc: Annotated[int, typer.Option(
+        min=1, help="train on N local processes with DistributedDataParallel; "
+                    "train.batch_size is the global batch and must be divisible by N")] = 1,
+    threads: Annotated[int | None, typer.Option(
+        min=1, help="torch CPU threads per process [default: CPUs / processes when N > 1]")
+    ] = None,
 ) -> None:
-    """Train one run; its folder under ROOT is named by a hash of the resolved config."""
-    from normlab.data import DataError
-    from normlab.train import CheckpointError, RunFolderError, read_run_config, train_run
+    """Train one run; its folder under ROOT is named by a hash of the resolved config. Under
+    torchrun (or with --nproc) the processes train the one run together."""
+    import torch
 
+    from normlab.data import DataError
+    from normlab.sweep.executors import default_threads
+    from normlab.train import (
+        CheckpointError,
+        RunFolderError,
+        distributed,
+        read_run_config,
+        train_run,
+    )
+    from normlab.train.trainer import resolve_device
+
+    world = distributed.env_world_size()
     try:
         if resume is not None:
             if config is not None or set_:
@@ -167,10 +185,24 @@ def train(
             from normlab.config import load_run_config
 
             cfg = load_run_config(config, set_)
-        summary = train_run(cfg, root, resume="require" if resume else "auto",
-                            progress=not quiet)
+        if nproc > 1:
+            if world > 1:
+                fail("--nproc starts its own processes; under torchrun leave it out")
+            distributed.check_divisible(cfg.train.batch_size, nproc)
+            raise typer.Exit(distributed.launch(_rank_args(
+                config, set_, root, resume, quiet, threads), nproc))
+        if threads is not None or world > 1:
+            torch.set_num_threads(threads or default_threads(world))
+        with distributed.process_group(resolve_device(cfg.train.device)) as dist:
+            summary = train_run(cfg, root, resume="require" if resume else "auto",
+                                progress=not quiet)
     except (ConfigError, DataError, RunFolderError, CheckpointError) as e:
         fail(str(e))
+    if not dist.main:  # rank 0 reports; the others only say why they failed
+        if summary["outcome"] == "failed":
+            err_console.print(f"rank {dist.rank}: {summary.get('message', '')}",
+                              highlight=False, markup=False)
+        raise typer.Exit(_train_exit_code(summary["outcome"]))
     outcome = summary["outcome"]
     line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
     if summary.get("reason"):
@@ -182,9 +214,25 @@ def train(
     console.print(f"run folder: {Path(root) / summary['run_id']}", highlight=False)
     if outcome == "failed":
         err_console.print(summary.get("message", ""), highlight=False, markup=False)
-        raise typer.Exit(1)
-    if outcome == "interrupted":
-        raise typer.Exit(130)
+    raise typer.Exit(_train_exit_code(outcome))
+
+
+def _train_exit_code(outcome: str) -> int:
+    return {"failed": 1, "interrupted": 130}.get(outcome, 0)
+
+
+def _rank_args(config: Path | None, sets: list[str] | None, root: Path, resume: Path | None,
+               quiet: bool, threads: int | None) -> list[str]:
+    """The `normlab train` arguments each rank started by --nproc runs with (all but --nproc)."""
+    args = ["train", *([str(config)] if config is not None else []),
+            *(f"--set={s}" for s in sets or []), f"--root={root}"]
+    if resume is not None:
+        args.append(f"--resume={resume}")
+    if quiet:
+        args.append("--quiet")
+    if threads is not None:
+        args.append(f"--threads={threads}")
+    return args
 
 
 @app.command()

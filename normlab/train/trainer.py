@@ -187,6 +187,8 @@ def train_run(
                    **final, **extra}
         if dist.main:
             write_json_atomic(run_dir / "summary.json", summary)
+        if outcome != "failed":  # ranks in step: none returns before the folder is complete
+            dist.barrier()  # (after a failure the others may be inside another collective)
         return summary
 
     final: dict[str, Any] = {}
