@@ -81,6 +81,55 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return read_json(run_dir / "summary.json")
 
 
+def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, Any] | None:
+    """What `run_dir` allows before anything is written: the summary of a finished run (nothing
+    to train), None to train or resume; `RunFolderError` when it holds another run, exists with
+    `resume="never"`, or has no checkpoint with `resume="require"`."""
+    if (run_dir / "config.yaml").exists():
+        on_disk = read_run_config(run_dir)
+        if on_disk.run_id() != cfg.run_id():
+            raise RunFolderError(f"{run_dir}: holds run {on_disk.run_id()}, not {cfg.run_id()}")
+        summary = read_summary(run_dir)
+        if summary and summary.get("outcome") in FINISHED:
+            return summary
+        if resume == "never":
+            raise RunFolderError(f"{run_dir}: exists; resume it with `normlab train --resume "
+                                 f"{run_dir}` or delete it")
+    if resume == "require" and not (run_dir / "checkpoint" / "trainer_state.json").exists():
+        raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
+    return None
+
+
+def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device
+             ) -> dict[str, Any]:
+    """The `meta` section of a run's config.yaml: versions, device, dtype, resolved plan."""
+    return {"run_id": cfg.run_id(), "normlab": normlab.__version__,
+            "torch": str(torch.__version__), "device": str(device),
+            "dtype": "bfloat16-autocast" if cfg.train.precision == "bf16" else "float32",
+            "init": model.plan.init, "final_norm": model.plan.final_norm,
+            "constants": model.plan.constants, "params": model.num_params(),
+            "train_works": data.train_works, "val_works": data.val_works}
+
+
+def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> None:
+    """config.yaml (the resolved config plus `meta`), written once, atomically."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / "config.yaml").exists():
+        return
+    tmp = run_dir / "config.yaml.tmp"
+    tmp.write_text(cfg.to_yaml() + yaml.safe_dump({"meta": meta}, sort_keys=False))
+    tmp.replace(run_dir / "config.yaml")
+
+
+def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
+                final: dict[str, Any], reason: str | None = None, **extra: Any
+                ) -> dict[str, Any]:
+    """The content of summary.json when a run stops (see the module docstring)."""
+    return {"run_id": cfg.run_id(), "outcome": outcome, "step": step, "reason": reason,
+            "steps_planned": cfg.train.steps,
+            "best_val_loss": best_val if best_val < float("inf") else None, **final, **extra}
+
+
 class _StopFlag:
     """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
 
@@ -128,18 +177,9 @@ def train_run(
     run_id = cfg.run_id()
     run_dir = Path(root) / run_id
     ckpt_dir = run_dir / "checkpoint"
-    if (run_dir / "config.yaml").exists():
-        on_disk = read_run_config(run_dir)
-        if on_disk.run_id() != run_id:
-            raise RunFolderError(f"{run_dir}: holds run {on_disk.run_id()}, not {run_id}")
-        summary = read_summary(run_dir)
-        if summary and summary.get("outcome") in FINISHED:
-            return summary
-        if resume == "never":
-            raise RunFolderError(f"{run_dir}: exists; resume it with `normlab train --resume "
-                                 f"{run_dir}` or delete it")
-    if resume == "require" and not (ckpt_dir / "trainer_state.json").exists():
-        raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
+    finished = check_run_folder(cfg, run_dir, resume)
+    if finished is not None:
+        return finished
 
     sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = eval_batches(data.val, tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
@@ -153,18 +193,8 @@ def train_run(
 
     dist.barrier()  # every rank has read the folder's state before rank 0 writes to it
     if dist.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    if dist.main and not (run_dir / "config.yaml").exists():
-        meta = {"run_id": run_id, "normlab": normlab.__version__, "torch": str(torch.__version__),
-                "device": str(device), "dtype": "bfloat16-autocast" if tc.precision == "bf16"
-                else "float32", "init": model.plan.init, "final_norm": model.plan.final_norm,
-                "constants": model.plan.constants, "params": model.num_params(),
-                "train_works": data.train_works, "val_works": data.val_works,
-                "world_size": dist.world_size}
-        text = cfg.to_yaml() + yaml.safe_dump({"meta": meta}, sort_keys=False)
-        tmp = run_dir / "config.yaml.tmp"
-        tmp.write_text(text)
-        tmp.replace(run_dir / "config.yaml")
+        write_run_config(run_dir, cfg, run_meta(cfg, model, data, device)
+                         | {"world_size": dist.world_size})
 
     start, best_val = 0, float("inf")
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
@@ -183,10 +213,8 @@ def train_run(
                 "config_hash": run_id})
 
     def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
-        summary = {"run_id": run_id, "outcome": outcome, "step": step, "reason": reason,
-                   "steps_planned": tc.steps, "world_size": dist.world_size,
-                   "best_val_loss": best_val if best_val < float("inf") else None,
-                   **final, **extra}
+        summary = run_summary(cfg, outcome, step, best_val, final, reason,
+                              world_size=dist.world_size, **extra)
         if dist.main:
             write_json_atomic(run_dir / "summary.json", summary)
         if outcome != "failed":  # ranks in step: none returns before the folder is complete
