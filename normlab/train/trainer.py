@@ -121,6 +121,23 @@ def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> Non
     tmp.replace(run_dir / "config.yaml")
 
 
+def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
+                       optimizer: torch.optim.Optimizer, spike: SpikeDetector,
+                       metrics: MetricsLog, resume: str = "auto") -> tuple[int, float]:
+    """Continue from the run's checkpoint when there is one (and `resume` is not "never"):
+    restores model, optimizer and spike detector in place and cuts metrics.jsonl back to the
+    checkpoint's step. Returns (step, best validation loss); (0, inf) for a fresh start."""
+    ckpt_dir = run_dir / "checkpoint"
+    if resume != "never" and (ckpt_dir / "trainer_state.json").exists():
+        state = load_checkpoint(ckpt_dir, model, optimizer, expected_config_hash=cfg.run_id())
+        spike.load_state_dict(state["spike"])
+        metrics.truncate_after(state["step"])
+        return state["step"], state["best_val_loss"]
+    if (run_dir / "metrics.jsonl").exists():
+        metrics.truncate_after(0)  # an earlier attempt died before its first checkpoint
+    return 0, float("inf")
+
+
 def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
                 final: dict[str, Any], reason: str | None = None, **extra: Any
                 ) -> dict[str, Any]:
@@ -196,15 +213,8 @@ def train_run(
         write_run_config(run_dir, cfg, run_meta(cfg, model, data, device)
                          | {"world_size": dist.world_size})
 
-    start, best_val = 0, float("inf")
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
-    if resume != "never" and (ckpt_dir / "trainer_state.json").exists():
-        state = load_checkpoint(ckpt_dir, model, optimizer, expected_config_hash=run_id)
-        start, best_val = state["step"], state["best_val_loss"]
-        spike.load_state_dict(state["spike"])
-        metrics.truncate_after(start)
-    elif (run_dir / "metrics.jsonl").exists():
-        metrics.truncate_after(0)  # an earlier attempt died before its first checkpoint
+    start, best_val = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume)
 
     def checkpoint(step: int) -> None:
         if dist.main:
