@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from normlab.config import ModelConfig  # noqa: E402
+from normlab.config import PLACEMENTS, ModelConfig  # noqa: E402
 from normlab.machine import cpu_model  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
 
@@ -72,6 +72,10 @@ EXTRA_RATIOS = {
     "normlab-pre-nobias / xt-pre-nobias": ("normlab-pre-nobias", "xt-pre-nobias"),
     "xt-post / xt-pre": ("xt-post", "xt-pre"),
 }
+
+
+# step time within 10% of pre's: tokens/s at least 1/1.1 of pre's
+PLACEMENT_TARGET = round(1 / 1.1, 3)
 
 
 # --- contenders -------------------------------------------------------------------------------
@@ -138,6 +142,22 @@ def xt_contender(name: str, shapes: dict, *, flash: bool, **decoder_kwargs) -> C
     desc = (f"TransformerWrapper(tie_embedding=True, Decoder(dim, depth, heads, "
             f"attn_flash={flash}{kw}))")
     return Contender(name, "x-transformers", desc, model, loss_fn)
+
+
+def peer_contenders(shapes: dict, flash: bool, matched: bool) -> list[Contender]:
+    """normlab pre/post and x-transformers pre/post, plus the bias-free pair when `matched`."""
+    contenders = [
+        normlab_contender("normlab-pre", "pre", shapes),
+        normlab_contender("normlab-post", "post", shapes),
+        xt_contender("xt-pre", shapes, flash=flash),
+        xt_contender("xt-post", shapes, flash=flash, pre_norm=False),
+    ]
+    if matched:
+        contenders += [
+            normlab_contender("normlab-pre-nobias", "pre", shapes, bias=False, norm_bias=False),
+            xt_contender("xt-pre-nobias", shapes, flash=flash, ff_no_bias=True),
+        ]
+    return contenders
 
 
 def check_peer_flash(shapes: dict) -> dict:
@@ -437,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
                    "for a quiet machine before accepting noisy blocks (default 3600)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads (default: leave torch's default)")
+    p.add_argument("--placements", action="store_true", help="every normlab placement against "
+                   "normlab-pre instead of the peer comparison (target: step time within 10%%)")
     args = p.parse_args(argv)
 
     shapes = dict(QUICK_SHAPES if args.quick else FULL_SHAPES)
@@ -444,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (2 if args.quick else 10)
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    if args.placements and args.out is None:
+        out = out.with_name(out.name.replace("bench_step", "bench_step.placements"))
     max_foreign = args.max_foreign
     if max_foreign is None:
         max_foreign = math.inf if args.quick else 0.05
@@ -451,23 +475,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    flash = check_peer_flash(shapes)
+    targets, extra_ratios = TARGETS, EXTRA_RATIOS
+    if args.placements:
+        flash = {"works": False, "error": "not compared (--placements)"}
+        contenders = [normlab_contender(f"normlab-{name}", name, shapes)
+                      for name in PLACEMENTS if name != "custom"]
+        targets = {f"normlab-{name} / normlab-pre": (f"normlab-{name}", "normlab-pre",
+                                                     PLACEMENT_TARGET)
+                   for name in PLACEMENTS if name not in ("custom", "pre")}
+        extra_ratios = {}
+    else:
+        flash = check_peer_flash(shapes)
+        if not flash["works"]:
+            print(f"x-transformers attn_flash=True failed ({flash['error']}); peer uses its "
+                  "default attention path", file=sys.stderr)
+        contenders = peer_contenders(shapes, flash["works"], matched=not args.no_matched)
     use_flash = flash["works"]
-    if not use_flash:
-        print(f"x-transformers attn_flash=True failed ({flash['error']}); peer uses its default "
-              "attention path", file=sys.stderr)
-
-    contenders = [
-        normlab_contender("normlab-pre", "pre", shapes),
-        normlab_contender("normlab-post", "post", shapes),
-        xt_contender("xt-pre", shapes, flash=use_flash),
-        xt_contender("xt-post", shapes, flash=use_flash, pre_norm=False),
-    ]
-    if not args.no_matched:
-        contenders += [
-            normlab_contender("normlab-pre-nobias", "pre", shapes, bias=False, norm_bias=False),
-            xt_contender("xt-pre-nobias", shapes, flash=use_flash, ff_no_bias=True),
-        ]
     for c in contenders:
         c.model.train()
         c.opt = make_optimizer(c.model, args.optim, args.lr)
@@ -494,12 +517,12 @@ def main(argv: list[str] | None = None) -> int:
 
     by_name = {c.name: c for c in contenders}
     ratios: dict[str, dict] = {}
-    for label, (num, den, target) in TARGETS.items():
+    for label, (num, den, target) in targets.items():
         r = ratio(by_name, num, den)
         if r is not None:
             ratios[label] = {**r, "target": target, "met": r["value"] >= target,
                              "met_paired": r["paired_median"] >= target}
-    for label, (num, den) in EXTRA_RATIOS.items():
+    for label, (num, den) in extra_ratios.items():
         r = ratio(by_name, num, den)
         if r is not None:
             ratios[label] = r

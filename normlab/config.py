@@ -332,14 +332,22 @@ class TrainConfig(_Frozen):
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: autocast matrix work to bfloat16, fp32 master weights")
     seed: int = Field(0, ge=0)
+    compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each block in the backward pass: memory of one block's "
+        "activations instead of all, for about one extra forward")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
         if self.schedule == "inv_sqrt" and self.warmup == 0:
             raise ValueError("warmup: inv_sqrt (lr * sqrt(warmup/step)) needs warmup >= 1")
         return self
+
+
+EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
 
 
 class RunConfig(_Frozen):
@@ -365,9 +373,15 @@ class RunConfig(_Frozen):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     def run_id(self) -> str:
-        """Readable prefix plus a hash of the resolved config: same config, same folder."""
-        digest = hashlib.sha256(
-            json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        """Readable prefix plus a hash of the resolved config: same config, same folder.
+
+        The execution options (`EXECUTION_OPTIONS`) change how a run is computed, not what, so
+        they are left out: a run started with them can be resumed without, and the other way.
+        """
+        data = self.to_dict()
+        for key in EXECUTION_OPTIONS:
+            data["train"].pop(key, None)
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
         m = self.model
         return f"{m.placement}-L{m.n_blocks}-d{m.d_model}-{digest}"
 

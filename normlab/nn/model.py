@@ -7,6 +7,7 @@ pools the final stream into a sequence-classification head.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import NamedTuple
@@ -14,6 +15,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from normlab.config import ModelConfig
 from normlab.nn.block import Block
@@ -72,13 +74,17 @@ class NormTransformer(nn.Module):
 
     # ------------------------------------------------------------------------------------------
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
+        T = idx.shape[-1]
         if self.cfg.max_seq_len < T:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
         x = self.tok_emb(idx)
         if self.pos_emb is not None:
-            x = x + self.pos_emb.weight[:T]
+            x = x + self._positions(T)
         return self.embed_norm(self.drop(x))
+
+    def _positions(self, length: int) -> torch.Tensor:
+        """Learned position embeddings of the first `length` positions, to add to the tokens'."""
+        return self.pos_emb.weight[:length]
 
     def stream(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
                ) -> torch.Tensor:
@@ -93,8 +99,9 @@ class NormTransformer(nn.Module):
         x = self.embed(idx)
         if self.plan.dual_stream:
             state.dual = x
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, state)
+            x = checkpointed_block(block, x, state) if recompute else block(x, state)
         x = getattr(self.final, "in")(x)
         x = x + self.final.norm(state.dual) if self.plan.dual_stream else self.final.norm(x)
         return self.final.out(x)
@@ -124,8 +131,29 @@ class NormTransformer(nn.Module):
         loss = F.cross_entropy(logits.float(), targets) if targets is not None else None
         return ModelOutput(logits, loss)
 
+    activation_checkpointing = False  # see `checkpointed_block`; set by the trainer
+
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def checkpointed_block(block: Block, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
+    """`block(x, state)` under activation checkpointing: only the block's inputs are kept and its
+    activations are recomputed in the backward pass (Chen et al. 2016, arXiv 1604.06174), so
+    memory grows with one block's activations plus one stream per block, not with all of them.
+
+    The tensors a block carries in `state` (ResiDual's second stream, RealFormer's scores) are
+    passed in and out explicitly: the recomputation must see their values at this block, not the
+    values they hold when the backward pass reaches it.
+    """
+    def run(x, dual, prev_scores):
+        local = dataclasses.replace(state, dual=dual, prev_scores=prev_scores)
+        out = block(x, local)
+        return out, local.dual, local.prev_scores
+
+    x, state.dual, state.prev_scores = checkpoint(run, x, state.dual, state.prev_scores,
+                                                  use_reentrant=False)
+    return x
 
 
 @torch.no_grad()

@@ -206,7 +206,10 @@ def train_run(
                                   betas=(tc.beta1, tc.beta2), eps=tc.eps,
                                   fused=device.type in ("cpu", "cuda"))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
+    model.activation_checkpointing = tc.activation_checkpointing
     net = dist.wrap(model)
+    if tc.compile:  # compiled lazily: the first step pays (its time_s in metrics.jsonl)
+        net = torch.compile(net)
 
     dist.barrier()  # every rank has read the folder's state before rank 0 writes to it
     if dist.main:

@@ -1,0 +1,59 @@
+"""Performance accounting: the model FLOPs a training step needs, and the GEMM peak a machine
+reaches, so throughput can be stated as model FLOPs utilization (MFU).
+
+MFU follows PaLM (Chowdhery et al. 2022, arXiv 2204.02311, App. B): a trained token costs
+`6 N + 12 L d T` FLOPs, where N counts the weights that take part in matrix multiplies (every
+block's projections and the output head; embeddings are lookups), L the blocks, d the width and T
+the context. The attention term counts the full T x T score matrix, as PaLM does, although a
+causal model needs only half of it. Norms, activations and the optimizer are not counted, so MFU
+is the share of the measured GEMM peak that went into the model's own matrix work.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from normlab.config import ModelConfig
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+    """Weights used in matrix multiplies: attention and MLP projections, and the output head."""
+    d, f = cfg.d_model, cfg.ff_width
+    mlp_in = 2 * f if cfg.mlp == "swiglu" else f
+    per_block = 3 * d * d + d * d + d * mlp_in + f * d
+    head = d * cfg.vocab_size if cfg.kind == "decoder" else d * cfg.n_classes
+    return cfg.n_blocks * per_block + head
+
+
+def train_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Forward plus backward FLOPs of one trained token (PaLM's accounting, see above)."""
+    return 6 * matmul_params(cfg) + 12 * cfg.n_blocks * cfg.d_model * seq_len
+
+
+def gemm_peak_tflops(dtype: torch.dtype, device: torch.device | str = "cpu", *,
+                     sizes: tuple[int, ...] = (1024, 2048, 4096), seconds: float = 1.0) -> float:
+    """The best TFLOP/s of square matrix multiplies of the given sizes, each for about `seconds`.
+
+    The best, not the mean, of many repeats: a peak is what the hardware reaches when nothing else
+    runs, and the denominator of MFU should not absorb other load.
+    """
+    return max(_gemm_tflops(dtype, torch.device(device), n, seconds) for n in sizes)
+
+
+def _gemm_tflops(dtype: torch.dtype, device: torch.device, size: int, seconds: float) -> float:
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    out = torch.empty(size, size, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(2):
+        torch.mm(a, b, out=out)
+    sync()
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best / 1e12
