@@ -29,8 +29,11 @@ base:
   train: {steps: STEPS, batch_size: 8, eval_batches: 2, eval_every: 10, log_every: 1,
           checkpoint_every: 5, schedule: constant, grad_clip: null}
 """
-# 2 placements x 2 learning rates x 2 warmups; lr 50 without clipping diverges within ~12 steps
+# 2 placements x 2 learning rates x 2 warmups; lr 50 without clipping diverges within ~12 steps.
+# Separate runs, so the Ray executor (always separate) can be compared with it bit for bit; the
+# stacked engine is tested in test_batched.py (and by the SIGKILL test below, under auto).
 GRID = BASE.replace("STEPS", "20") + """
+engine: separate
 axes:
   model.placement: [pre, post]
   train.lr: [3e-3, 50]

@@ -86,6 +86,9 @@ def sweep_run(
     ] = None,
     threads: Annotated[int | None, typer.Option(
         help="CPU threads per run [default: CPUs / workers; 1 on a Ray cluster]")] = None,
+    engine: Annotated[str | None, typer.Option(
+        help="auto | stacked | separate: train runs of one model shape as one stacked model "
+             "[default: the spec's engine, else auto]")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
 ) -> None:
     """Run every run of SPEC (skipping finished ones, resuming interrupted ones). Exit status: 0
@@ -98,7 +101,7 @@ def sweep_run(
         fail(f"threads: {threads}; need at least 1")
     try:
         result = run_sweep(plan, root, workers=workers, executor=executor, address=address,
-                           threads=threads, progress=not quiet)
+                           threads=threads, progress=not quiet, engine=engine)
     except (ConfigError, ExecutorError) as e:
         fail(str(e))
     c = result.counts

@@ -3,6 +3,9 @@
 Both call the same `run_one` for each run, which trains (or resumes, or just reports) the run in
 its own folder under the sweep root, holding the run's lock (see `normlab.sweep.state`). A worker
 never prints progress; the sweep process reports through the `on_start` / `on_finish` callbacks.
+A stacked group (`GroupTask`, see `normlab.sweep.grouping`) is one task on one local worker:
+`run_group` holds every member's lock and trains them as one model; the Ray executor trains a
+group's runs separately.
 
 Local: `concurrent.futures.ProcessPoolExecutor` with the spawn context, at most `workers` runs in
 flight, each worker limited to `threads` CPU threads (`torch.set_num_threads`) and, where there
@@ -11,7 +14,8 @@ idle; during a run, SIGINT/SIGTERM make `train_run` checkpoint and return `inter
 whose parent dies (even by SIGKILL) sends itself SIGTERM, so an orphan checkpoints and stops
 instead of training on. A worker that dies (segfault, OOM kill) breaks the pool: the runs it may
 have been running are retried one at a time, and the one that kills its worker alone is recorded
-`failed` (reason `worker_died`).
+`failed` (reason `worker_died`); a stacked group that kills its worker alone is retried as
+separate runs.
 
 Ray: one task per run (`num_cpus=threads`, one GPU each on GPU runs), at most `workers` in flight;
 `address=None` starts a local instance (no dashboard, bound to 127.0.0.1, usage stats off) and
@@ -20,6 +24,7 @@ stops it at the end. The sweep root must be on a file system every node sees.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -31,11 +36,11 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from normlab.config import RunConfig, parse_config
+from normlab.sweep.grouping import GroupTask, RunTask
 from normlab.sweep.state import run_lock, run_state
 from normlab.train.logging import write_json_atomic
 from normlab.train.trainer import read_summary
@@ -49,10 +54,7 @@ class ExecutorError(RuntimeError):
     """An executor that cannot start (Ray missing, cluster unreachable)."""
 
 
-@dataclass(frozen=True)
-class Task:
-    run_id: str
-    config: dict[str, Any]        # RunConfig.to_dict(): plain data, cheap to send to a worker
+Task = RunTask  # one run on its own
 
 
 def default_threads(workers: int) -> int:
@@ -105,6 +107,44 @@ def run_one(config: dict[str, Any], root: str, threads: int | None = None,
     return summary, time.perf_counter() - t0
 
 
+def run_group(configs: list[dict[str, Any]], root: str, threads: int | None = None,
+              run_ids: list[str] | None = None) -> tuple[list[dict[str, Any]], float]:
+    """Train runs as one stacked group in their folders under `root`, holding every member's lock;
+    returns (each member's summary, wall seconds). Never raises for the runs' own failures."""
+    import torch
+
+    from normlab.train.group import train_group
+
+    if threads:
+        torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    cfgs = [parse_config(RunConfig, c) for c in configs]
+    ids = [c.run_id() for c in cfgs]
+    if run_ids is not None and ids != list(run_ids):
+        return [record_failure(Path(root) / rid, rid, "ConfigMismatch", (
+            "this worker's normlab resolves the group's configs to other run ids: the config "
+            "schema differs between the sweep process and the worker; nothing was trained"))
+            for rid in run_ids], 0.0
+    _BUSY.set()
+    try:
+        with contextlib.ExitStack() as locks:
+            for run_id in sorted(ids):  # one order everywhere: no two groups wait on each other
+                locks.enter_context(run_lock(Path(root) / run_id))
+            if _STOP is not None and _STOP.is_set():
+                states = [run_state(Path(root) / i) for i in ids]
+                return [s or {"run_id": i, "outcome": o}
+                        for i, (o, s) in zip(ids, states, strict=True)], 0.0
+            try:
+                by_id = train_group(cfgs, root)
+                summaries = [by_id[i] for i in ids]
+            except Exception as e:  # raised before the group's own guard (data, device)
+                summaries = [record_failure(Path(root) / i, i, type(e).__name__, str(e),
+                                            traceback.format_exc()) for i in ids]
+    finally:
+        _BUSY.clear()
+    return summaries, time.perf_counter() - t0
+
+
 def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
                    tb: str | None = None) -> dict[str, Any]:
     """Write `failed` into the run's summary (keeping its step); the run stays resumable."""
@@ -144,8 +184,16 @@ def _watch_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
-def _gpu_count(tasks: list[Task]) -> int:
-    wants_gpu = any(t.config["train"]["device"] in ("auto", "cuda") for t in tasks)
+AnyTask = RunTask | GroupTask
+
+
+def _runs(task: AnyTask) -> tuple[RunTask, ...]:
+    return task.members if isinstance(task, GroupTask) else (task,)
+
+
+def _gpu_count(tasks: list[AnyTask]) -> int:
+    wants_gpu = any(t.config["train"]["device"] in ("auto", "cuda")
+                    for task in tasks for t in _runs(task))
     if not wants_gpu:
         return 0
     import torch
@@ -160,16 +208,27 @@ def _context() -> mp.context.BaseContext:
     return mp.get_context("spawn")
 
 
-def run_local(tasks: list[Task], root: Path, *, workers: int, threads: int,
+def _report(task: AnyTask, result: tuple[Any, float], on_finish: OnFinish) -> None:
+    """Pass a task's result to `on_finish`, run by run (a group's wall time shared among its
+    runs)."""
+    summaries, wall = result
+    runs = _runs(task)
+    if isinstance(task, RunTask):
+        summaries = [summaries]
+    for run, summary in zip(runs, summaries, strict=True):
+        on_finish(run.run_id, summary, wall / len(runs))
+
+
+def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
               on_start: OnStart, on_finish: OnFinish) -> None:
     """Run every task on `workers` local processes. Ctrl-C (KeyboardInterrupt) asks running runs
     to checkpoint, waits for them, reports them, and re-raises; a second Ctrl-C kills them."""
     ctx = _context()
     stop = ctx.Event()
     n_gpu = _gpu_count(tasks)
-    pending: deque[Task] = deque(tasks)
-    suspects: deque[Task] = deque()   # in flight when a worker died: retried one at a time
-    in_flight: dict[Future, Task] = {}
+    pending: deque[AnyTask] = deque(tasks)
+    suspects: deque[AnyTask] = deque()   # in flight when a worker died: retried one at a time
+    in_flight: dict[Future, AnyTask] = {}
 
     def new_pool() -> ProcessPoolExecutor:
         gpu_ids = None
@@ -180,11 +239,17 @@ def run_local(tasks: list[Task], root: Path, *, workers: int, threads: int,
         return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
                                    initargs=(threads, gpu_ids, stop))
 
-    alone: str | None = None          # the suspect now running by itself, if any
+    alone: AnyTask | None = None      # the suspect now running by itself, if any
 
-    def submit(task: Task) -> None:
-        in_flight[pool.submit(run_one, task.config, str(root), threads, task.run_id)] = task
-        on_start(task.run_id)
+    def submit(task: AnyTask) -> None:
+        if isinstance(task, GroupTask):
+            fut = pool.submit(run_group, [t.config for t in task.members], str(root), threads,
+                              list(task.run_ids))
+        else:
+            fut = pool.submit(run_one, task.config, str(root), threads, task.run_id)
+        in_flight[fut] = task
+        for run_id in task.run_ids:
+            on_start(run_id)
 
     pool = new_pool()
     killed = False
@@ -193,30 +258,34 @@ def run_local(tasks: list[Task], root: Path, *, workers: int, threads: int,
             if suspects:
                 if not in_flight:
                     task = suspects.popleft()
-                    alone = task.run_id
+                    alone = task
                     submit(task)
             else:
                 alone = None
                 while pending and len(in_flight) < workers:
                     submit(pending.popleft())
             done, _ = wait(list(in_flight), timeout=1.0, return_when=FIRST_COMPLETED)
-            broken: list[Task] = []
+            broken: list[AnyTask] = []
             for fut in done:
                 task = in_flight.pop(fut)
                 try:
-                    summary, wall = fut.result()
+                    result = fut.result()
                 except BrokenProcessPool:
                     broken.append(task)
                     continue
                 except Exception as e:  # e.g. a result that could not be sent back
-                    summary, wall = record_failure(root / task.run_id, task.run_id,
-                                                   type(e).__name__, str(e)), 0.0
-                on_finish(task.run_id, summary, wall)
+                    for run in _runs(task):
+                        on_finish(run.run_id, record_failure(
+                            root / run.run_id, run.run_id, type(e).__name__, str(e)), 0.0)
+                    continue
+                _report(task, result, on_finish)
             if broken:  # a worker died; every run in flight is a suspect
                 broken.extend(in_flight.values())
                 in_flight.clear()
                 pool.shutdown(wait=True, cancel_futures=True)
-                if len(broken) == 1 and broken[0].run_id == alone:
+                if len(broken) == 1 and isinstance(alone, GroupTask) and broken[0] is alone:
+                    suspects.extend(alone.members)  # (out of memory?) its runs, one at a time
+                elif len(broken) == 1 and broken[0] is alone:
                     task = broken[0]  # it killed its worker while running alone: the culprit
                     summary = record_failure(
                         root / task.run_id, task.run_id, "worker_died",
@@ -233,7 +302,7 @@ def run_local(tasks: list[Task], root: Path, *, workers: int, threads: int,
         pool.shutdown(wait=not killed, cancel_futures=True)
 
 
-def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, Task], stop: Any,
+def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, AnyTask], stop: Any,
                 root: Path, on_finish: OnFinish) -> bool:
     """Ask running runs to checkpoint (SIGINT) and report them; True if a second Ctrl-C made us
     kill the workers instead."""
@@ -248,10 +317,10 @@ def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, Task], stop: 
             for fut in done:
                 task = in_flight.pop(fut)
                 try:
-                    summary, wall = fut.result()
+                    _report(task, fut.result(), on_finish)
                 except Exception:
-                    summary, wall = run_state(root / task.run_id)[1], 0.0
-                on_finish(task.run_id, summary, wall)
+                    for run in _runs(task):
+                        on_finish(run.run_id, run_state(root / run.run_id)[1], 0.0)
     except KeyboardInterrupt:  # second Ctrl-C: no more waiting
         for pid in pids:
             with _suppress():
@@ -270,11 +339,12 @@ class _suppress:
 
 # -- Ray ---------------------------------------------------------------------------------------
 
-def run_ray(tasks: list[Task], root: Path, *, workers: int | None, threads: int,
+def run_ray(tasks: list[AnyTask], root: Path, *, workers: int | None, threads: int,
             address: str | None, on_start: OnStart, on_finish: OnFinish) -> None:
-    """Run every task as a Ray task. `address=None` starts (and stops) a local Ray instance with
-    `workers * threads` CPUs; with an address, `workers` caps the runs in flight (default: as
-    many as the cluster's CPUs allow)."""
+    """Run every run as a Ray task (a stacked group's runs separately). `address=None` starts
+    (and stops) a local Ray instance with `workers * threads` CPUs; with an address, `workers`
+    caps the runs in flight (default: as many as the cluster's CPUs allow)."""
+    tasks = [run for task in tasks for run in _runs(task)]
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
@@ -283,7 +353,7 @@ def run_ray(tasks: list[Task], root: Path, *, workers: int | None, threads: int,
                             ) from None
 
     started = False
-    in_flight: dict[Any, Task] = {}
+    in_flight: dict[Any, RunTask] = {}
     if not ray.is_initialized():
         try:
             if address:

@@ -1,8 +1,9 @@
 """Run a planned sweep: check it, record it, skip what is finished, execute the rest.
 
 Re-running the same sweep on the same root skips completed and diverged runs, resumes interrupted
-ones from their checkpoints, and retries failed ones. The sweep's own state is `sweep.json` (the
-spec and the run ids); everything else is in the run folders.
+ones from their checkpoints, and retries failed ones. Pending runs that share a model shape may
+train as stacked groups (the sweep's `engine`, see `normlab.sweep.grouping`). The sweep's own
+state is `sweep.json` (the spec and the run ids); everything else is in the run folders.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config import ConfigError
-from normlab.sweep.executors import EXECUTORS, Task, default_threads, run_local, run_ray
+from normlab.sweep.executors import EXECUTORS, default_threads, run_local, run_ray
+from normlab.sweep.grouping import RunTask, plan_tasks
 from normlab.sweep.progress import SweepProgress
-from normlab.sweep.spec import SpecError, SweepPlan
+from normlab.sweep.spec import SpecError, SweepPlan, check_engine
 from normlab.sweep.state import read_sweep_file, run_state, write_sweep_file
 from normlab.train.trainer import FINISHED
 
@@ -81,9 +83,11 @@ def _sigterm_as_interrupt() -> Any:
 
 def run_sweep(plan: SweepPlan, root: Path | str | None = None, *, workers: int = 2,
               executor: str = "local", address: str | None = None, threads: int | None = None,
-              progress: bool = True) -> SweepResult:
+              progress: bool = True, engine: str | None = None) -> SweepResult:
     """Run every run of `plan` under `root` (default `runs/sweeps/<name>`); returns the outcome of
-    each. Ctrl-C stops the sweep after running runs checkpoint (`interrupted=True`)."""
+    each. Ctrl-C stops the sweep after running runs checkpoint (`interrupted=True`). `engine`
+    (auto | stacked | separate) overrides the spec's."""
+    engine = plan.engine if engine is None else check_engine(engine, "engine")
     if executor not in EXECUTORS:
         raise ConfigError(f"executor: {executor!r} is not one of {', '.join(EXECUTORS)}")
     if executor == "local" and address:
@@ -104,14 +108,24 @@ def run_sweep(plan: SweepPlan, root: Path | str | None = None, *, workers: int =
               "shared with this one); replaced. Run folders are never removed.", file=sys.stderr)
     write_sweep_file(root, plan)
 
-    todo: list[Task] = []
+    pending = []
     already: Counter = Counter()
     for run in plan.runs:
         outcome, _ = run_state(root / run.run_id)
         if outcome in FINISHED:
             already[outcome] += 1
         else:  # pending, interrupted, failed; or running in another live process: the worker
-            todo.append(Task(run.run_id, run.config.to_dict()))  # waits for its lock
+            pending.append(run)  # waits for its lock
+    if executor == "local":
+        import torch
+
+        todo, notes = plan_tasks(pending, engine, workers, torch.cuda.is_available())
+    else:
+        todo = [RunTask(r.run_id, r.config.to_dict()) for r in pending]
+        notes = ["the ray executor trains every run separately"] if engine == "stacked" else []
+    if progress:
+        for line in notes:
+            print(f"[sweep] {line}", file=sys.stderr, flush=True)
     labels = {r.run_id: r.label() for r in plan.runs}
     bar = SweepProgress(len(plan.runs), already, workers=workers, enabled=progress,
                         labels=labels)

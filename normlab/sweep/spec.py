@@ -10,6 +10,7 @@
       train.warmup: [0, 50, 200]
       train.seed: {range: [0, 2]}                # 0, 1 (Python's range: stop excluded)
       model.mix_switch: {values: [0.25, 0.5], when: {model.placement: mix}}
+    engine: auto                       # optional: auto | stacked | separate (see sweep.grouping)
 
 An axis is a list of values or a mapping with exactly one of `values`, `log: [lo, hi]` + `num`,
 `linear: [lo, hi]` + `num`, `range: [start, stop]` or `[start, stop, step]`, and optionally
@@ -35,7 +36,10 @@ from normlab.config import ConfigError, RunConfig, deep_merge, load_yaml, parse_
 # Defaults a sweep adds under its base (the base wins): runs checkpoint often, so a killed sweep
 # loses little.
 SWEEP_DEFAULTS: dict[str, Any] = {"train": {"checkpoint_every": 50}}
-SPEC_KEYS = ("name", "description", "base", "axes")
+SPEC_KEYS = ("name", "description", "base", "axes", "engine")
+# How a sweep trains runs that share a model shape: as stacked groups (one model, one process),
+# one by one, or stacked where it pays (`normlab.sweep.grouping`).
+ENGINES = ("auto", "stacked", "separate")
 AXIS_KEYS = ("values", "log", "linear", "range", "num", "when")
 MAX_REPORTED = 10
 
@@ -85,6 +89,7 @@ class SweepPlan:
     spec: dict[str, Any]          # the spec as loaded, with a base path resolved to its mapping
     axes: tuple[Axis, ...]
     runs: tuple[PlannedRun, ...]
+    engine: str = "auto"
 
     @property
     def axis_paths(self) -> list[str]:
@@ -134,12 +139,19 @@ def plan_sweep(spec_or_path: dict[str, Any] | str | Path, name: str | None = Non
     base = spec.get("base") or {}
     if not isinstance(base, dict):
         raise SpecError("base: expected a run config mapping (model / data / train) or a path")
+    engine = check_engine(spec.get("engine", "auto"), "engine")
     base = deep_merge(SWEEP_DEFAULTS, base)
     axes = parse_axes(spec.get("axes") or {})
     points = expand(axes, base)
     runs = validate_points(points, base, axes)
     return SweepPlan(name=name or str(spec.get("name") or default_name), spec=spec,
-                     axes=tuple(axes), runs=tuple(runs))
+                     axes=tuple(axes), runs=tuple(runs), engine=engine)
+
+
+def check_engine(engine: Any, what: str) -> str:
+    if engine not in ENGINES:
+        raise SpecError(f"{what}: {engine!r} is not one of {', '.join(ENGINES)}")
+    return engine
 
 
 # -- axes -------------------------------------------------------------------------------------

@@ -1,0 +1,121 @@
+"""Which pending runs of a sweep train together as one stacked model (`normlab.train.group`).
+
+Runs are grouped by their stack key (same model, data, batch size, device, precision; see
+`normlab.train.group.stack_key`), in plan order, at most `MAX_GROUP` to a group. A key's runs are
+split into near-equal groups, enough of them to keep every worker busy (8 runs on 2 workers: two
+groups of 4). A group of one is a separate run.
+
+Engines:
+- `separate`: every run on its own (`train_run`), as before stacking existed.
+- `stacked`: every group of two or more stackable runs is stacked; runs that cannot be stacked
+  (dropout, batchnorm, encoders, gradient accumulation, block stats, compile, activation
+  checkpointing) run separately, and the reason is reported.
+- `auto` (the default): `stacked` where it pays, otherwise `separate`. On a GPU stacking always
+  pays (one kernel per op for all members instead of one per member). On a CPU a run whose step
+  is already large keeps the cores busy by itself, and a stacked group of such runs is no faster
+  (measured: `benchmarks/bench_batched.py`): auto stacks CPU runs only when
+  `d_model * batch_size * seq_len <= AUTO_CPU_MAX_WORK`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from normlab.config import RunConfig
+from normlab.sweep.spec import PlannedRun
+
+MAX_GROUP = 8
+# d_model * batch_size * seq_len of the largest CPU run that auto stacks: width 64 with 1024
+# tokens a step (1.26x measured, 8 runs of 6 blocks), not width 64 with 2048 (0.96x).
+AUTO_CPU_MAX_WORK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """One run, trained on its own."""
+
+    run_id: str
+    config: dict  # RunConfig.to_dict(): plain data, cheap to send to a worker
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return (self.run_id,)
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """Runs trained as one stacked model by one worker."""
+
+    members: tuple[RunTask, ...]
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return tuple(m.run_id for m in self.members)
+
+
+def stacking_pays(cfg: RunConfig, cuda_available: bool) -> bool:
+    """The `auto` rule for one run (see the module docstring)."""
+    device = cfg.train.device
+    if device == "cuda" or (device == "auto" and cuda_available):
+        return True
+    if device == "mps":
+        return False  # not measured
+    return cfg.model.d_model * cfg.train.batch_size * cfg.data.seq_len <= AUTO_CPU_MAX_WORK
+
+
+def _split(runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
+    size = min(MAX_GROUP, max(2, math.ceil(len(runs) / max(1, workers))))
+    n = math.ceil(len(runs) / size)
+    base, extra = divmod(len(runs), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0)
+        out.append(runs[start:end])
+        start = end
+    return out
+
+
+def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int,
+               cuda_available: bool = False) -> tuple[list[RunTask | GroupTask], list[str]]:
+    """The tasks that train `runs` under `engine`, in plan order, and notes on the choices made
+    (for the progress display)."""
+    from normlab.train.group import run_unstackable_reason, stack_key
+
+    def single(run: PlannedRun) -> RunTask:
+        return RunTask(run.run_id, run.config.to_dict())
+
+    if engine == "separate":
+        return [single(r) for r in runs], []
+    by_key: dict[str, list[PlannedRun]] = {}
+    tasks: list[tuple[int, RunTask | GroupTask]] = []
+    notes: dict[str, int] = {}
+    for run in runs:
+        reason = run_unstackable_reason(run.config)
+        if reason is None and engine == "auto" and not stacking_pays(run.config, cuda_available):
+            m = run.config.model
+            reason = (f"auto: d_model*batch*seq_len = {m.d_model}*{run.config.train.batch_size}"
+                      f"*{run.config.data.seq_len} above {AUTO_CPU_MAX_WORK} on CPU, where "
+                      "stacking does not pay")
+        if reason is not None:
+            notes[reason] = notes.get(reason, 0) + 1
+            tasks.append((run.index, single(run)))
+        else:
+            by_key.setdefault(stack_key(run.config), []).append(run)
+    for members in by_key.values():
+        for group in _split(members, workers):
+            if len(group) == 1:
+                tasks.append((group[0].index, single(group[0])))
+            else:
+                tasks.append((group[0].index, GroupTask(tuple(single(r) for r in group))))
+    tasks.sort(key=lambda t: t[0])
+    groups = [t for _, t in tasks if isinstance(t, GroupTask)]
+    lines = []
+    if groups:
+        sizes = "+".join(str(len(g.members)) for g in groups)
+        lines.append(f"engine {engine}: {sum(len(g.members) for g in groups)} runs in "
+                     f"{len(groups)} stacked group(s) ({sizes}), "
+                     f"{len(tasks) - len(groups)} separate")
+    lines += [f"{n} run(s) separate: {reason}" for reason, n in notes.items()]
+    return [t for _, t in tasks], lines

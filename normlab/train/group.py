@@ -1,0 +1,354 @@
+"""Train several runs of one model shape as one stacked model in one process.
+
+Runs that differ only in train-side settings (lr, warmup, schedule, min_lr_ratio, weight decay,
+betas, eps, clipping, seed, steps, spike detector, logging cadence) train together: one forward
+and backward of a `StackedTransformer` over `[M, B, T]` inputs (each member its own batches from
+its own seed's `BatchSampler`) and one `StackedAdamW` step, each member with its own learning-rate
+schedule and its own gradient clipping. Each member's results match its own `train_run` within
+float tolerance.
+
+Each member keeps the run folder `train_run` writes (config.yaml, metrics.jsonl, summary.json,
+checkpoint/ in the same format, so `train_run` or `normlab train --resume` can continue a member
+alone), its own divergence detection (a diverged member ends `diverged` and leaves the stack; the
+others go on), evaluation at its own steps, and resumes from its own checkpoint. Members already
+finished are skipped; members may resume from different steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normlab.config import RunConfig
+from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.nn import build_model
+from normlab.nn.model import NormTransformer
+from normlab.nn.stacked import StackedTransformer, unstackable_reason
+from normlab.train.checkpoint import save_checkpoint
+from normlab.train.divergence import SpikeDetector, nonfinite_reason
+from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
+from normlab.train.schedules import lr_at
+from normlab.train.stacked_adamw import StackedAdamW
+from normlab.train.trainer import (
+    _StopFlag,
+    check_run_folder,
+    param_groups,
+    resolve_device,
+    restore_checkpoint,
+    run_meta,
+    run_summary,
+    write_run_config,
+)
+
+# Train settings every member of a group must share (the rest may differ per member).
+SHARED_TRAIN = ("batch_size", "grad_accum", "eval_batches", "block_stats_every", "device",
+                "precision")
+# Options of a run that the stacked engine does not implement: name -> (what, the value that
+# means "off").
+UNSUPPORTED_TRAIN = {"grad_accum": ("gradient accumulation", 1),
+                     "block_stats_every": ("per-block statistics", 0),
+                     "compile": ("torch.compile", False),
+                     "activation_checkpointing": ("activation checkpointing", False)}
+
+
+class GroupError(ValueError):
+    """Runs that cannot be trained as one stacked group."""
+
+
+def run_unstackable_reason(cfg: RunConfig) -> str | None:
+    """Why the run of `cfg` cannot join a stacked group, or None when it can."""
+    reason = unstackable_reason(cfg.model)
+    if reason:
+        return f"model: {reason}"
+    for name, (what, off) in UNSUPPORTED_TRAIN.items():
+        value = getattr(cfg.train, name, off)
+        if value != off:
+            return f"train.{name}={value} ({what} is not implemented by the stacked engine)"
+    return None
+
+
+def stack_key(cfg: RunConfig) -> str:
+    """Runs with equal keys can train as one stacked model: the same model, data and shared train
+    settings."""
+    d = cfg.to_dict()
+    return json.dumps({"model": d["model"], "data": d["data"],
+                       "train": {k: d["train"][k] for k in SHARED_TRAIN}}, sort_keys=True)
+
+
+@dataclass
+class _Member:
+    cfg: RunConfig
+    run_dir: Path
+    sampler: BatchSampler
+    val: list
+    model: NormTransformer | None
+    optimizer_state: dict[str, dict[str, torch.Tensor]]
+    spike: SpikeDetector
+    metrics: MetricsLog
+    step: int = 0
+    start: int = 0
+    best_val: float = float("inf")
+    final: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.cfg.run_id()
+
+    def hyper(self) -> dict[str, Any]:
+        tc = self.cfg.train
+        return {"lr": lr_at(self.step, tc), "weight_decay": tc.weight_decay,
+                "beta1": tc.beta1, "beta2": tc.beta2, "eps": tc.eps}
+
+
+def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device) -> _Member:
+    """Build one member as `train_run` would (same seed, init and batches) and restore it from its
+    checkpoint; the run folder gets its config.yaml."""
+    tc = cfg.train
+    sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
+    val = eval_batches(data.val, tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
+    model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay))
+    spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
+    write_run_config(run_dir, cfg, run_meta(cfg, model, data, device))
+    metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
+    start, best_val = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
+    names = {p: n for n, p in model.named_parameters()}
+    state = {names[p]: s for p, s in optimizer.state.items() if s}
+    return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, start, start,
+                   best_val)
+
+
+def _record_failure(cfg: RunConfig, run_dir: Path, e: Exception) -> dict[str, Any]:
+    old = read_json(run_dir / "summary.json") or {}
+    summary = run_summary(cfg, "failed", old.get("step", 0), float("inf"), {},
+                          reason=type(e).__name__, message=str(e),
+                          traceback=traceback.format_exc())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def check_group(cfgs: list[RunConfig]) -> None:
+    """Raise `GroupError` unless the runs can train as one stacked group."""
+    if not cfgs:
+        raise GroupError("a stacked group needs at least one run")
+    for cfg in cfgs:
+        reason = run_unstackable_reason(cfg)
+        if reason:
+            raise GroupError(f"run {cfg.run_id()} cannot be stacked: {reason}")
+    if len({stack_key(c) for c in cfgs}) != 1:
+        raise GroupError("the runs of a stacked group must share model, data and train."
+                         + ", train.".join(SHARED_TRAIN))
+    if len({c.run_id() for c in cfgs}) != len(cfgs):
+        raise GroupError("a run appears twice in the group")
+
+
+def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: bool = False,
+                interrupt_at: int | None = None) -> dict[str, dict[str, Any]]:
+    """Train (or resume, or just report) the runs of `cfgs` under `root` as one stacked model;
+    returns each run's summary by run id. A member whose folder or checkpoint cannot be used ends
+    `failed` alone. `interrupt_at` stops every member at that step as a signal would."""
+    check_group(cfgs)
+    tc0 = cfgs[0].train
+    data = load_text_data(cfgs[0].data.source, val_fraction=cfgs[0].data.val_fraction,
+                          seed=cfgs[0].data.split_seed)
+    device = resolve_device(tc0.device)
+    summaries: dict[str, dict[str, Any]] = {}
+    members: list[_Member] = []
+    for cfg in cfgs:
+        run_dir = Path(root) / cfg.run_id()
+        try:
+            finished = check_run_folder(cfg, run_dir, "auto")
+            if finished is not None:
+                summaries[cfg.run_id()] = finished
+            else:
+                members.append(_setup(cfg, run_dir, data, device))
+        except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
+            summaries[cfg.run_id()] = _record_failure(cfg, run_dir, e)
+    if members:
+        summaries.update(_GroupLoop(members, device, progress).run(interrupt_at))
+    return {c.run_id(): summaries[c.run_id()] for c in cfgs}
+
+
+class _GroupLoop:
+    def __init__(self, members: list[_Member], device: torch.device, progress: bool) -> None:
+        self.active = members
+        self.device = device
+        self.group_size = len(members)
+        self.template = copy.deepcopy(members[0].model)  # a member's shape, for its checkpoint
+        self.template_opt = torch.optim.AdamW(param_groups(self.template, 0.0))
+        decay_params = {id(p) for p in self.template_opt.param_groups[0]["params"]}
+        decayed = {n for n, p in self.template.named_parameters() if id(p) in decay_params}
+        self.model = StackedTransformer([m.model for m in members])
+        self.optim = StackedAdamW(self.model, decayed, [m.optimizer_state for m in members])
+        for m in members:
+            m.model, m.optimizer_state = None, {}  # the stack holds them now
+        tc = members[0].cfg.train
+        self.tokens_per_step = tc.batch_size * members[0].cfg.data.seq_len
+        self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
+                         if tc.precision == "bf16" else contextlib.nullcontext())
+        self.summaries: dict[str, dict[str, Any]] = {}
+        total = max(m.cfg.train.steps for m in members)
+        self.bar = Progress(total, min(m.step for m in members),
+                            f"{len(members)} stacked runs", every=tc.log_every, enabled=progress)
+        self.t_start = time.perf_counter()
+
+    # -- member records ---------------------------------------------------------------------------
+    def checkpoint(self, row: int) -> None:
+        m = self.active[row]
+        weights = self.model.member_tensors(row)
+        state = self.optim.member_state(row)
+        with torch.no_grad():
+            for name, p in self.template.named_parameters():
+                p.copy_(weights[name])
+        self.template_opt.state.clear()
+        for name, p in self.template.named_parameters():
+            self.template_opt.state[p] = state[name]
+        save_checkpoint(m.run_dir / "checkpoint", self.template, self.template_opt, {
+            "step": m.step, "best_val_loss": m.best_val, "spike": m.spike.state_dict(),
+            "config_hash": m.run_id})
+
+    def finish(self, m: _Member, outcome: str, reason: str | None = None,
+               **extra: Any) -> None:
+        summary = run_summary(m.cfg, outcome, m.step, m.best_val, m.final, reason,
+                              engine="stacked", group_size=self.group_size, **extra)
+        write_json_atomic(m.run_dir / "summary.json", summary)
+        m.metrics.close()
+        self.summaries[m.run_id] = summary
+
+    def drop(self, rows: list[int]) -> None:
+        """Remove these members from the stack (they have finished, diverged or stopped)."""
+        if rows:
+            keep = [r for r in range(len(self.active)) if r not in set(rows)]
+            self.active = [self.active[r] for r in keep]
+            if keep:
+                self.optim.keep(keep)
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self, interrupt_at: int | None) -> dict[str, dict[str, Any]]:
+        for m in self.active:
+            write_json_atomic(m.run_dir / "summary.json", {
+                "run_id": m.run_id, "outcome": "running", "step": m.step,
+                "steps_planned": m.cfg.train.steps, "engine": "stacked",
+                "group_size": self.group_size})
+        ended = [r for r, m in enumerate(self.active) if m.step >= m.cfg.train.steps]
+        for r in ended:  # stopped after its last checkpoint, before its summary was written
+            self.checkpoint(r)
+            self.finish(self.active[r], "completed", tokens_per_s=None)
+        self.drop(ended)
+        try:
+            with _StopFlag() as stop:
+                while self.active:
+                    stopping = [r for r, m in enumerate(self.active) if stop.signal is not None
+                                or (interrupt_at is not None and m.step >= interrupt_at)]
+                    for r in stopping:
+                        self.checkpoint(r)
+                        self.finish(self.active[r], "interrupted",
+                                    reason="signal" if stop.signal else "requested")
+                    self.drop(stopping)
+                    if self.active:
+                        self.train_step()
+        except Exception as e:  # failure is data: every member still training records it
+            for m in self.active:
+                self.finish(m, "failed", reason=type(e).__name__, message=str(e),
+                            traceback=traceback.format_exc())
+        finally:
+            self.bar.close()
+            for m in self.active:
+                m.metrics.close()
+        return self.summaries
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        pairs = [m.sampler.batch(m.step) for m in self.active]
+        x = torch.stack([p[0] for p in pairs]).to(self.device, non_blocking=True)
+        y = torch.stack([p[1] for p in pairs]).to(self.device, non_blocking=True)
+        return x, y
+
+    def train_step(self) -> None:
+        t0 = time.perf_counter()
+        hyper = [m.hyper() for m in self.active]
+        x, y = self.batch()
+        with self.autocast:
+            losses = self.model(x, y).loss
+        losses.sum().backward()  # each member's gradient is that of its own loss
+        grads = self.optim.gather_grads()
+        norms = torch.linalg.vector_norm(grads, dim=1)
+        records = []
+        diverged = []
+        for r, (m, loss, norm, hp) in enumerate(zip(self.active, losses.tolist(), norms.tolist(),
+                                                    hyper, strict=True)):
+            m.step += 1
+            record = {"step": m.step, "train_loss": loss, "lr": hp["lr"], "grad_norm": norm}
+            reason = nonfinite_reason(loss, norm)
+            if reason is None and m.spike.update(loss):
+                reason = "loss_spike"
+            if reason is not None:  # the member stops here, before its update, as train_run does
+                m.metrics.write(record | {"diverged": reason})
+                m.final["train_loss"] = loss
+                self.finish(m, "diverged", reason=reason)
+                diverged.append(r)
+            else:
+                records.append(record)
+        if diverged:
+            keep = [r for r in range(len(self.active)) if r not in set(diverged)]
+            grads, norms = grads[keep], norms[keep]
+            hyper = [hyper[r] for r in keep]
+            self.drop(diverged)
+            if not self.active:
+                return
+        self.optim.clip_(grads, norms, [m.cfg.train.grad_clip for m in self.active])
+        self.optim.step(grads, hyper)
+        self.optim.zero_grad()
+        dt = time.perf_counter() - t0
+        self.after_step(records, dt)
+
+    def after_step(self, records: list[dict[str, Any]], dt: float) -> None:
+        """Evaluation, logging, checkpoints and completion of each member after a step."""
+        last = [m.step == m.cfg.train.steps for m in self.active]
+        due = [bool(m.cfg.train.eval_every and m.step % m.cfg.train.eval_every == 0) or is_last
+               for m, is_last in zip(self.active, last, strict=True)]
+        val = self.evaluate() if any(due) else None
+        done = []
+        for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
+            tc = m.cfg.train
+            if due[r]:
+                record["val_loss"] = val[r]
+                m.best_val = min(m.best_val, val[r])
+                m.final["val_loss"] = val[r]
+            m.final["train_loss"] = record["train_loss"]
+            if m.step % tc.log_every == 0 or last[r] or "val_loss" in record:
+                m.metrics.write(record | {"time_s": dt, "tokens_per_s": self.tokens_per_step / dt})
+            if last[r] or (tc.checkpoint_every and m.step % tc.checkpoint_every == 0):
+                self.checkpoint(r)
+            if last[r]:
+                elapsed = time.perf_counter() - self.t_start
+                self.finish(m, "completed",
+                            tokens_per_s=self.tokens_per_step * (m.step - m.start) / elapsed)
+                done.append(r)
+        n = len(self.active)
+        self.bar.update(max(m.step for m in self.active),
+                        f"{n} runs, {n * self.tokens_per_step / dt:,.0f} tok/s in all")
+        self.drop(done)
+
+    @torch.no_grad()
+    def evaluate(self) -> list[float]:
+        """Each member's mean validation loss on its own fixed batches."""
+        self.model.eval()
+        totals = [0.0] * len(self.active)
+        n = len(self.active[0].val)
+        for k in range(n):
+            x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
+            y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
+            with self.autocast:
+                losses = self.model(x, y).loss.tolist()
+            totals = [t + v for t, v in zip(totals, losses, strict=True)]
+        self.model.train()
+        return [t / n for t in totals]

@@ -1,0 +1,129 @@
+"""AdamW for a `StackedTransformer`: every member's step in a handful of tensor ops.
+
+All parameters live in one `[M, P]` buffer (member i's row holds its P weights; decayed weight
+matrices first), and each stacked parameter is a view into it. Gradients are gathered into the
+same layout, so the gradient norm of each member, its clipping and the AdamW update are a few
+operations on `[M, P]` tensors with per-member hyperparameters as `[M, 1]` columns: learning rate
+(each member's own schedule), weight decay, betas, eps. The math is `torch.optim.AdamW`'s
+(decoupled weight decay, bias-corrected moments) and clipping is
+`torch.nn.utils.clip_grads_with_norm_`'s, so a member trains as it would alone.
+
+Members can be dropped (`keep`): a diverged or finished member leaves the stack and the others
+continue without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from normlab.nn.stacked import StackedTransformer
+
+
+class StackedAdamW:
+    def __init__(self, model: StackedTransformer, decayed: set[str],
+                 states: Sequence[dict[str, dict[str, torch.Tensor]]] | None = None) -> None:
+        """`decayed`: names of the parameters with weight decay (the trainer's `param_groups`
+        rule). `states`: each member's AdamW state by parameter name (`exp_avg`, `exp_avg_sq`,
+        `step`), as a resumed checkpoint holds it; missing: a fresh optimizer."""
+        self.model = model
+        named = dict(model.named_parameters())
+        self.names = sorted(named, key=lambda n: n not in decayed)  # stable: decayed first
+        self.params = [named[n] for n in self.names]
+        self.sizes = [math.prod(model.shapes[n]) for n in self.names]
+        self.n_decayed = sum(s for n, s in zip(self.names, self.sizes, strict=True)
+                             if n in decayed)
+        m = model.members
+        self.flat = torch.cat([p.detach().reshape(m, -1) for p in self.params], dim=1)
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.steps = [0] * m
+        for i, state in enumerate(states or []):
+            if state:
+                self.exp_avg[i] = self._row(state, "exp_avg")
+                self.exp_avg_sq[i] = self._row(state, "exp_avg_sq")
+                self.steps[i] = int(next(iter(state.values()))["step"].item())
+        self._repoint()
+
+    def _row(self, state: dict[str, dict[str, torch.Tensor]], slot: str) -> torch.Tensor:
+        return torch.cat([state[n][slot].reshape(-1).to(self.flat) for n in self.names])
+
+    def _repoint(self) -> None:
+        """Make every model parameter a view of its columns of `flat`."""
+        offset = 0
+        for p, size in zip(self.params, self.sizes, strict=True):
+            p.data = self.flat[:, offset:offset + size].view(self.flat.shape[0], *p.shape[1:])
+            offset += size
+        self.model.members = self.flat.shape[0]
+
+    # -- one step ---------------------------------------------------------------------------------
+    def gather_grads(self) -> torch.Tensor:
+        """The members' gradients as one [M, P] tensor (zeros where a parameter got none)."""
+        m = self.flat.shape[0]
+        return torch.cat([p.grad.reshape(m, -1) if p.grad is not None
+                          else torch.zeros(m, s, device=self.flat.device, dtype=self.flat.dtype)
+                          for p, s in zip(self.params, self.sizes, strict=True)], dim=1)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def _column(self, values: Sequence[float]) -> torch.Tensor:
+        # computed in float64 like torch's Python-float hyperparameters, then cast like them
+        return torch.tensor(values, dtype=torch.float64).to(self.flat).view(-1, 1)
+
+    @torch.no_grad()
+    def clip_(self, grads: torch.Tensor, norms: torch.Tensor,
+              max_norms: Sequence[float | None]) -> None:
+        """Scale each member's gradient to at most its max norm (None: no clipping)."""
+        coef = [1.0 if mx is None else min(1.0, mx / (n + 1e-6))
+                for mx, n in zip(max_norms, norms.tolist(), strict=True)]
+        if any(c != 1.0 for c in coef):
+            grads.mul_(self._column(coef))
+
+    @torch.no_grad()
+    def step(self, grads: torch.Tensor, hp: Sequence[dict[str, Any]]) -> None:
+        """One AdamW step of every member; `hp[i]`: member i's lr, weight_decay, beta1, beta2,
+        eps."""
+        self.steps = [s + 1 for s in self.steps]
+        lr = [h["lr"] for h in hp]
+        b1 = [h["beta1"] for h in hp]
+        b2 = [h["beta2"] for h in hp]
+        decay = [1 - h["lr"] * h["weight_decay"] for h in hp]
+        if self.n_decayed and any(d != 1.0 for d in decay):
+            self.flat[:, :self.n_decayed].mul_(self._column(decay))
+        self.exp_avg.lerp_(grads, self._column([1 - b for b in b1]))
+        self.exp_avg_sq.mul_(self._column(b2)).addcmul_(
+            grads * self._column([1 - b for b in b2]), grads)
+        step_size = [lr_i / (1 - b ** s) for lr_i, b, s in zip(lr, b1, self.steps, strict=True)]
+        bc2_sqrt = [math.sqrt(1 - b ** s) for b, s in zip(b2, self.steps, strict=True)]
+        denom = (self.exp_avg_sq.sqrt() / self._column(bc2_sqrt)).add_(
+            self._column([h["eps"] for h in hp]))
+        self.flat.addcdiv_(self.exp_avg * self._column([-s for s in step_size]), denom)
+
+    # -- members ----------------------------------------------------------------------------------
+    def keep(self, rows: Sequence[int]) -> None:
+        """Keep only these members (rows, in this order); the model shrinks with them."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.flat.device)
+        self.flat = self.flat.index_select(0, index)
+        self.exp_avg = self.exp_avg.index_select(0, index)
+        self.exp_avg_sq = self.exp_avg_sq.index_select(0, index)
+        self.steps = [self.steps[r] for r in rows]
+        self.zero_grad()
+        self._repoint()
+
+    def member_state(self, i: int) -> dict[str, dict[str, torch.Tensor]]:
+        """Member i's AdamW state by parameter name, shaped as `torch.optim.AdamW` keeps it."""
+        out: dict[str, dict[str, torch.Tensor]] = {}
+        offset = 0
+        for name, size in zip(self.names, self.sizes, strict=True):
+            shape = self.model.shapes[name]
+            cols = slice(offset, offset + size)
+            out[name] = {"step": torch.tensor(float(self.steps[i]), dtype=torch.float32),
+                         "exp_avg": self.exp_avg[i, cols].reshape(shape).clone(),
+                         "exp_avg_sq": self.exp_avg_sq[i, cols].reshape(shape).clone()}
+            offset += size
+        return out
