@@ -87,6 +87,31 @@ def compiled(width: int, steps: int, precision: str, args, tmp: Path) -> dict:
             "loss_curve": [round(r["train_loss"], 4) for r in rows]}
 
 
+def attention_paths(heads: int, args, rounds: int = 7) -> dict:
+    """Forward+backward ms of bf16 causal attention at the benchmark's shape: the fused SDPA
+    kernel against the explicit two-GEMM path that `explicit_attention_pays` picks on CPU."""
+    from normlab.nn.layers import Attention, ForwardState
+
+    cfg = config(64 * heads, "bf16", 1, args).model
+    attn = Attention(cfg)
+    shape = (args.batch, heads, args.seq_len, 64)
+    q, k, v = (torch.randn(shape, dtype=torch.bfloat16, device=args.device, requires_grad=True)
+               for _ in range(3))
+    paths = {
+        "fused_sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True),
+        "explicit": lambda: attn._explicit(q, k, v, ForwardState(), 0.0),
+    }
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for r in range(rounds + 1):
+        for name, fn in paths.items():
+            t0 = time.perf_counter()
+            fn().float().sum().backward()
+            if r:  # the first round warms up
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
 def smoothed(curve: list[float], window: int = 10) -> list[float]:
     return [statistics.fmean(curve[max(0, i - window + 1):i + 1]) for i in range(len(curve))]
 
@@ -127,14 +152,17 @@ def markdown(report: dict) -> str:
         f"{report['shape']}.", "",
         f"GEMM peak measured in this run: fp32 {peak['fp32']:.3f} TFLOP/s, "
         f"bf16 {peak['bf16']:.3f} TFLOP/s ({peak['bf16'] / peak['fp32']:.1f}x).", "",
-        "| width | params | fp32 tok/s | bf16 tok/s | bf16/fp32 | MFU fp32 | MFU bf16 |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| width | params | fp32 tok/s | bf16 tok/s | bf16/fp32 | MFU fp32 | MFU bf16 "
+        "| bf16 attention fused / explicit |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for w in report["widths"]:
+        att = w.get("attention_ms_bf16")
+        att_cell = f"{att['fused_sdpa']:.0f} / {att['explicit']:.0f} ms" if att else "-"
         lines.append(
             f"| {w['width']} | {w['params']:,} | {w['fp32']['tokens_per_s']:,.0f} | "
             f"{w['bf16']['tokens_per_s']:,.0f} | **{w['bf16_over_fp32']:.2f}x** | "
-            f"{w['fp32']['mfu']:.1%} | {w['bf16']['mfu']:.1%} |")
+            f"{w['fp32']['mfu']:.1%} | {w['bf16']['mfu']:.1%} | {att_cell} |")
     comp = [w for w in report["widths"] if "bf16_compiled" in w]
     if comp:
         lines += ["", "| width | bf16+compile tok/s | over fp32 | over bf16 | compile time | MFU |",
@@ -206,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                                "mfu": tps * flops / (peak[dtype] * 1e12),
                                **{k: v for k, v in r.items() if k not in ("step_s", "loss_curve")}}
             entry["bf16_over_fp32"] = entry["bf16"]["tokens_per_s"] / entry["fp32"]["tokens_per_s"]
+            if args.device == "cpu":
+                entry["attention_ms_bf16"] = attention_paths(cfg.n_heads, args)
             widths.append(entry)
             print(f"width {width}: fp32 {entry['fp32']['tokens_per_s']:,.0f} tok/s, bf16 "
                   f"{entry['bf16']['tokens_per_s']:,.0f} tok/s -> {entry['bf16_over_fp32']:.2f}x"

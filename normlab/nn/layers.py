@@ -123,9 +123,9 @@ def causal_bias(T: int, dtype: torch.dtype, device: torch.device) -> torch.Tenso
 
 
 # CPU's fused attention kernel is slower in bf16 than two batched GEMMs with a softmax between them
-# at training context lengths (about 1.6x faster fwd+bwd at B=16, H=4, T=256; see
-# benchmarks/bench_precision.py). The explicit path materializes the [B, H, T, T] scores, so it is
-# taken only while they stay this small.
+# at training context lengths (benchmarks/bench_throughput.py times both at its shapes). The
+# explicit path materializes the [B, H, T, T] scores, so it is taken only while they stay this
+# small.
 EXPLICIT_ATTENTION_MAX_SCORES = 1 << 24
 
 
