@@ -11,10 +11,11 @@ Engines:
   (dropout, batchnorm, encoders, gradient accumulation, block stats, compile, activation
   checkpointing) run separately, and the reason is reported.
 - `auto` (the default): `stacked` where it pays, otherwise `separate`. On a GPU stacking always
-  pays (one kernel per op for all members instead of one per member). On a CPU a run whose step
-  is already large keeps the cores busy by itself, and a stacked group of such runs is no faster
-  (measured: `benchmarks/bench_batched.py`): auto stacks CPU runs only when
-  `d_model * batch_size * seq_len <= AUTO_CPU_MAX_WORK`.
+  pays (one kernel per op for all members instead of one per member). On a CPU the gain is the
+  per-op overhead a small run pays; a run whose step is larger keeps the cores busy by itself, and
+  a stacked group of such runs is no faster, or slower (its activations are M times larger and
+  fall out of cache). Measured with `benchmarks/bench_batched.py`, auto stacks CPU runs only when
+  `d_model * batch_size * seq_len <= AUTO_CPU_MAX_WORK` (32,768: where stacking was >= 1.2x).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from normlab.config import RunConfig
 from normlab.sweep.spec import PlannedRun
 
 MAX_GROUP = 8
-# d_model * batch_size * seq_len of the largest CPU run that auto stacks: width 64 with 1024
-# tokens a step (1.26x measured, 8 runs of 6 blocks), not width 64 with 2048 (0.96x).
-AUTO_CPU_MAX_WORK = 64 * 1024
+# d_model * batch_size * seq_len of the largest CPU run that auto stacks. Measured with
+# benchmarks/bench_batched.py (8 runs, 2 threads, stacked vs one after another; results/
+# bench_batched*.md): 1.86x at 32*8*32 and 1.65x at 64*8*32 (2 blocks); 1.20x at 32*16*64, 1.08x
+# at 64*16*64, 1.01x at 128*16*64, 0.99x at 64*16*128, 0.84x at 256*16*128 (6 blocks).
+AUTO_CPU_MAX_WORK = 32 * 16 * 64
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 All parameters live in one `[M, P]` buffer (member i's row holds its P weights; decayed weight
 matrices first), and each stacked parameter is a view into it. Gradients are gathered into the
-same layout, so the gradient norm of each member, its clipping and the AdamW update are a few
-operations on `[M, P]` tensors with per-member hyperparameters as `[M, 1]` columns: learning rate
-(each member's own schedule), weight decay, betas, eps. The math is `torch.optim.AdamW`'s
-(decoupled weight decay, bias-corrected moments) and clipping is
+same layout, so the gradient norm of each member and its clipping are one operation on `[M, P]`
+tensors (per-member factors as an `[M, 1]` column), and the update is the fused AdamW kernel on
+each member's row with that member's hyperparameters: learning rate (its own schedule), weight
+decay, betas, eps. The math is `torch.optim.AdamW`'s and clipping is
 `torch.nn.utils.clip_grads_with_norm_`'s, so a member trains as it would alone.
 
 Members can be dropped (`keep`): a diverged or finished member leaves the stack and the others
@@ -87,22 +87,19 @@ class StackedAdamW:
     @torch.no_grad()
     def step(self, grads: torch.Tensor, hp: Sequence[dict[str, Any]]) -> None:
         """One AdamW step of every member; `hp[i]`: member i's lr, weight_decay, beta1, beta2,
-        eps."""
+        eps. Each member's row is updated by the fused AdamW kernel (what the trainer's
+        `torch.optim.AdamW(fused=True)` runs), its decayed and undecayed columns apart."""
         self.steps = [s + 1 for s in self.steps]
-        lr = [h["lr"] for h in hp]
-        b1 = [h["beta1"] for h in hp]
-        b2 = [h["beta2"] for h in hp]
-        decay = [1 - h["lr"] * h["weight_decay"] for h in hp]
-        if self.n_decayed and any(d != 1.0 for d in decay):
-            self.flat[:, :self.n_decayed].mul_(self._column(decay))
-        self.exp_avg.lerp_(grads, self._column([1 - b for b in b1]))
-        self.exp_avg_sq.mul_(self._column(b2)).addcmul_(
-            grads * self._column([1 - b for b in b2]), grads)
-        step_size = [lr_i / (1 - b ** s) for lr_i, b, s in zip(lr, b1, self.steps, strict=True)]
-        bc2_sqrt = [math.sqrt(1 - b ** s) for b, s in zip(b2, self.steps, strict=True)]
-        denom = (self.exp_avg_sq.sqrt() / self._column(bc2_sqrt)).add_(
-            self._column([h["eps"] for h in hp]))
-        self.flat.addcdiv_(self.exp_avg * self._column([-s for s in step_size]), denom)
+        n, total = self.n_decayed, self.flat.shape[1]
+        parts = [(slice(0, n), True)] * (n > 0) + [(slice(n, total), False)] * (total > n)
+        for i, h in enumerate(hp):
+            for cols, decayed in parts:
+                step = torch.tensor(float(self.steps[i]), device=self.flat.device)
+                torch._fused_adamw_(
+                    [self.flat[i, cols]], [grads[i, cols]], [self.exp_avg[i, cols]],
+                    [self.exp_avg_sq[i, cols]], [], [step], amsgrad=False, maximize=False,
+                    lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["eps"],
+                    weight_decay=h["weight_decay"] if decayed else 0.0)
 
     # -- members ----------------------------------------------------------------------------------
     def keep(self, rows: Sequence[int]) -> None:
