@@ -12,7 +12,7 @@ from normlab.config import ConfigError, load_run_config, make_model_config
 from normlab.nn import build_model
 from normlab.nn.stacked import StackedTransformer
 from normlab.sweep import SpecError, plan_sweep, run_sweep
-from normlab.sweep.grouping import AUTO_CPU_MAX_WORK, GroupTask, RunTask, plan_tasks
+from normlab.sweep.grouping import AUTO_CPU_WORK_PER_THREAD, GroupTask, RunTask, plan_tasks
 from normlab.train import read_summary, train_run
 from normlab.train.group import GroupError, check_group, run_unstackable_reason, train_group
 from normlab.train.logging import read_metrics
@@ -271,9 +271,13 @@ def test_grouping_by_engine():
     tasks, notes = plan_tasks(planned(2, "model.dropout=[0.1]").runs, "stacked", workers=1)
     assert all(isinstance(t, RunTask) for t in tasks) and "dropout" in notes[0]
     wide = planned(2, "model.d_model=[256]", "model.max_seq_len=[128]", "data.seq_len=[128]")
-    assert AUTO_CPU_MAX_WORK < 256 * 8 * 128
-    tasks, notes = plan_tasks(wide.runs, "auto", workers=1)
+    assert AUTO_CPU_WORK_PER_THREAD * 8 < 256 * 8 * 128
+    tasks, notes = plan_tasks(wide.runs, "auto", workers=1, threads=8)
     assert all(isinstance(t, RunTask) for t in tasks) and "auto" in notes[0]
+    # the limit grows with the threads a run gets
+    small = planned(2, "model.d_model=[64]", "train.batch_size=[16]")  # 64*16*32 = 32768
+    assert all(isinstance(t, RunTask) for t in plan_tasks(small.runs, "auto", 1, 1)[0])
+    assert all(isinstance(t, GroupTask) for t in plan_tasks(small.runs, "auto", 1, 2)[0])
     tasks, _ = plan_tasks(wide.runs, "auto", workers=1, cuda_available=True)
     assert all(isinstance(t, GroupTask) for t in tasks)
     tasks, _ = plan_tasks(wide.runs, "stacked", workers=1)

@@ -15,7 +15,9 @@ Engines:
   per-op overhead a small run pays; a run whose step is larger keeps the cores busy by itself, and
   a stacked group of such runs is no faster, or slower (its activations are M times larger and
   fall out of cache). Measured with `benchmarks/bench_batched.py`, auto stacks CPU runs only when
-  `d_model * batch_size * seq_len <= AUTO_CPU_MAX_WORK` (32,768: where stacking was >= 1.2x).
+  `d_model * batch_size * seq_len <= AUTO_CPU_WORK_PER_THREAD * threads` (16,384 a thread: where
+  stacking was >= 1.2x; with more threads a run computes its step sooner, so overhead is a larger
+  share of it).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from normlab.config import RunConfig
 from normlab.sweep.spec import PlannedRun
 
 MAX_GROUP = 8
-# d_model * batch_size * seq_len of the largest CPU run that auto stacks. Measured with
-# benchmarks/bench_batched.py (8 runs, 2 threads, stacked vs one after another; results/
-# bench_batched*.md): 1.86x at 32*8*32 and 1.65x at 64*8*32 (2 blocks); 1.20x at 32*16*64, 1.08x
-# at 64*16*64, 1.01x at 128*16*64, 0.99x at 64*16*128, 0.84x at 256*16*128 (6 blocks).
-AUTO_CPU_MAX_WORK = 32 * 16 * 64
+# d_model * batch_size * seq_len of the largest CPU run that auto stacks, per thread a run gets.
+# Measured with benchmarks/bench_batched.py (8 runs stacked vs one after another; results/
+# bench_batched*.md). 2 threads: 1.86x at 32*8*32 and 1.65x at 64*8*32 (2 blocks); 1.20x at
+# 32*16*64, 1.08x at 64*16*64, 1.01x at 128*16*64, 0.99x at 64*16*128 (6 blocks). 1 thread:
+# 1.46x at 32*8*32, 1.24x at 64*8*32 (2 blocks); 0.95x at 32*16*64, 0.88x at 64*16*128.
+AUTO_CPU_WORK_PER_THREAD = 64 * 8 * 32
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,20 @@ class GroupTask:
         return tuple(m.run_id for m in self.members)
 
 
-def stacking_pays(cfg: RunConfig, cuda_available: bool) -> bool:
-    """The `auto` rule for one run (see the module docstring)."""
+def cpu_work(cfg: RunConfig) -> int:
+    """d_model x batch_size x seq_len: how much a step of the run computes, for the auto rule."""
+    return cfg.model.d_model * cfg.train.batch_size * cfg.data.seq_len
+
+
+def stacking_pays(cfg: RunConfig, cuda_available: bool, threads: int = 1) -> bool:
+    """The `auto` rule for one run trained with `threads` CPU threads (see the module
+    docstring)."""
     device = cfg.train.device
     if device == "cuda" or (device == "auto" and cuda_available):
         return True
     if device == "mps":
         return False  # not measured
-    return cfg.model.d_model * cfg.train.batch_size * cfg.data.seq_len <= AUTO_CPU_MAX_WORK
+    return cpu_work(cfg) <= AUTO_CPU_WORK_PER_THREAD * threads
 
 
 def _split(runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
@@ -80,10 +89,10 @@ def _split(runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
     return out
 
 
-def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int,
+def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int, threads: int = 1,
                cuda_available: bool = False) -> tuple[list[RunTask | GroupTask], list[str]]:
-    """The tasks that train `runs` under `engine`, in plan order, and notes on the choices made
-    (for the progress display)."""
+    """The tasks that train `runs` under `engine` on `workers` workers of `threads` CPU threads
+    each, in plan order, and notes on the choices made (for the progress display)."""
     from normlab.train.group import run_unstackable_reason, stack_key
 
     def single(run: PlannedRun) -> RunTask:
@@ -96,11 +105,11 @@ def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int,
     notes: dict[str, int] = {}
     for run in runs:
         reason = run_unstackable_reason(run.config)
-        if reason is None and engine == "auto" and not stacking_pays(run.config, cuda_available):
-            m = run.config.model
-            reason = (f"auto: d_model*batch*seq_len = {m.d_model}*{run.config.train.batch_size}"
-                      f"*{run.config.data.seq_len} above {AUTO_CPU_MAX_WORK} on CPU, where "
-                      "stacking does not pay")
+        if reason is None and engine == "auto" and not stacking_pays(run.config, cuda_available,
+                                                                     threads):
+            reason = (f"auto: d_model*batch_size*seq_len = {cpu_work(run.config):,} above "
+                      f"{AUTO_CPU_WORK_PER_THREAD * threads:,} ({AUTO_CPU_WORK_PER_THREAD:,} per "
+                      "CPU thread), where stacking does not pay on CPU")
         if reason is not None:
             notes[reason] = notes.get(reason, 0) + 1
             tasks.append((run.index, single(run)))

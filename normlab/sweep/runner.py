@@ -119,7 +119,7 @@ def run_sweep(plan: SweepPlan, root: Path | str | None = None, *, workers: int =
     if executor == "local":
         import torch
 
-        todo, notes = plan_tasks(pending, engine, workers, torch.cuda.is_available())
+        todo, notes = plan_tasks(pending, engine, workers, threads, torch.cuda.is_available())
     else:
         todo = [RunTask(r.run_id, r.config.to_dict()) for r in pending]
         notes = ["the ray executor trains every run separately"] if engine == "stacked" else []
