@@ -157,10 +157,9 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
     returns each run's summary by run id. A member whose folder or checkpoint cannot be used ends
     `failed` alone. `interrupt_at` stops every member at that step as a signal would."""
     check_group(cfgs)
-    tc0 = cfgs[0].train
     data = load_text_data(cfgs[0].data.source, val_fraction=cfgs[0].data.val_fraction,
                           seed=cfgs[0].data.split_seed)
-    device = resolve_device(tc0.device)
+    device = resolve_device(cfgs[0].train.device)
     summaries: dict[str, dict[str, Any]] = {}
     members: list[_Member] = []
     for cfg in cfgs:
@@ -179,6 +178,9 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
 
 
 class _GroupLoop:
+    """The training loop of a group: the members still training are the rows of the stack, in
+    the order of `active`; a member that finishes, diverges or stops leaves both."""
+
     def __init__(self, members: list[_Member], device: torch.device, progress: bool) -> None:
         self.active = members
         self.device = device
