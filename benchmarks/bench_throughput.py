@@ -7,8 +7,8 @@ Every number comes from the real trainer (`train_run`) on the shipped corpus: th
 optimizer and schedule, only `train.precision` / `train.compile` differ. fp32 and bf16 train in
 alternating chunks of steps (each chunk resumes its run from the checkpoint), so a change in
 machine load hits both alike; tokens/s is the median over the trainer's per-step times (which
-exclude checkpointing), skipping the first step of each chunk. Compiled runs train in one piece;
-their compile time is the first step's time minus the median step.
+exclude checkpointing), skipping the first step of each chunk. Compiled runs train in one piece
+from a cold start (caches off); their compile time is the first step's time minus the median step.
 
     python benchmarks/bench_throughput.py                     # widths 128 256 512, CPU
     python benchmarks/bench_throughput.py --compile           # also bf16 + torch.compile
@@ -76,6 +76,12 @@ def interleaved(width: int, steps: int, args, tmp: Path) -> dict[str, dict]:
 
 
 def compiled(width: int, steps: int, precision: str, args, tmp: Path) -> dict:
+    """One compiled run from a cold start: no graphs from earlier widths, no on-disk caches."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    torch._dynamo.reset()
+    torch._inductor.config.force_disable_caches = True
     root = tmp / f"{width}-{precision}-compiled"
     s = train_run(config(width, precision, steps, args, compile_=True), root, progress=False)
     if s["outcome"] != "completed":
@@ -131,14 +137,20 @@ def figure(curves: dict[str, list[float]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
+    fig, (ax, gap) = plt.subplots(2, 1, figsize=(6, 5), dpi=110, sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
     for name, curve in curves.items():
         ax.plot(range(1, len(curve) + 1), smoothed(curve), label=name, lw=1.4)
-    ax.set_xlabel("step")
     ax.set_ylabel("train loss (10-step mean)")
     ax.set_title(title, fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
+    a, b = (smoothed(c) for c in curves.values())
+    gap.plot(range(1, len(a) + 1), [y - x for x, y in zip(a, b, strict=True)], color="k", lw=1)
+    gap.axhline(0, color="grey", lw=0.6)
+    gap.set_ylabel("difference")
+    gap.set_xlabel("step")
+    gap.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

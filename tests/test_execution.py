@@ -3,6 +3,10 @@ checkpointing, torch.compile, and the FLOPs accounting the throughput benchmark 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -161,3 +165,30 @@ def test_matmul_params_count_the_built_models_linear_weights(mlp):
 def test_gemm_peak_is_a_plausible_rate():
     tflops = gemm_peak_tflops(torch.float32, sizes=(128,), seconds=0.05)
     assert 1e-4 < tflops < 1e3
+
+
+# -- allocator ------------------------------------------------------------------------------------
+_FAULTS = """
+import resource, sys, torch
+from normlab.machine import tune_cpu_allocator
+print(tune_cpu_allocator(), file=sys.stderr)
+for _ in range(6):  # glibc settles on reusing the block after a few rounds
+    torch.empty(8 << 20).fill_(1.0)  # 32 MiB
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    torch.empty(8 << 20).fill_(1.0)  # freed and allocated again, as activations are each step
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's mallopt")
+def test_tuned_allocator_reuses_freed_blocks():
+    faults = {}
+    for tuning in ("1", "0"):
+        env = {**os.environ, "NORMLAB_MALLOC_TUNING": tuning}
+        out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True,
+                             text=True, check=True)
+        faults[tuning] = int(out.stdout.split()[-1])
+    pages = 10 * (32 << 20) // 4096
+    assert faults["0"] > pages / 2, faults  # untuned: every block is faulted in again
+    assert faults["1"] < pages / 20, faults

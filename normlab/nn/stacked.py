@@ -5,7 +5,7 @@
 swapping only the leaves for stacked versions whose parameters are `torch.stack` of the members':
 
     Linear      weight [M, out, in] (member i's slice is its nn.Linear weight), bias [M, out];
-                applied with one torch.baddbmm over [M, B*T, in]
+                over [M, B*T, in]: one GEMM per member on CPU (`_MemberGemms`), one baddbmm else
     LayerNorm / RMSNorm / DyT   weight, bias [M, d] (DyT's alpha [M]), broadcast as [M, 1, d]
     Embedding   weight [M, V, d]; a tied LM head shares it, as in the members
     gate, skip  (Sublayer parameters) [M, 1, 1, 1] and [M, 1, 1, d], against the stream

@@ -29,6 +29,7 @@ import torch
 
 from normlab.config import RunConfig
 from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model
 from normlab.nn.model import NormTransformer
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
@@ -160,6 +161,8 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
     data = load_text_data(cfgs[0].data.source, val_fraction=cfgs[0].data.val_fraction,
                           seed=cfgs[0].data.split_seed)
     device = resolve_device(cfgs[0].train.device)
+    if device.type == "cpu":
+        tune_cpu_allocator()
     summaries: dict[str, dict[str, Any]] = {}
     members: list[_Member] = []
     for cfg in cfgs:

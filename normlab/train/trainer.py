@@ -28,6 +28,7 @@ import yaml
 import normlab
 from normlab.config import ConfigError, RunConfig, parse_config
 from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.train import distributed
@@ -190,6 +191,8 @@ def train_run(
                           seed=cfg.data.split_seed)
     dist = distributed.current()
     device = dist.train_device(resolve_device(tc.device))
+    if device.type == "cpu":
+        tune_cpu_allocator()
     distributed.check_divisible(tc.batch_size, dist.world_size)
     run_id = cfg.run_id()
     run_dir = Path(root) / run_id
