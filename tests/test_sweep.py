@@ -127,6 +127,17 @@ def test_plan_command_lists_runs(tmp_path):
                                   "--root", str(tmp_path / "none")])
     assert r.exit_code == 0, r.output
     assert "8 runs (pending 8)" in r.output and "post-L2-d32-" in r.output
+    assert "engine separate: every pending run separate" in r.output
+
+
+def test_plan_command_shows_the_stacked_groups(tmp_path):
+    spec = str(write(tmp_path, "s.yaml", RESUME))  # engine auto; pre and post stack apart
+    r = runner.invoke(sweep_app, ["plan", spec, "--root", str(tmp_path / "none"),
+                                  "--workers", "1", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert "engine auto: 8 runs in 2 stacked group(s) (4+4), 0 separate" in r.output
+    r = runner.invoke(sweep_app, ["plan", spec, "--engine", "stacks"])
+    assert r.exit_code == 2 and "'stacks' is not one of auto, stacked, separate" in r.output
 
 
 # -- local executor, end to end --------------------------------------------------------------

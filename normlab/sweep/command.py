@@ -44,13 +44,32 @@ def _plan(spec: Path):
 
 
 @sweep_app.command("plan")
-def sweep_plan(spec: SpecArg, root: RootOpt = None) -> None:
-    """Print the expanded runs and their count (and their state under ROOT); nothing runs."""
+def sweep_plan(
+    spec: SpecArg,
+    root: RootOpt = None,
+    workers: Annotated[int, typer.Option(help="local workers the grouping is planned for")] = 2,
+    threads: Annotated[int | None, typer.Option(
+        help="CPU threads per run [default: CPUs / workers]")] = None,
+    engine: Annotated[str | None, typer.Option(
+        help="auto | stacked | separate [default: the spec's engine, else auto]")] = None,
+) -> None:
+    """Print the expanded runs and their count (and their state under ROOT), and how `sweep run`
+    with the local executor would group the pending ones into stacked models; nothing runs."""
+    import torch
+
+    from normlab.sweep.executors import default_threads
+    from normlab.sweep.grouping import plan_tasks
     from normlab.sweep.runner import default_root
-    from normlab.sweep.spec import format_value
-    from normlab.sweep.state import run_state
+    from normlab.sweep.spec import check_engine, format_value
+    from normlab.sweep.state import is_finished, run_state
 
     plan = _plan(spec)
+    try:
+        engine = plan.engine if engine is None else check_engine(engine, "engine")
+    except ConfigError as e:
+        fail(str(e))
+    if threads is not None and threads < 1:
+        fail(f"threads: {threads}; need at least 1")
     root = root if root is not None else default_root(plan)
     table = Table(title=f"sweep {plan.name}: {len(plan.runs)} runs under {root}")
     for col in ("#", "run", *(a.split(".")[-1] for a in plan.axis_paths), "state"):
@@ -70,6 +89,12 @@ def sweep_plan(spec: SpecArg, root: RootOpt = None) -> None:
                       highlight=False)
     state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     console.print(f"{len(plan.runs)} runs ({state})", highlight=False)
+    pending = [run for run in plan.runs if not is_finished(root / run.run_id)]
+    _, notes = plan_tasks(pending, engine, workers,
+                          threads if threads is not None else default_threads(workers),
+                          torch.cuda.is_available())
+    for note in notes or [f"engine {engine}: every pending run separate"]:
+        console.print(f"  {note}", highlight=False)
 
 
 @sweep_app.command("run")
