@@ -69,6 +69,14 @@ def test_cli_two_processes_match_one(tmp_path, one_process):
     assert read_summary(two)["world_size"] == 2
 
 
+def test_two_processes_with_activation_checkpointing_match_one_without(tmp_path, one_process):
+    """An execution option on top of DDP: the same run id and the same results."""
+    r = _cli("train", *(f"--set={a}" for a in ARGS), "--set=train.activation_checkpointing=true",
+             "--nproc=2", "--threads=1", "--quiet", "--root=two", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert_same_run(one_process, tmp_path / "two" / one_process.name)
+
+
 def test_batch_not_divisible_is_a_clear_error(tmp_path):
     r = _cli("train", *(f"--set={a}" for a in ARGS), "--nproc=3", "--root=runs", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
