@@ -68,7 +68,7 @@ def default_threads(workers: int) -> int:
 # -- one run (in a worker) -------------------------------------------------------------------
 
 _STOP: Any = None  # a multiprocessing Event in local workers: set when the sweep is stopping
-_BUSY = threading.Event()  # set while this process is inside run_one
+_BUSY = threading.Event()  # set while this process trains (run_one, run_group)
 
 
 def run_one(config: dict[str, Any], root: str, threads: int | None = None,
@@ -77,43 +77,36 @@ def run_one(config: dict[str, Any], root: str, threads: int | None = None,
     for a run's own failure: that is recorded in the run's summary as `failed`. `run_id` is the
     id the sweep planned; a worker whose normlab resolves the config to another id (the code
     changed under a running sweep, or a cluster node runs another version) refuses the run."""
-    import torch
+    def train(cfgs: list[RunConfig]) -> list[dict[str, Any]]:
+        from normlab.train import train_run
 
-    from normlab.train import train_run
+        return [train_run(cfgs[0], root, resume="auto", progress=False)]
 
-    if threads:
-        torch.set_num_threads(threads)
-    t0 = time.perf_counter()
-    cfg = parse_config(RunConfig, config)
-    if run_id is not None and cfg.run_id() != run_id:
-        return record_failure(Path(root) / run_id, run_id, "ConfigMismatch", (
-            f"this worker's normlab resolves the run's config to {cfg.run_id()}, not {run_id}: "
-            "the config schema differs between the sweep process and the worker (another "
-            "normlab version); nothing was trained")), 0.0
-    run_dir = Path(root) / cfg.run_id()
-    _BUSY.set()
-    try:
-        with run_lock(run_dir):
-            if _STOP is not None and _STOP.is_set():
-                outcome, summary = run_state(run_dir)
-                return summary or {"run_id": cfg.run_id(), "outcome": outcome}, 0.0
-            try:
-                summary = train_run(cfg, root, resume="auto", progress=False)
-            except Exception as e:  # raised before train_run's guard (checkpoint, data, device)
-                summary = record_failure(run_dir, cfg.run_id(), type(e).__name__, str(e),
-                                         traceback.format_exc())
-    finally:
-        _BUSY.clear()
-    return summary, time.perf_counter() - t0
+    summaries, wall = _train_locked([config], root, threads,
+                                    None if run_id is None else [run_id], train)
+    return summaries[0], wall
 
 
 def run_group(configs: list[dict[str, Any]], root: str, threads: int | None = None,
               run_ids: list[str] | None = None) -> tuple[list[dict[str, Any]], float]:
     """Train runs as one stacked group in their folders under `root`, holding every member's lock;
-    returns (each member's summary, wall seconds). Never raises for the runs' own failures."""
-    import torch
+    returns (each member's summary, wall seconds), as `run_one` does for one run."""
+    def train(cfgs: list[RunConfig]) -> list[dict[str, Any]]:
+        from normlab.train.group import train_group
 
-    from normlab.train.group import train_group
+        by_id = train_group(cfgs, root)
+        return [by_id[c.run_id()] for c in cfgs]
+
+    return _train_locked(configs, root, threads, run_ids, train)
+
+
+def _train_locked(configs: list[dict[str, Any]], root: str, threads: int | None,
+                  run_ids: list[str] | None,
+                  train: Callable[[list[RunConfig]], list[dict[str, Any]]]
+                  ) -> tuple[list[dict[str, Any]], float]:
+    """What `run_one` and `run_group` share: thread count, the planned-id check, every run's
+    lock, the stop check, and failures before the trainer's own guard recorded per run."""
+    import torch
 
     if threads:
         torch.set_num_threads(threads)
@@ -121,10 +114,11 @@ def run_group(configs: list[dict[str, Any]], root: str, threads: int | None = No
     cfgs = [parse_config(RunConfig, c) for c in configs]
     ids = [c.run_id() for c in cfgs]
     if run_ids is not None and ids != list(run_ids):
-        return [record_failure(Path(root) / rid, rid, "ConfigMismatch", (
-            "this worker's normlab resolves the group's configs to other run ids: the config "
-            "schema differs between the sweep process and the worker; nothing was trained"))
-            for rid in run_ids], 0.0
+        return [record_failure(Path(root) / planned, planned, "ConfigMismatch", (
+            f"this worker's normlab resolves the run's config to {got}, not {planned}: the config "
+            "schema differs between the sweep process and the worker (another normlab "
+            "version); nothing was trained"))
+            for planned, got in zip(run_ids, ids, strict=True)], 0.0
     _BUSY.set()
     try:
         with contextlib.ExitStack() as locks:
@@ -132,12 +126,11 @@ def run_group(configs: list[dict[str, Any]], root: str, threads: int | None = No
                 locks.enter_context(run_lock(Path(root) / run_id))
             if _STOP is not None and _STOP.is_set():
                 states = [run_state(Path(root) / i) for i in ids]
-                return [s or {"run_id": i, "outcome": o}
-                        for i, (o, s) in zip(ids, states, strict=True)], 0.0
+                return [summary or {"run_id": i, "outcome": outcome}
+                        for i, (outcome, summary) in zip(ids, states, strict=True)], 0.0
             try:
-                by_id = train_group(cfgs, root)
-                summaries = [by_id[i] for i in ids]
-            except Exception as e:  # raised before the group's own guard (data, device)
+                summaries = train(cfgs)
+            except Exception as e:  # raised before the trainer's guard (checkpoint, data, device)
                 summaries = [record_failure(Path(root) / i, i, type(e).__name__, str(e),
                                             traceback.format_exc()) for i in ids]
     finally:

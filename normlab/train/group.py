@@ -16,7 +16,6 @@ finished are skipped; members may resume from different steps.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import time
@@ -42,6 +41,7 @@ from normlab.train.trainer import (
     _StopFlag,
     check_run_folder,
     param_groups,
+    precision_context,
     resolve_device,
     restore_checkpoint,
     run_meta,
@@ -198,8 +198,7 @@ class _GroupLoop:
             m.model, m.optimizer_state = None, {}  # the stack holds them now
         tc = members[0].cfg.train
         self.tokens_per_step = tc.batch_size * members[0].cfg.data.seq_len
-        self.autocast = (torch.autocast(device.type, dtype=torch.bfloat16)
-                         if tc.precision == "bf16" else contextlib.nullcontext())
+        self.autocast = precision_context(tc.precision, device)
         self.summaries: dict[str, dict[str, Any]] = {}
         total = max(m.cfg.train.steps for m in members)
         self.bar = Progress(total, min(m.step for m in members),

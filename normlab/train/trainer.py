@@ -148,6 +148,13 @@ def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
             "best_val_loss": best_val if best_val < float("inf") else None, **final, **extra}
 
 
+def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """Around forward passes: bf16 autocast (matrix work in bfloat16, fp32 weights), or nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 class _StopFlag:
     """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
 
@@ -240,8 +247,7 @@ def train_run(
     final: dict[str, Any] = {}
     bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if tc.precision == "bf16"
-                else contextlib.nullcontext())
+    autocast = precision_context(tc.precision, device)
     if dist.main:
         write_json_atomic(run_dir / "summary.json", {
             "run_id": run_id, "outcome": "running", "step": start, "steps_planned": tc.steps,
