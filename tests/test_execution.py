@@ -175,7 +175,7 @@ print(tune_cpu_allocator(), file=sys.stderr)
 for _ in range(6):  # glibc settles on reusing the block after a few rounds
     torch.empty(8 << 20).fill_(1.0)  # 32 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(10):
+for _ in range(20):
     torch.empty(8 << 20).fill_(1.0)  # freed and allocated again, as activations are each step
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
@@ -189,6 +189,8 @@ def test_tuned_allocator_reuses_freed_blocks():
         out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True,
                              text=True, check=True)
         faults[tuning] = int(out.stdout.split()[-1])
-    pages = 10 * (32 << 20) // 4096
-    assert faults["0"] > pages / 2, faults  # untuned: every block is faulted in again
-    assert faults["1"] < pages / 20, faults
+    block = (32 << 20) // 4096
+    assert faults["0"] > 10 * block, faults  # untuned: every block is faulted in again
+    # tuned: the block is reused; a stray small allocation may split it and force the odd fresh
+    # fault-in (seen once per run on some machines), never one per round
+    assert faults["1"] <= 4 * block, faults
