@@ -277,14 +277,21 @@ def _start(spec: Path, root: Path, workers: int) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(root: Path, completed: int, checkpointed: int, timeout: float = 60) -> None:
+def _checkpoint_steps(root: Path) -> dict[str, int]:
+    return {p.parents[1].name: json.loads(p.read_text())["step"]
+            for p in root.glob("*/checkpoint/trainer_state.json")}
+
+
+def _wait_for(root: Path, completed: int, checkpointed: int, since: dict[str, int] | None = None,
+              timeout: float = 60) -> None:
+    """Until `completed` runs have completed and `checkpointed` unfinished runs have written a
+    checkpoint (one later than in `since`, when given)."""
+    since = since or {}
     deadline = time.time() + timeout
     while time.time() < deadline:
         dirs = run_dirs(root) if root.exists() else []
         outcomes = [(read_summary(p) or {}).get("outcome") for p in dirs]
-        ckpts = [json.loads(p.read_text())["step"] for p in root.glob(
-            "*/checkpoint/trainer_state.json")]
-        busy = [s for s in ckpts if s < 40]
+        busy = [r for r, s in _checkpoint_steps(root).items() if since.get(r, 0) < s < 40]
         if outcomes.count("completed") >= completed and len(busy) >= checkpointed:
             return
         time.sleep(0.05)
@@ -311,9 +318,9 @@ def test_sweep_killed_and_rerun_completes_every_run_once(tmp_path):
     assert left_running  # summary says running, the lock says nobody is: interrupted
 
     # 2. again, now SIGKILL only the sweep process: its orphaned worker checkpoints and exits
+    # (stacked groups complete several runs at once, so wait for fresh progress, not a completion)
     proc = _start(spec, root, workers=1)
-    done_before = states.count("completed")
-    _wait_for(root, completed=done_before + 1, checkpointed=1)
+    _wait_for(root, completed=0, checkpointed=1, since=_checkpoint_steps(root))
     workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
                              text=True).stdout.split()
     os.kill(proc.pid, signal.SIGKILL)
