@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from normlab.config import (
@@ -20,19 +19,10 @@ from normlab.config import (
     parse_config,
     parse_overrides,
 )
+from normlab.console import console, err_console, fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="normlab: where the normalization goes in a Transformer.")
-# Rich wraps at 80 columns when output is not a terminal; logs and CI read better wider.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-
-
-def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
 

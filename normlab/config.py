@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -203,6 +204,22 @@ class ModelConfig(_Frozen):
         return cls.from_dict(load_yaml(text_or_path))
 
 
+class YamlLoader(yaml.SafeLoader):
+    """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a
+    learning rate written that way means."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from a path or a string; errors name the file."""
     is_text = isinstance(text_or_path, str) and "\n" in text_or_path
@@ -214,7 +231,7 @@ def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
     else:
         source, text = "<string>", str(text_or_path)
     try:
-        data = yaml.safe_load(text)
+        data = read_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from None
     if data is None:
@@ -273,7 +290,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. model.placement=post")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = read_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):

@@ -37,10 +37,10 @@ from torch import nn
 
 from normlab.config import ConfigError, TrainConfig, parse_config
 from normlab.data.corpus import DataError
-from normlab.data.genre import TASKS, GenreTask, genre_task, naive_bayes_baseline
+from normlab.data.genre import TASKS, GenreTask, evaluation_rows, genre_task, naive_bayes_baseline
 from normlab.nn.model import NormTransformer
 from normlab.train.checkpoint import CheckpointError
-from normlab.train.logging import write_json_atomic
+from normlab.train.logging import read_json, write_json_atomic
 from normlab.train.schedules import lr_at
 from normlab.warnings import NormlabWarning
 
@@ -202,13 +202,6 @@ def _evaluate(clf: SequenceClassifier, x: np.ndarray, y: np.ndarray, n_classes: 
             "loss": loss if math.isfinite(loss) else str(loss), "confusion": confusion}
 
 
-def _subset(n: int, limit: int | None) -> np.ndarray:
-    """All of ``range(n)``, or at most ``limit`` evenly spaced rows of it."""
-    if limit is None or limit >= n:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
-
-
 def _check_model(model: Any, task: GenreTask) -> None:
     if not isinstance(model, NormTransformer):
         raise FinetuneError(f"expected a normlab NormTransformer, got {type(model).__name__}")
@@ -313,8 +306,8 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
                 curve.append([step + 1, float(np.mean(window)), lr_now])
                 window = []
         train_s = time.perf_counter() - t0
-        test_rows = _subset(len(data.test_y), test_max)
-        test = _evaluate(clf, data.test_x[test_rows], data.test_y[test_rows], data.n_classes,
+        scored = evaluation_rows(len(data.test_y), test_max)
+        test = _evaluate(clf, data.test_x[scored], data.test_y[scored], data.n_classes,
                          dev, eval_batch_size)
         n_tr = min(train_eval_max, len(data.train_y))
         train = _evaluate(clf, data.train_x[:n_tr], data.train_y[:n_tr], data.n_classes, dev,
@@ -332,7 +325,7 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
         "per_class_test_accuracy": per_class, "confusion": confusion.tolist(),
         "balanced_test_accuracy": float(np.mean(list(per_class.values()))),
         "chance": data.chance, "majority": data.majority,
-        "n_train": int(len(data.train_y)), "n_test": int(len(test_rows)),
+        "n_train": int(len(data.train_y)), "n_test": int(len(scored)),
         "n_train_eval": int(n_tr), "loss_curve": curve,
         "model": {"placement": cfg.placement, "n_blocks": cfg.n_blocks, "d_model": cfg.d_model,
                   "kind": cfg.kind, "norm": cfg.norm, "init": model.plan.init,
@@ -388,11 +381,8 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run folder")
     path = finetune_path(run_dir, settings, from_init)
-    if path.exists() and not force:
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            stored = None  # a damaged file is recomputed
+    if not force:
+        stored = read_json(path)  # None when missing or damaged: recomputed
         if isinstance(stored, dict) and stored.get("settings") == settings:
             return stored | {"cached": True}
     run_cfg, model = _load_run_model(run_dir, from_init)
@@ -457,8 +447,8 @@ def finetune_command(
                           warmup=warmup, seed=seed, pooling=pooling, freeze=freeze,
                           from_init=from_init, passage_bytes=passage_bytes,
                           test_max=test_max, device=device)
-        nb = (naive_bayes_baseline(genre_task(task, passage_bytes=passage_bytes))
-              if baseline else None)
+        nb = (naive_bayes_baseline(genre_task(task, passage_bytes=passage_bytes),
+                                   test_max=test_max) if baseline else None)
     except (FinetuneError, ConfigError, DataError, CheckpointError) as e:
         cli.fail(str(e))
         return

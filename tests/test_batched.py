@@ -125,7 +125,7 @@ def test_stacked_adamw_is_adamw():
             if h["clip"] is not None:
                 torch.nn.utils.clip_grads_with_norm_(params, h["clip"], total)
             opt.step()
-        optim.clip_(grads, norms, [h["clip"] for h in hp])
+        optim.clip_(grads, norms.tolist(), [h["clip"] for h in hp])
         optim.step(grads, hp)
     for i, m in enumerate(members):
         got = stacked.member_tensors(i)
@@ -237,6 +237,28 @@ def test_members_at_different_steps_and_a_broken_checkpoint(tmp_path):
         assert out[cfg.run_id()]["outcome"] == "completed"
         train_run(cfg, tmp_path / "alone", progress=False)
         assert_same_run(tmp_path / "alone" / cfg.run_id(), tmp_path / cfg.run_id())
+
+
+def test_a_failure_after_a_member_finished_leaves_its_result(tmp_path, monkeypatch):
+    """Member 0 completes at step 5; in the same step member 1's checkpoint fails: member 0
+    stays completed, member 1 records the failure."""
+    from normlab.train import group
+
+    cfgs = configs(members=[["train.steps=5"], ["train.lr=1e-3", "train.steps=12"]])
+    real = group._GroupLoop.checkpoint
+
+    def checkpoint(loop, row):
+        if loop.active[row].run_id == cfgs[1].run_id():
+            raise OSError("disk full")
+        real(loop, row)
+
+    monkeypatch.setattr(group._GroupLoop, "checkpoint", checkpoint)
+    out = train_group(cfgs, tmp_path)
+    assert out[cfgs[0].run_id()]["outcome"] == "completed" and out[cfgs[0].run_id()]["step"] == 5
+    assert (out[cfgs[1].run_id()]["outcome"], out[cfgs[1].run_id()]["reason"]) == (
+        "failed", "OSError")
+    on_disk = json.loads((tmp_path / cfgs[0].run_id() / "summary.json").read_text())
+    assert on_disk["outcome"] == "completed"
 
 
 # -- sweeps ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from normlab.data.genre import (
     FOLIO_GENRES,
     GENRES,
     clean_play,
+    evaluation_rows,
     folio_plays,
     genre_task,
     naive_bayes_baseline,
@@ -189,6 +190,12 @@ def test_naive_bayes_beats_chance():
     assert genre["test_accuracy"] > 0.5
     play = naive_bayes_baseline(genre_task("play"))
     assert play["test_accuracy"] > 0.2 > 5 * play["chance"]
+    # scored on the same evenly spaced test passages that fine-tuning with test_max scores
+    task = genre_task("genre")
+    some = naive_bayes_baseline(task, test_max=200)
+    assert some["n_test"] == 200 < genre["n_test"]
+    rows = evaluation_rows(len(task.test_y), 200)
+    assert rows[0] == 0 and rows[-1] == len(task.test_y) - 1 and len(set(rows.tolist())) == 200
 
 
 # -- fine-tuning ----------------------------------------------------------------------------

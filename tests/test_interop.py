@@ -476,3 +476,17 @@ def test_consecutive_blocks_are_closer_in_the_pre_norm_model(minilm, smollm2):
     pre = statistics.median(smollm2[1]["per_block"]["ang_prev"])
     post = statistics.median(minilm[1]["per_block"]["ang_prev"])
     assert pre < post
+
+
+def test_claim_c12_without_the_hf_packages_is_not_run_and_says_what_to_install(monkeypatch,
+                                                                                 tmp_path):
+    from normlab.study.experiments import StudyContext
+    from normlab.study.external import c12
+    from normlab.study.profiles import PROFILES
+
+    real = errors.find_spec
+    monkeypatch.setattr(errors, "find_spec", lambda n, *a: None if n == "transformers"
+                        else real(n, *a))
+    result = c12(StudyContext(tmp_path, PROFILES["tiny"], log=lambda _: None))
+    assert result.verdict == "not run"
+    assert "transformers" in result.note and "pip install" in result.note

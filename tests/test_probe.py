@@ -32,6 +32,7 @@ from normlab.probe import (  # noqa: E402
     stream_stats,
     t_quantile,
     text_batches,
+    welch_ci,
 )
 from normlab.probe.command import probe  # noqa: E402
 from normlab.probe.interventions import drop_hooks, merge_hooks  # noqa: E402
@@ -89,6 +90,17 @@ def test_fits_and_participation_ratio():
     assert participation_ratio([1.0, 1.0, 1.0, 1.0]) == pytest.approx(4.0)
     assert participation_ratio([2.0, 0.0, -1.0]) == pytest.approx(1.0)  # negatives clamp to 0
     assert participation_ratio([0.0, 0.0]) == 0.0
+
+
+def test_welch_interval():
+    # a: mean 2.5, var 5/3; b: mean 6, var 10 -> se^2 = 5/12 + 2, Welch df = 5.5208
+    w = welch_ci([1, 2, 3, 4], [2, 4, 6, 8, 10])
+    se = math.sqrt(5 / 12 + 2)
+    half = (w["ci95"][1] - w["ci95"][0]) / 2
+    assert w["diff"] == pytest.approx(-3.5) and w["n"] == 9
+    assert half == pytest.approx(t_quantile(0.975, 5.5208) * se, rel=1e-4)
+    assert 2.447 * se < half < 2.571 * se  # between the t quantiles at 6 and 5 df
+    assert math.isnan(welch_ci([1.0], [2.0, 3.0])["ci95"][0])
 
 
 # --- stream statistics (C1, C2) -------------------------------------------------------------
@@ -305,6 +317,7 @@ def test_cli_depth_sweep_writes_json_and_figures(tmp_path):
     (["--seq-len", "512", "--set", "max_seq_len=64"], "--seq-len"),
     (["--set", "n_heads=3", "--width", "16"], "n_heads"),
     (["--checkpoint", ".", "--placement", "pre"], "drop --placement"),
+    (["--hf", "minilm", "--placement", "pre", "--seeds", "2"], "--placement, --seeds choose"),
 ])
 def test_cli_bad_input_exits_2(tmp_path, args, message):
     r = CliRunner().invoke(_app(), ["probe", *args, "--out", str(tmp_path / "o")])

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from normlab.config import parse_overrides
 from normlab.sweep import SpecError, collect, loss_curves, plan_sweep, run_sweep, stability_map
 from normlab.sweep.command import sweep_app
 from normlab.sweep.progress import SweepProgress
@@ -101,6 +102,21 @@ axes:
     assert len(plan.runs) == 6
     assert sorted({r.config.model.n_blocks for r in plan.runs}) == [2, 4, 8]
     assert {r.config.train.checkpoint_every for r in plan.runs} == {50}
+
+
+def test_a_condition_on_a_base_file_value_written_1e_3(tmp_path):
+    """`1e-3` reads as the float 0.001 in a base config file as in the spec itself, so a `when`
+    on it matches."""
+    write(tmp_path, "base.yaml", "model: {n_blocks: 2, d_model: 32, n_heads: 2}\n"
+                                 "train: {lr: 1e-3}\n")
+    plan = plan_sweep(write(tmp_path, "spec.yaml", """
+base: base.yaml
+axes:
+  train.seed: [0, 1]
+  train.warmup: {values: [5], when: {train.lr: 0.001}}
+"""))
+    assert {r.config.train.warmup for r in plan.runs} == {5}
+    assert parse_overrides(["train.lr=1e-3"]) == {"train": {"lr": 0.001}}
 
 
 @pytest.mark.parametrize("axes, match", [

@@ -34,6 +34,7 @@ __all__ = [
     "GenreTask",
     "TaskName",
     "clean_play",
+    "evaluation_rows",
     "folio_plays",
     "genre_task",
     "naive_bayes_baseline",
@@ -329,14 +330,23 @@ def _ngram_codes(x: np.ndarray, n: int) -> np.ndarray:
     return codes
 
 
+def evaluation_rows(n: int, limit: int | None) -> np.ndarray:
+    """The test passages scored: all of ``range(n)``, or at most ``limit`` evenly spaced ones."""
+    if limit is None or limit >= n:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
+
+
 def naive_bayes_baseline(task: GenreTask, n: int = 3, alpha: float = 1.0,
-                         train_eval_max: int | None = 2048, chunk: int = 512) -> dict[str, Any]:
+                         train_eval_max: int | None = 2048, chunk: int = 512,
+                         test_max: int | None = None) -> dict[str, Any]:
     """Multinomial naive Bayes on character ``n``-grams (exact counts, add-``alpha`` smoothing).
 
     Each class's n-gram distribution is estimated from its training passages (vocabulary: the
     n-grams seen in training; unseen test n-grams are ignored), with the empirical class prior.
-    Returns test accuracy, train accuracy (on the first ``train_eval_max`` training passages, all
-    if None), chance (``1/classes``), the majority-class accuracy and per-class test accuracy.
+    Returns test accuracy (on the passages ``evaluation_rows`` picks with ``test_max``, as
+    fine-tuning scores them), train accuracy (on the first ``train_eval_max`` training passages,
+    all if None), chance (``1/classes``), the majority-class accuracy and per-class test accuracy.
     """
     n = _check_int(n, "n", 1)
     if not alpha > 0:
@@ -367,19 +377,21 @@ def naive_bayes_baseline(task: GenreTask, n: int = 3, alpha: float = 1.0,
             out.append(scores.argmax(1))
         return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
 
-    test_pred = predict(task.test_x)
+    rows = evaluation_rows(len(task.test_y), test_max)
+    test_x, test_y = task.test_x[rows], task.test_y[rows]
+    test_pred = predict(test_x)
     n_tr = len(task.train_y) if train_eval_max is None else min(train_eval_max,
                                                                  len(task.train_y))
     train_pred = predict(task.train_x[:n_tr])
-    per_class = {cls: float((test_pred[task.test_y == k] == k).mean())
-                 for k, cls in enumerate(task.classes) if (task.test_y == k).any()}
+    per_class = {cls: float((test_pred[test_y == k] == k).mean())
+                 for k, cls in enumerate(task.classes) if (test_y == k).any()}
     return {
         "model": f"char-{n}gram multinomial naive Bayes, alpha {alpha:g}",
         "task": task.task, "n": n, "alpha": float(alpha),
-        "test_accuracy": float((test_pred == task.test_y).mean()),
+        "test_accuracy": float((test_pred == test_y).mean()),
         "train_accuracy": float((train_pred == task.train_y[:n_tr]).mean()),
         "chance": task.chance, "majority": task.majority,
         "per_class_test_accuracy": per_class,
-        "n_train": int(len(task.train_y)), "n_test": int(len(task.test_y)),
+        "n_train": int(len(task.train_y)), "n_test": int(len(test_y)),
         "vocab": int(v),
     }

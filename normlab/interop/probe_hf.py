@@ -29,7 +29,6 @@ Measured, per block `l` (output `x_{l+1}`), through normlab's tap names (`adapte
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -43,6 +42,9 @@ import torch
 from normlab.interop.adapters import HFTapModel, skip_blocks
 from normlab.interop.checkpoints import LoadedCheckpoint, load_checkpoint
 from normlab.interop.errors import InteropError
+from normlab.probe.measures import token_norms
+from normlab.probe.suite import finite_or_none
+from normlab.train.logging import write_json_atomic
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 CHARS_PER_TOKEN = 6  # a generous first guess of how much text one window needs
@@ -145,10 +147,6 @@ def make_batches(model: Any, tokenizer: Any, passages: Sequence[str], *, n_batch
 
 # --- measurements ------------------------------------------------------------------------------
 
-def _token_norms(x: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vector_norm(x.float(), dim=-1)
-
-
 @torch.no_grad()
 def position_norms(wrapper: HFTapModel, batches: Sequence[Batch]) -> dict[str, list[float]]:
     """Mean token norm after each block at position 0 (`norm_first`), at the other positions
@@ -162,7 +160,7 @@ def position_norms(wrapper: HFTapModel, batches: Sequence[Batch]) -> dict[str, l
 
         def keep(i: int, got=got):
             def hook(_m, _inp, x) -> None:
-                got[i] = _token_norms(x)
+                got[i] = token_norms(x)
             return hook
 
         with eval_mode(wrapper), hooked(wrapper, {f"blocks.{i}.mlp.stream_out": keep(i)
@@ -305,24 +303,12 @@ def environment() -> dict[str, Any]:
             "threads": torch.get_num_threads()}
 
 
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def write_result(res: dict[str, Any], out: Path, figures: bool = True) -> list[Path]:
     """`<out>/<name>.json` (atomically) and, with `figures`, `<out>/<name>.png`."""
     out.mkdir(parents=True, exist_ok=True)
     name = res["checkpoint"]["name"]
     path = out / f"{name}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(res), indent=1))
-    os.replace(tmp, path)
+    write_json_atomic(path, finite_or_none(res))
     written = [path]
     if figures:
         from normlab.interop.figures import comparison_figure

@@ -197,7 +197,7 @@ class StackedTransformer(NormTransformer):
         # initialize a fresh model only to replace its weights.
         nn.Module.__init__(self)
         base = models[0]
-        self.cfg, self.plan, self.members = base.cfg, base.plan, len(models)
+        self.cfg, self.plan = base.cfg, base.plan
         self.shapes = {name: tuple(p.shape) for name, p in base.named_parameters()}
         for name, child in base.named_children():
             self.add_module(name, child)
@@ -227,6 +227,11 @@ class StackedTransformer(NormTransformer):
             if isinstance(module, Attention):
                 module.register_forward_pre_hook(_fold_members)
                 module.register_forward_hook(_unfold_members)
+
+    @property
+    def members(self) -> int:
+        """How many models the stack holds now (the optimizer may drop some)."""
+        return self.tok_emb.weight.shape[0]
 
     def _positions(self, length: int) -> torch.Tensor:
         return self.pos_emb.weight[:, None, :length]  # [M, 1, T, d] against [M, B, T, d]

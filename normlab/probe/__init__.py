@@ -9,7 +9,7 @@ exit, compute gradients with `torch.autograd.grad`, and restore the train/eval f
 """
 
 from normlab.probe.depth import effective_depth, n_costly, participation_ratio
-from normlab.probe.fits import loglog_fit, mean_ci, t_quantile
+from normlab.probe.fits import loglog_fit, mean_ci, t_quantile, welch_ci
 from normlab.probe.grads import grad_stats, stream_and_grad_stats
 from normlab.probe.hooks import eval_mode, hooked, hooks_left
 from normlab.probe.inputs import synthetic_labels, text_batches
@@ -27,5 +27,5 @@ __all__ = [
     "layer_drop", "logit_lens", "loglog_fit", "mean_ci", "mean_token_norm", "merge_test",
     "n_costly", "parse_probes", "participation_ratio", "perturbation_sensitivity", "probe_model",
     "stream_and_grad_stats", "stream_stats", "synthetic_labels", "t_quantile", "text_batches",
-    "update_size",
+    "update_size", "welch_ci",
 ]

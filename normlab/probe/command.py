@@ -205,6 +205,15 @@ def probe(
     if hf:
         from normlab.interop.command import probe_hf_cli
 
+        model_options = {"--checkpoint": checkpoint, "--placement": placement,
+                         "--placements": placements, "--blocks": blocks, "--width": width,
+                         "--heads": heads, "--norm": norm, "--kind": kind, "--config": config,
+                         "--set": set_, "--probes": probes}
+        given = [name for name, value in model_options.items() if value]
+        if given or seeds != 1:
+            given += ["--seeds"] * (seeds != 1)
+            _cli().fail(f"--hf probes a real checkpoint; {', '.join(given)} choose a normlab "
+                        "model and do not apply to it (drop them, or drop --hf)")
         probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size,
                      seq_len=seq_len or 128, figures=figures)
         return

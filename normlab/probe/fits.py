@@ -147,3 +147,18 @@ def mean_ci(values: Sequence[float]) -> dict[str, float]:
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
     half = t_quantile(0.975, len(v) - 1) * sd / math.sqrt(len(v))
     return {"mean": m, "ci95": [m - half, m + half], "n": len(v)}
+
+
+def welch_ci(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """mean(a) - mean(b) with a 95% Welch interval (unequal variances, Welch-Satterthwaite
+    degrees of freedom); NaN half-width when either side has fewer than 2 values."""
+    def mean_var(v: Sequence[float]) -> tuple[float, float]:
+        m = sum(v) / len(v)
+        var = sum((x - m) ** 2 for x in v) / (len(v) - 1) if len(v) > 1 else math.nan
+        return m, var / len(v)  # the squared standard error of the mean
+
+    (ma, va), (mb, vb) = mean_var(a), mean_var(b)
+    diff, se = ma - mb, math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / max(1, len(a) - 1) + vb**2 / max(1, len(b) - 1)) if se else 1.0
+    half = t_quantile(0.975, max(1.0, df)) * se
+    return {"diff": diff, "ci95": [diff - half, diff + half], "n": len(a) + len(b)}

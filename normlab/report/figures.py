@@ -35,12 +35,12 @@ def png_data_uri(data: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
-def new_figure(width: float, height: float):
+def new_figure(width: float, height: float, dpi: int = _DPI):
     """A Figure bound to an Agg canvas (no pyplot)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=_DPI)
+    fig = Figure(figsize=(width, height), dpi=dpi)
     FigureCanvasAgg(fig)
     return fig
 
@@ -132,10 +132,9 @@ def _map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
               ) -> tuple[str, str, str | None]:
     """x, y and panel for a sweep's map: warmup x lr by placement when the sweep varies those,
     otherwise its first varying axes (seeds are pooled, never an axis of the map)."""
-    axes = list((sweep or {}).get("axes") or [])
-    if not axes:
-        keys = sorted({k for c in configs for k in c})
-        axes = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+    from normlab.sweep.summarize import varying_paths
+
+    axes = list((sweep or {}).get("axes") or []) or varying_paths(configs)
     axes = [a for a in axes if not a.endswith(".seed")]
     panel = "model.placement" if "model.placement" in axes or any(
         "model.placement" in c for c in configs) else None

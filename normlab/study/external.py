@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import math
-
-from normlab.probe.fits import t_quantile
+from normlab.probe.fits import welch_ci
 from normlab.study.experiments import StudyContext
 from normlab.study.schema import ClaimResult, Effect
 from normlab.study.verdict import decide_interval, rule_text
@@ -32,8 +30,10 @@ def c10(ctx: StudyContext) -> ClaimResult:
                            device="cpu")
             acc[placement].append(res["test_accuracy"])
     ctx.log("fine-tuned the tuned pre and post runs on the genre task")
-    baseline = ctx.cached(f"genre_baseline_{passage}",
-                          lambda: naive_bayes_baseline(genre_task("genre", passage_bytes=passage)))
+    baseline = ctx.cached(  # scored on the test passages the fine-tuned models are
+        f"genre_baseline_{passage}_{p.finetune_test_max}",
+        lambda: naive_bayes_baseline(genre_task("genre", passage_bytes=passage),
+                                     test_max=p.finetune_test_max))
     from normlab.probe.fits import mean_ci
 
     bars = {f"{pl} fine-tuned": mean_ci(v) for pl, v in acc.items()}
@@ -66,14 +66,9 @@ def c12(ctx: StudyContext) -> ClaimResult:
     statement = ("In pre-LN LLMs deep layers can be removed at little cost (angular distance "
                  "between consecutive deep layers is small); in post-LN BERT they cannot.")
     source = "Sun et al. 2025, Curse of Depth (2502.05795); Gromov et al. 2024"
-    try:
-        from normlab.interop import run_hf_probe
-        from normlab.interop.checkpoints import CheckpointNotFound
-        from normlab.interop.figures import comparison_figure
-    except ImportError as e:  # the optional hf extra is absent
-        return ClaimResult(id="C12", title=title, statement=statement, source=source, method="",
-                           verdict="not run", rule="",
-                           note=f"needs the hf extra ({e}): pip install 'normlab[hf]'")
+    from normlab.interop import CheckpointNotFound, MissingDependency, run_hf_probe
+    from normlab.interop.figures import comparison_figure
+
     p = ctx.profile
     results = {}
     for name in ("minilm", "smollm2"):
@@ -83,19 +78,14 @@ def c12(ctx: StudyContext) -> ClaimResult:
                                 figures=False)
         try:
             results[name] = ctx.cached(f"real_{name}", compute)
-        except CheckpointNotFound as e:
+        except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
             return ClaimResult(id="C12", title=title, statement=statement, source=source,
                                method="", verdict="not run", rule="", note=str(e))
     deep = {n: _deep_half(r["drop"]["drop_hidden_cos"]) for n, r in results.items()}
-    m_post, se_post, n_post = _mean_se(deep["minilm"])
-    m_pre, se_pre, n_pre = _mean_se(deep["smollm2"])
-    diff = m_post - m_pre
-    se = math.sqrt(se_post**2 + se_pre**2)
-    # Welch-Satterthwaite degrees of freedom
-    df = se**4 / ((se_post**4 / max(1, n_post - 1)) + (se_pre**4 / max(1, n_pre - 1))) if se else 1
-    half = t_quantile(0.975, max(1.0, df)) * se
+    welch = welch_ci(deep["minilm"], deep["smollm2"])
+    diff, (low, high) = welch["diff"], welch["ci95"]
     name = "mean drop cost, deeper half: MiniLM (post) - SmolLM2 (pre)"
-    verdict = decide_interval(diff, diff - half, diff + half, ">", 0.0)
+    verdict = decide_interval(diff, low, high, ">", 0.0)
     fig = comparison_figure([results["minilm"], results["smollm2"]],
                             ctx.fig_dir / "c12_real_models.png")
     return ClaimResult(
@@ -106,8 +96,8 @@ def c12(ctx: StudyContext) -> ClaimResult:
                "Effect: mean over the deeper half of the blocks, MiniLM minus SmolLM2, with a "
                "Welch interval over blocks.",
         verdict=verdict, rule=rule_text(name, ">", 0.0),
-        effect=Effect(name=name, estimate=diff, ci_low=diff - half, ci_high=diff + half,
-                      n=n_post + n_pre, expected="> 0"),
+        effect=Effect(name=name, estimate=diff, ci_low=low, ci_high=high, n=welch["n"],
+                      expected="> 0"),
         numbers={n: {"drop_hidden_cos": r["drop"]["drop_hidden_cos"],
                      "drop_dloss": r["drop"].get("drop_dloss"),
                      "ang_prev": r["per_block"]["ang_prev"], "norm": r["per_block"]["norm"],
@@ -121,8 +111,3 @@ def _deep_half(values: list[float]) -> list[float]:
     return values[len(values) // 2:]
 
 
-def _mean_se(values: list[float]) -> tuple[float, float, int]:
-    n = len(values)
-    m = sum(values) / n
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return m, sd / math.sqrt(n), n

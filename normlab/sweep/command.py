@@ -11,27 +11,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from normlab.config import ConfigError
+from normlab.console import console, fail
 
 sweep_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         pretty_exceptions_enable=False,
                         help="Sweeps: many runs from one spec, resumable; tables and stability "
                              "maps of their outcomes.")
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 SpecArg = Annotated[Path, typer.Argument(help="sweep spec (YAML: base + axes)")]
 RootOpt = Annotated[Path | None, typer.Option(
     help="folder of the sweep's run folders and sweep.json [default: runs/sweeps/<name>]")]
 DirArg = Annotated[Path, typer.Argument(help="sweep folder (the --root of `sweep run`)")]
-
-
-def fail(message: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _plan(spec: Path):
@@ -149,26 +142,19 @@ def sweep_summarize(
              "(csv)")] = None,
 ) -> None:
     """One table of every run: axes, outcome, divergence step and reason, losses, tokens/s."""
-    from normlab.sweep.summarize import SummaryError, collect, to_csv, to_parquet, to_rich
+    from normlab.sweep.summarize import SummaryError, collect, summarize, to_csv, to_rich
 
-    if format not in ("table", "csv", "parquet"):
-        fail(f"format: {format!r} is not one of table, csv, parquet")
     try:
-        table = collect(dir)
-        if format == "table":
-            console.print(to_rich(table))
-        elif format == "csv" and str(out) == "-":
-            sys.stdout.write(to_csv(table))
-        elif format == "csv":
-            path = out or dir / "summary.csv"
-            to_csv(table, path)
-            console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
-        else:
-            path = out or dir / "summary.parquet"
-            to_parquet(table, path)
-            console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
+        if format == "csv" and str(out) == "-":
+            sys.stdout.write(to_csv(collect(dir)))
+            return
+        table, path = summarize(dir, format, out)
     except SummaryError as e:
         fail(str(e))
+    if path is None:
+        console.print(to_rich(table))
+    else:
+        console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
 
 
 @sweep_app.command("map")

@@ -42,8 +42,7 @@ from typing import Any
 from normlab.config import RunConfig, parse_config
 from normlab.sweep.grouping import GroupTask, RunTask
 from normlab.sweep.state import run_lock, run_state
-from normlab.train.logging import write_json_atomic
-from normlab.train.trainer import read_summary
+from normlab.train.trainer import record_failure
 
 EXECUTORS = ("local", "ray")
 OnStart = Callable[[str], None]
@@ -136,20 +135,6 @@ def _train_locked(configs: list[dict[str, Any]], root: str, threads: int | None,
     finally:
         _BUSY.clear()
     return summaries, time.perf_counter() - t0
-
-
-def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
-                   tb: str | None = None) -> dict[str, Any]:
-    """Write `failed` into the run's summary (keeping its step); the run stays resumable."""
-    old = read_summary(run_dir) or {}
-    summary = {**{k: v for k, v in old.items() if k not in ("outcome", "reason", "message")},
-               "run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
-               "reason": reason, "message": message}
-    if tb:
-        summary["traceback"] = tb
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "summary.json", summary)
-    return summary
 
 
 # -- local processes ---------------------------------------------------------------------------

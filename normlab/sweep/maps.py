@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.sweep.spec import format_value
-from normlab.sweep.summarize import SweepTable, collect
+from normlab.sweep.summarize import SweepTable, collect, varying_paths
 from normlab.train.logging import read_metrics
 
 CATEGORIES = ("completed", "loss spike", "diverged", "failed", "not finished")
@@ -108,8 +108,7 @@ def _sort_key(v: Any) -> tuple:
 def _check_axis(table: SweepTable, path: str, what: str) -> None:
     known = set().union(*(c.keys() for c in table.configs))
     if path not in known:
-        varying = [k for k in sorted(known)
-                   if len({repr(c.get(k)) for c in table.configs}) > 1]
+        varying = varying_paths(table.configs)
         raise MapError(f"{what}: {path!r} is not a config path of these runs; the sweep varies: "
                        f"{', '.join(varying) or 'nothing'}")
 
@@ -149,12 +148,9 @@ def _load(source: SweepTable | Path | str) -> SweepTable:
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from normlab.report.figures import new_figure
 
-    fig = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig
+    return new_figure(width, height, dpi=110)  # small panels: a little sharper than the report's
 
 
 def _label(path: str) -> str:

@@ -31,7 +31,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from normlab.config import ConfigError, RunConfig, deep_merge, load_yaml, parse_config
+from normlab.config import (
+    ConfigError,
+    RunConfig,
+    deep_merge,
+    load_yaml,
+    parse_config,
+    read_yaml,
+)
 
 # Defaults a sweep adds under its base (the base wins): runs checkpoint often, so a killed sweep
 # loses little.
@@ -46,17 +53,6 @@ MAX_REPORTED = 10
 
 class SpecError(ConfigError):
     """A sweep spec that cannot be expanded; the message names the axis and the value."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads `1e-3` (no dot) as a string; a sweep of learning rates wants a float."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
 
 
 @dataclass(frozen=True)
@@ -111,7 +107,7 @@ def load_spec(path_or_text: str | Path) -> tuple[dict[str, Any], str]:
     else:
         text, source, name = str(path_or_text), "<string>", "sweep"
     try:
-        spec = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+        spec = read_yaml(text)
     except yaml.YAMLError as e:
         raise SpecError(f"{source}: not valid YAML: {e}") from None
     if not isinstance(spec, dict):

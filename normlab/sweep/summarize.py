@@ -80,14 +80,15 @@ def collect(root: Path | str) -> SweepTable:
             data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
             data.pop("meta", None)
             entries.append((run_dir.name, flatten(data)))
-        axes = _varying([c for _, c in entries])
+        axes = varying_paths([c for _, c in entries])
     if not entries:
         raise SummaryError(f"{root}: no runs here (no sweep.json and no run folders)")
     rows = [_row(root / run_id, run_id, cfg, axes) for run_id, cfg in entries]
     return SweepTable(root=root, name=name, axes=axes, rows=rows, configs=[c for _, c in entries])
 
 
-def _varying(configs: list[dict[str, Any]]) -> list[str]:
+def varying_paths(configs: list[dict[str, Any]]) -> list[str]:
+    """The config paths (flat `section.field` keys) whose value differs between runs, sorted."""
     keys = sorted({k for c in configs for k in c})
     return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
 
@@ -202,21 +203,16 @@ def to_rich(table: SweepTable):
     return t
 
 
-def to_markdown(table: SweepTable, columns: list[str] | None = None) -> str:
-    cols = columns or table.columns
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in table.rows:
-        lines.append("| " + " | ".join(_cell(row.get(c), c) for c in cols) + " |")
-    return "\n".join(lines)
-
-
-def summarize(root: Path | str, fmt: str = "table", out: Path | None = None) -> SweepTable:
-    """Collect the table and write it as `fmt` (csv/parquet to `out`, default in the folder)."""
+def summarize(root: Path | str, fmt: str = "table", out: Path | None = None
+              ) -> tuple[SweepTable, Path | None]:
+    """Collect the table and write it as `fmt` (csv/parquet to `out`, default in the folder);
+    returns the table and the file written (None for `table`)."""
     if fmt not in FORMATS:
         raise SummaryError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
     table = collect(root)
+    path = None if fmt == "table" else out or table.root / f"summary.{fmt}"
     if fmt == "csv":
-        to_csv(table, out or table.root / "summary.csv")
+        to_csv(table, path)
     elif fmt == "parquet":
-        to_parquet(table, out or table.root / "summary.parquet")
-    return table
+        to_parquet(table, path)
+    return table, path

@@ -50,3 +50,12 @@ def nonfinite_reason(loss: float, grad_norm: float) -> str | None:
     if not math.isfinite(grad_norm):
         return "nonfinite_grad"
     return None
+
+
+def divergence_reason(loss: float, grad_norm: float, spike: SpikeDetector) -> str | None:
+    """Why a run stops as diverged at this step (before its update), or None: a non-finite loss
+    or gradient, else a loss spike (which `spike` tracks)."""
+    reason = nonfinite_reason(loss, grad_norm)
+    if reason is None and spike.update(loss):
+        reason = "loss_spike"
+    return reason

@@ -33,15 +33,17 @@ from normlab.nn import build_model
 from normlab.nn.model import NormTransformer
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
 from normlab.train.checkpoint import save_checkpoint
-from normlab.train.divergence import SpikeDetector, nonfinite_reason
-from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
+from normlab.train.divergence import SpikeDetector, divergence_reason
+from normlab.train.logging import MetricsLog, Progress, write_json_atomic
 from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
 from normlab.train.trainer import (
     _StopFlag,
     check_run_folder,
+    eval_due,
     param_groups,
     precision_context,
+    record_failure,
     resolve_device,
     restore_checkpoint,
     run_meta,
@@ -127,16 +129,6 @@ def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device) -> _Member
                    best_val)
 
 
-def _record_failure(cfg: RunConfig, run_dir: Path, e: Exception) -> dict[str, Any]:
-    old = read_json(run_dir / "summary.json") or {}
-    summary = run_summary(cfg, "failed", old.get("step", 0), float("inf"), {},
-                          reason=type(e).__name__, message=str(e),
-                          traceback=traceback.format_exc())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "summary.json", summary)
-    return summary
-
-
 def check_group(cfgs: list[RunConfig]) -> None:
     """Raise `GroupError` unless the runs can train as one stacked group."""
     if not cfgs:
@@ -174,7 +166,8 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
             else:
                 members.append(_setup(cfg, run_dir, data, device))
         except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
-            summaries[cfg.run_id()] = _record_failure(cfg, run_dir, e)
+            summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(), type(e).__name__,
+                                                     str(e), traceback.format_exc())
     if members:
         summaries.update(_GroupLoop(members, device, progress).run(interrupt_at))
     return {c.run_id(): summaries[c.run_id()] for c in cfgs}
@@ -228,13 +221,15 @@ class _GroupLoop:
         m.metrics.close()
         self.summaries[m.run_id] = summary
 
-    def drop(self, rows: list[int]) -> None:
-        """Remove these members from the stack (they have finished, diverged or stopped)."""
+    def drop(self, rows: list[int]) -> list[int]:
+        """Remove these members from the stack (they have finished, diverged or stopped);
+        returns the rows kept, in order."""
+        keep = [r for r in range(len(self.active)) if r not in set(rows)]
         if rows:
-            keep = [r for r in range(len(self.active)) if r not in set(rows)]
             self.active = [self.active[r] for r in keep]
             if keep:
                 self.optim.keep(keep)
+        return keep
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self, interrupt_at: int | None) -> dict[str, dict[str, Any]]:
@@ -262,8 +257,9 @@ class _GroupLoop:
                         self.train_step()
         except Exception as e:  # failure is data: every member still training records it
             for m in self.active:
-                self.finish(m, "failed", reason=type(e).__name__, message=str(e),
-                            traceback=traceback.format_exc())
+                if m.run_id not in self.summaries:  # (one that ended this step keeps its end)
+                    self.finish(m, "failed", reason=type(e).__name__, message=str(e),
+                                traceback=traceback.format_exc())
         finally:
             self.bar.close()
             for m in self.active:
@@ -284,16 +280,16 @@ class _GroupLoop:
             losses = self.model(x, y).loss
         losses.sum().backward()  # each member's gradient is that of its own loss
         grads = self.optim.gather_grads()
-        norms = torch.linalg.vector_norm(grads, dim=1)
+        # one device-to-host copy for the losses and gradient norms of all members
+        loss_list, norms = torch.stack([losses.detach().float(),
+                                        torch.linalg.vector_norm(grads, dim=1)]).tolist()
         records = []
         diverged = []
-        for r, (m, loss, norm, hp) in enumerate(zip(self.active, losses.tolist(), norms.tolist(),
-                                                    hyper, strict=True)):
+        for r, (m, loss, norm, hp) in enumerate(zip(self.active, loss_list, norms, hyper,
+                                                    strict=True)):
             m.step += 1
             record = {"step": m.step, "train_loss": loss, "lr": hp["lr"], "grad_norm": norm}
-            reason = nonfinite_reason(loss, norm)
-            if reason is None and m.spike.update(loss):
-                reason = "loss_spike"
+            reason = divergence_reason(loss, norm, m.spike)
             if reason is not None:  # the member stops here, before its update, as train_run does
                 m.metrics.write(record | {"diverged": reason})
                 m.final["train_loss"] = loss
@@ -302,12 +298,11 @@ class _GroupLoop:
             else:
                 records.append(record)
         if diverged:
-            keep = [r for r in range(len(self.active)) if r not in set(diverged)]
-            grads, norms = grads[keep], norms[keep]
-            hyper = [hyper[r] for r in keep]
-            self.drop(diverged)
-            if not self.active:
+            keep = self.drop(diverged)
+            if not keep:
                 return
+            grads = grads[keep]
+            norms, hyper = [norms[r] for r in keep], [hyper[r] for r in keep]
         self.optim.clip_(grads, norms, [m.cfg.train.grad_clip for m in self.active])
         self.optim.step(grads, hyper)
         self.optim.zero_grad()
@@ -317,8 +312,7 @@ class _GroupLoop:
     def after_step(self, records: list[dict[str, Any]], dt: float) -> None:
         """Evaluation, logging, checkpoints and completion of each member after a step."""
         last = [m.step == m.cfg.train.steps for m in self.active]
-        due = [bool(m.cfg.train.eval_every and m.step % m.cfg.train.eval_every == 0) or is_last
-               for m, is_last in zip(self.active, last, strict=True)]
+        due = [eval_due(m.cfg.train, m.step) for m in self.active]
         val = self.evaluate() if any(due) else None
         done = []
         for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
@@ -346,13 +340,12 @@ class _GroupLoop:
     def evaluate(self) -> list[float]:
         """Each member's mean validation loss on its own fixed batches."""
         self.model.eval()
-        totals = [0.0] * len(self.active)
         n = len(self.active[0].val)
+        totals = torch.zeros(len(self.active), dtype=torch.float64, device=self.device)
         for k in range(n):
             x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
             y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
             with self.autocast:
-                losses = self.model(x, y).loss.tolist()
-            totals = [t + v for t, v in zip(totals, losses, strict=True)]
+                totals += self.model(x, y).loss
         self.model.train()
-        return [t / n for t in totals]
+        return [t / n for t in totals.tolist()]

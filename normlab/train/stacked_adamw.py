@@ -1,12 +1,12 @@
-"""AdamW for a `StackedTransformer`: every member's step in a handful of tensor ops.
+"""AdamW for a `StackedTransformer`: the members' weights and moments in one buffer each.
 
 All parameters live in one `[M, P]` buffer (member i's row holds its P weights; decayed weight
 matrices first), and each stacked parameter is a view into it. Gradients are gathered into the
 same layout, so the gradient norm of each member and its clipping are one operation on `[M, P]`
-tensors (per-member factors as an `[M, 1]` column), and the update is the fused AdamW kernel on
-each member's row with that member's hyperparameters: learning rate (its own schedule), weight
-decay, betas, eps. The math is `torch.optim.AdamW`'s and clipping is
-`torch.nn.utils.clip_grads_with_norm_`'s, so a member trains as it would alone.
+tensors (per-member factors as an `[M, 1]` column). The update is the fused AdamW kernel on each
+member's row (one call per member and column group) with that member's hyperparameters: learning
+rate (its own schedule), weight decay, betas, eps. The math is `torch.optim.AdamW`'s and clipping
+is `torch.nn.utils.clip_grads_with_norm_`'s, so a member trains as it would alone.
 
 Members can be dropped (`keep`): a diverged or finished member leaves the stack and the others
 continue without it.
@@ -57,7 +57,6 @@ class StackedAdamW:
         for p, size in zip(self.params, self.sizes, strict=True):
             p.data = self.flat[:, offset:offset + size].view(self.flat.shape[0], *p.shape[1:])
             offset += size
-        self.model.members = self.flat.shape[0]
 
     # -- one step ---------------------------------------------------------------------------------
     def gather_grads(self) -> torch.Tensor:
@@ -76,11 +75,12 @@ class StackedAdamW:
         return torch.tensor(values, dtype=torch.float64).to(self.flat).view(-1, 1)
 
     @torch.no_grad()
-    def clip_(self, grads: torch.Tensor, norms: torch.Tensor,
+    def clip_(self, grads: torch.Tensor, norms: Sequence[float],
               max_norms: Sequence[float | None]) -> None:
-        """Scale each member's gradient to at most its max norm (None: no clipping)."""
+        """Scale each member's gradient (norm `norms[i]`) to at most its max norm (None: no
+        clipping)."""
         coef = [1.0 if mx is None else min(1.0, mx / (n + 1e-6))
-                for mx, n in zip(max_norms, norms.tolist(), strict=True)]
+                for mx, n in zip(max_norms, norms, strict=True)]
         if any(c != 1.0 for c in coef):
             grads.mul_(self._column(coef))
 
@@ -93,8 +93,8 @@ class StackedAdamW:
         n, total = self.n_decayed, self.flat.shape[1]
         parts = [(slice(0, n), True)] * (n > 0) + [(slice(n, total), False)] * (total > n)
         for i, h in enumerate(hp):
+            step = torch.tensor(float(self.steps[i]), device=self.flat.device)
             for cols, decayed in parts:
-                step = torch.tensor(float(self.steps[i]), device=self.flat.device)
                 torch._fused_adamw_(
                     [self.flat[i, cols]], [grads[i, cols]], [self.exp_avg[i, cols]],
                     [self.exp_avg_sq[i, cols]], [], [step], amsgrad=False, maximize=False,

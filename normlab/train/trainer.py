@@ -26,14 +26,14 @@ import torch
 import yaml
 
 import normlab
-from normlab.config import ConfigError, RunConfig, parse_config
+from normlab.config import ConfigError, RunConfig, TrainConfig, parse_config
 from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.train import distributed
 from normlab.train.checkpoint import load_checkpoint, save_checkpoint
-from normlab.train.divergence import SpikeDetector, nonfinite_reason
+from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
 from normlab.train.schedules import lr_at
 
@@ -146,6 +146,25 @@ def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
     return {"run_id": cfg.run_id(), "outcome": outcome, "step": step, "reason": reason,
             "steps_planned": cfg.train.steps,
             "best_val_loss": best_val if best_val < float("inf") else None, **final, **extra}
+
+
+def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
+                   tb: str | None = None) -> dict[str, Any]:
+    """Write `failed` into the run's summary (keeping its step); the run stays resumable."""
+    old = read_summary(run_dir) or {}
+    summary = {**{k: v for k, v in old.items() if k not in ("outcome", "reason", "message")},
+               "run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
+               "reason": reason, "message": message}
+    if tb:
+        summary["traceback"] = tb
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def eval_due(tc: TrainConfig, step: int) -> bool:
+    """Whether the run evaluates after `step`: every `eval_every` steps and after the last."""
+    return bool(tc.eval_every and step % tc.eval_every == 0) or step == tc.steps
 
 
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -291,9 +310,7 @@ def train_run(
                 step += 1
                 record: dict[str, Any] = {"step": step, "train_loss": train_loss, "lr": lr,
                                           "grad_norm": grad_norm}
-                reason = nonfinite_reason(train_loss, grad_norm)
-                if reason is None and spike.update(train_loss):
-                    reason = "loss_spike"
+                reason = divergence_reason(train_loss, grad_norm, spike)
                 if reason is not None:
                     metrics.write(record | {"diverged": reason})
                     final.update(train_loss=train_loss)
@@ -306,7 +323,7 @@ def train_run(
                 optimizer.zero_grad(set_to_none=True)
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
-                if (tc.eval_every and step % tc.eval_every == 0) or last:
+                if eval_due(tc, step):
                     record["val_loss"] = evaluate(model, val, autocast, dist)
                     best_val = min(best_val, record["val_loss"])
                     final["val_loss"] = record["val_loss"]
