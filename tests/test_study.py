@@ -62,8 +62,19 @@ def test_every_claim_runs_at_tiny_size(tiny_study):
         assert c["numbers"] and c["rule"] and c["method"], c["id"]
         if c["id"] in ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9", "C11", "C13"):
             assert c["figures"], c["id"]
+        for pred in c["predictions"]:  # every prediction decided with its own numbers
+            assert pred["verdict"] in VERDICTS and pred["rule"] and pred["paper"], c["id"]
         for fig in c["figures"]:
             assert (out / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
+
+
+def test_fits_per_placement_reach_study_json(tiny_study):
+    """The per-placement slopes of C4 and C8 were all null (fits read by metric, not placement)."""
+    _, study = tiny_study
+    claims = {c["id"]: c for c in study["claims"]}
+    for cid in ("C4", "C8"):
+        for placement in ("pre", "post", "admin"):
+            assert isinstance(claims[cid]["numbers"]["slopes"][placement]["slope"], float), cid
 
 
 def test_rerun_reuses_everything(tiny_study):

@@ -1,11 +1,16 @@
 """The measurements the claims share, computed once per study folder and cached there.
 
-- `init_sweep`: probes of models at init over placements x depths x seeds (Xavier init, the
-  setting of Xiong et al.'s analysis, for every placement so only the placement differs).
-- `runs`: training runs on the Shakespeare corpus (a grid over placement x lr x warmup x seed,
-  plus the variants some claims need); each is an ordinary run folder under `runs/`, so a study
-  re-run trains nothing twice and an interrupted one resumes.
-- `trained_probes`: probes of the checkpoints of the tuned runs.
+- `init_sweep`: probes of models at init over placements x depths x seeds (Xavier init and a
+  unit-variance embedding, the setting of Xiong et al.'s analysis, for pre and post; admin and
+  deepnorm keep their own inits).
+- `tuned(family)`: training runs on the Shakespeare corpus, one family (a placement plus model
+  fields) over an lr grid that is extended until it brackets the best lr; paired seeds (seed s
+  is the same data order and init draw for every family); warmup a fixed fraction of the run.
+  Each run is an ordinary run folder under `runs/`, so a re-run trains nothing twice and an
+  interrupted study resumes.
+- `matched_pair`: the pre and post grid cells whose validation losses are closest, so probes of
+  trained models compare checkpoints that reached a comparable loss.
+- `trained_probes`: probes of those checkpoints.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from normlab.train.trainer import train_many_step
 DIVERGED_LOSS = math.log(256)
 
 Log = Callable[[str], None]
+
+INIT_EMBED_STD = 2 ** -0.5
 
 
 class StudyContext:
@@ -68,8 +75,10 @@ class StudyContext:
 
     def init_base(self, **fields: Any) -> ModelConfig:
         p = self.profile
+        # Xiong et al.'s Lemma 2 assumes a unit-variance input x_0 ~ N(0, I_d): token and
+        # position embeddings each of variance 1/2 sum to it (E||x_0||^2 = d).
         data = {"d_model": p.width, "n_heads": p.heads, "max_seq_len": p.probe_seq_len,
-                "init": "xavier", **fields}
+                "init": "xavier", "init_std": INIT_EMBED_STD, **fields}
         return parse_config(ModelConfig, data)
 
     # -- shared measurements ------------------------------------------------------------------
@@ -91,13 +100,14 @@ class StudyContext:
         return self.cached("init_sweep", compute)
 
     def update_sizes(self) -> dict[str, Any]:
-        """DeepNet's model update ||f(x; theta_t) - f(x; theta_0)|| over the first steps, at the
-        deepest init depth and the highest learning rate of the grid."""
+        """DeepNet's model update ||f(x; theta_t) - f(x; theta_0)|| over the first steps at the
+        profile's `update_lr` and `update_blocks`, plus the distance between the outputs of two
+        independent inits: the scale at which the measure saturates."""
         def compute() -> dict[str, Any]:
             from normlab.nn import build_model
 
             p = self.profile
-            L, lr = max(p.init_depths), max(p.lrs)
+            L, lr = p.update_blocks, p.update_lr
             self.log(f"update size: {L} blocks, lr {lr:g}, {p.update_steps} steps")
             train_batches = text_batches("shakespeare", n_batches=p.update_steps,
                                          batch_size=p.probe_batch_size,
@@ -108,24 +118,35 @@ class StudyContext:
                         "deepnorm, no warmup": ("deepnorm", None, 0),
                         "pre, no warmup": ("pre", "xavier", 0)}
             out: dict[str, Any] = {"n_blocks": L, "lr": lr, "steps": p.update_steps,
-                                   "series": {}}
+                                   "series": {}, "init_distance": []}
             for label, (placement, init, warmup) in variants.items():
                 per_seed = []
                 for seed in range(p.init_seeds):
-                    model = build_model(self.init_base(placement=placement, n_blocks=L,
-                                                       init=init), seed=seed)
+                    model = build_model(self.update_base(placement, L, init), seed=seed)
                     res = probe_model(model, batches[:1], ("update",), train_batches=train_batches,
                                       update_steps=p.update_steps, update_lr=lr,
                                       update_warmup=warmup, seed=seed)
                     per_seed.append(res["series"]["update_size"])
                 out["series"][label] = per_seed
+            for seed in range(p.init_seeds):  # two independent post inits: the saturation scale
+                cfg = self.update_base("post", L, "xavier")
+                a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
+                out["init_distance"].append(output_distance(a, b, batches[0][0]))
             return out
         return self.cached("update_sizes", compute)
 
+    def update_base(self, placement: str, n_blocks: int, init: str | None) -> ModelConfig:
+        """The trained models' shape and init (not the init sweep's unit-variance embedding)."""
+        return parse_config(ModelConfig, {
+            "placement": placement, "n_blocks": n_blocks, "d_model": self.profile.width,
+            "n_heads": self.profile.heads, "max_seq_len": self.profile.probe_seq_len,
+            "init": init})
+
+    # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
-                   **model: Any) -> RunConfig:
+                   blocks: int | None = None, **model: Any) -> RunConfig:
         p = self.profile
-        sets = [f"model.placement={placement}", f"model.n_blocks={p.train_blocks}",
+        sets = [f"model.placement={placement}", f"model.n_blocks={blocks or p.train_blocks}",
                 f"model.d_model={p.train_width}", f"model.n_heads={p.train_heads}",
                 f"model.max_seq_len={p.seq_len}", f"data.seq_len={p.seq_len}",
                 f"train.batch_size={p.batch_size}", f"train.steps={p.steps}", f"train.lr={lr}",
@@ -133,13 +154,14 @@ class StudyContext:
                 f"train.eval_every={max(1, p.steps // 4)}", f"train.eval_batches={p.eval_batches}",
                 f"train.log_every={max(1, p.steps // 50)}",
                 f"train.checkpoint_every={max(50, p.steps // 5)}", "train.device=cpu"]
-        sets += [f"model.{k}={v}" for k, v in model.items()]
+        sets += [f"model.{k}={v}" for k, v in model.items() if v is not None]
         return load_run_config(None, sets)
 
     def train(self, configs: list[RunConfig]) -> list[dict[str, Any]]:
         """Train (or reuse) every run; returns their summaries in order. Runs still to do go to
         the sweep's local worker processes (one torch thread share each)."""
-        todo = [c for c in configs if not _finished(self.runs_root / c.run_id())]
+        todo = list({c.run_id(): c for c in configs
+                     if not _finished(self.runs_root / c.run_id())}.values())
         if todo:
             self.log(f"training {len(todo)} run(s) of {len(configs)} "
                      f"({self.profile.steps} steps each, {self.profile.workers} workers)")
@@ -159,69 +181,153 @@ class StudyContext:
                       on_start=lambda _run_id: None, on_finish=on_finish)
         return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
 
-    def grid(self) -> dict[str, Any]:
-        """pre and post x lrs x {warmup} x seeds (C9, C3, C13) plus no-warmup runs at the top
-        lr (C6) and pre without final norm at every lr (C11)."""
-        if "grid" in self._memo:
-            return self._memo["grid"]
-        p = self.profile
-        table: dict[str, Any] = {}
-        specs: list[tuple[str, RunConfig]] = []
-        for placement in ("pre", "post"):
-            for lr in p.lrs:
-                for seed in range(p.seeds):
-                    specs.append((f"{placement}|{lr}|{p.warmup}|{seed}|final",
-                                  self.run_config(placement, lr, p.warmup, seed)))
-            for seed in range(p.seeds):
-                specs.append((f"{placement}|{max(p.lrs)}|0|{seed}|final",
-                              self.run_config(placement, max(p.lrs), 0, seed)))
-        for lr in p.lrs:
-            for seed in range(p.seeds):
-                specs.append((f"pre|{lr}|{p.warmup}|{seed}|nofinal",
-                              self.run_config("pre", lr, p.warmup, seed, final_norm="off")))
-        summaries = self.train([c for _, c in specs])
-        for (key, cfg), s in zip(specs, summaries, strict=True):
-            table[key] = {"run_id": cfg.run_id(), "outcome": s["outcome"],
-                          "reason": s.get("reason"), "step": s.get("step"),
-                          "val_loss": s.get("val_loss"), "train_loss": s.get("train_loss"),
-                          "score": score(s)}
-        self._memo["grid"] = table
-        return table
+    def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
+             ) -> dict[float, list[dict[str, Any]]]:
+        """Every seed of `family` at each lr (trained together), as records."""
+        placement, model = FAMILIES[family]
+        seeds = range(self.profile.seeds)
+        configs = {(lr, s): self.run_config(placement, lr, warmup, s, blocks, **model)
+                   for lr in lrs for s in seeds}
+        summaries = self.train(list(configs.values()))
+        out: dict[float, list[dict[str, Any]]] = {lr: [] for lr in lrs}
+        for ((lr, s), cfg), summary in zip(configs.items(), summaries, strict=True):
+            out[lr].append(record(cfg, summary, lr=lr, warmup=warmup, seed=s))
+        return out
 
-    def tuned_lr(self, placement: str, variant: str = "final") -> float:
-        """The grid lr with the lowest mean final validation loss (diverged runs scored as the
-        uniform predictor's loss)."""
-        p, grid = self.profile, self.grid()
-        means = {lr: sum(grid[f"{placement}|{lr}|{p.warmup}|{s}|{variant}"]["score"]
-                         for s in range(p.seeds)) / p.seeds for lr in p.lrs}
-        return min(means, key=means.get)
+    def tuned(self, family: str) -> dict[str, Any]:
+        """`family` over the lr grid with warmup, extended by x2 at an edge that holds the best
+        mean score (at most `max_lr_extensions` times per side). Every run is kept."""
+        key = f"tuned:{family}"
+        if key in self._memo:
+            return self._memo[key]
+        p = self.profile
+        lrs = sorted(p.lrs)
+        extensions: list[str] = []
+        table: dict[float, list[dict[str, Any]]] = {}
+        low_ext = high_ext = 0
+        while True:
+            todo = [lr for lr in lrs if lr not in table]
+            table.update(self.runs(family, todo, p.warmup))
+            means = {lr: sum(r["score"] for r in table[lr]) / len(table[lr]) for lr in lrs}
+            # a cell where a seed stalled or diverged is a result, not a candidate optimum
+            trained = {lr: m for lr, m in means.items() if not any(r["failed"] for r in table[lr])}
+            best = min(trained or means, key=(trained or means).get)
+            if best == lrs[0] and low_ext < p.max_lr_extensions:
+                low_ext += 1
+                lrs.insert(0, _round_lr(lrs[0] / 2))
+                extensions.append(f"best lr {best:g} at the low edge: added {lrs[0]:g}")
+                self.log(f"{family}: {extensions[-1]}")
+                continue
+            if best == lrs[-1] and high_ext < p.max_lr_extensions:
+                high_ext += 1
+                lrs.append(_round_lr(lrs[-1] * 2))
+                extensions.append(f"best lr {best:g} at the high edge: added {lrs[-1]:g}")
+                self.log(f"{family}: {extensions[-1]}")
+                continue
+            break
+        at_edge = best in (lrs[0], lrs[-1])
+        result = {"family": family, "lrs": lrs, "mean_score": {str(k): v for k, v in means.items()},
+                  "best_lr": best, "bracketed": not at_edge, "extensions": extensions,
+                  "records": {str(lr): table[lr] for lr in lrs},
+                  "best": table[best],
+                  "best_stalled": [r["seed"] for r in table[best] if r["failed"]],
+                  "all_stalled": all(r["failed"] for lr in lrs for r in table[lr])}
+        self._memo[key] = result
+        return result
+
+    def matched_pair(self) -> dict[str, Any]:
+        """The tuned-grid lr of pre and of post whose mean validation losses are closest, among
+        cells where no seed stalled or diverged: the checkpoints the trained probes compare
+        (C1-C3, C13) and C10 fine-tunes, so that both placements reached a comparable loss."""
+        pre, post = self.tuned("pre"), self.tuned("post")
+
+        def ok(t: dict[str, Any]) -> dict[float, float]:
+            return {float(lr): sum(r["val_loss"] for r in rs) / len(rs)
+                    for lr, rs in t["records"].items() if not any(r["failed"] for r in rs)}
+
+        a, b = ok(pre), ok(post)
+        if not a or not b:
+            side = "pre" if not a else "post"
+            return {"matched": False, "reason": f"{side} stalled or diverged at every lr"}
+        lr_a, lr_b = min(((x, y) for x in a for y in b), key=lambda q: abs(a[q[0]] - b[q[1]]))
+        gap = a[lr_a] - b[lr_b]
+        return {"matched": abs(gap) <= MATCH_TOLERANCE, "tolerance": MATCH_TOLERANCE,
+                "pre_lr": lr_a, "post_lr": lr_b, "pre_val_loss": a[lr_a],
+                "post_val_loss": b[lr_b], "gap": gap,
+                "runs": {"pre": [r["run_id"] for r in pre["records"][str(lr_a)]],
+                         "post": [r["run_id"] for r in post["records"][str(lr_b)]]}}
 
     def trained_probes(self) -> dict[str, Any]:
-        """stream, merge, drop and lens probes of the tuned pre and post runs, per seed."""
+        """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints."""
+        pair = self.matched_pair()
+        if "runs" not in pair:
+            return {"pair": pair}
+
         def compute() -> dict[str, Any]:
             p = self.profile
-            grid = self.grid()
             batches = self.probe_batches(seq_len=min(p.probe_seq_len, p.seq_len))
-            out: dict[str, Any] = {}
+            out: dict[str, Any] = {"pair": pair}
             for placement in ("pre", "post"):
-                lr = self.tuned_lr(placement)
-                out[placement] = {"lr": lr, "seeds": []}
-                for seed in range(p.seeds):
-                    entry = grid[f"{placement}|{lr}|{p.warmup}|{seed}|final"]
-                    _, model = load_trained_model(self.runs_root / entry["run_id"])
+                out[placement] = {"lr": pair[f"{placement}_lr"], "seeds": []}
+                for seed, run_id in enumerate(pair["runs"][placement]):
+                    _, model = load_trained_model(self.runs_root / run_id)
                     res = probe_model(model, batches, ("stream", "merge", "drop", "lens"),
                                       seed=seed)
-                    out[placement]["seeds"].append({"outcome": entry["outcome"],
+                    out[placement]["seeds"].append({"run_id": run_id,
                                                     "per_block": res["per_block"],
                                                     "summary": res["summary"]})
-            self.log("probed the tuned pre and post checkpoints")
+            self.log("probed the matched-loss pre and post checkpoints")
             return out
-        return self.cached("trained_probes", compute)
+        return self.cached(f"trained_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
+
+
+# Training families: a placement plus model fields; each is tuned over its own lr grid.
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "pre": ("pre", {}),  # paper default init: GPT-2 scaled
+    "post": ("post", {}),  # paper default init: Xavier
+    "pre_nofinal": ("pre", {"final_norm": "off"}),
+    "pre_xavier": ("pre", {"init": "xavier"}),  # the inits crossed (C9)
+    "post_gpt2": ("post", {"init": "gpt2_scaled"}),
+}
+
+# Two checkpoints count as trained to the same loss within this many nats of validation loss.
+MATCH_TOLERANCE = 0.05
+
+
+def record(cfg: RunConfig, summary: dict[str, Any], **keys: Any) -> dict[str, Any]:
+    """What the claims read of one run: outcome, losses, score, and whether it failed (stalled
+    or diverged: a result to report, never a trained model to compare)."""
+    outcome = summary.get("outcome")
+    return {"run_id": cfg.run_id(), **keys, "outcome": outcome, "reason": summary.get("reason"),
+            "step": summary.get("step"), "val_loss": summary.get("val_loss"),
+            "train_loss": summary.get("train_loss"), "token_share": summary.get("token_share"),
+            "score": score(summary), "failed": outcome in ("stalled", "diverged")}
+
+
+def output_distance(a: Any, b: Any, idx: Any) -> float:
+    """Mean over tokens of ||f_a(x) - f_b(x)|| on the stream the head reads (tap final.out)."""
+    import torch
+
+    from normlab.nn import capture
+
+    outs = []
+    for model in (a, b):
+        model.eval()
+        with torch.no_grad(), capture(model, "final.out") as cache:
+            model.stream(idx)
+        outs.append(cache["final.out"])
+    return (outs[0] - outs[1]).norm(dim=-1).mean().item()
+
+
+def _round_lr(lr: float) -> float:
+    return float(f"{lr:.4g}")
 
 
 def score(summary: dict[str, Any]) -> float:
-    """Final validation loss, or the uniform predictor's loss for a run that did not finish."""
-    if summary.get("outcome") == "completed" and isinstance(summary.get("val_loss"), float):
+    """Final validation loss (a stalled run's too: it is what the run reached), or the uniform
+    predictor's loss for a run that diverged or did not finish."""
+    if summary.get("outcome") in ("completed", "stalled") and isinstance(summary.get("val_loss"),
+                                                                         float):
         return summary["val_loss"]
     return DIVERGED_LOSS
 
@@ -230,4 +336,4 @@ def _finished(run_dir: Path) -> bool:
     from normlab.train import read_summary
 
     s = read_summary(run_dir)
-    return bool(s and s.get("outcome") in ("completed", "diverged"))
+    return bool(s and s.get("outcome") in ("completed", "diverged", "stalled"))

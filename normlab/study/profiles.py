@@ -1,5 +1,16 @@
-"""Study sizes. `tiny` runs in seconds (tests); `quick` fits in about 10 minutes on a 2-core CPU
-(what `make demo` runs); `standard` in about 2 hours there; `full` is sized for a GPU."""
+"""Study sizes, fixed before any run (docs/study.md says why each number is what it is).
+
+- `tiny`: seconds, for tests; its verdicts mean nothing.
+- `quick`: what `make demo` runs; about 10 minutes on 2 CPU cores; decisive on the claims its
+  models can test (the init claims, C3, C11, C13).
+- `standard`: about an hour on 2 CPU cores; 5 paired seeds and longer runs, so that C6, C7 and C9
+  can be decided too.
+- `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
+
+Warmup is a fraction of the run (`warmup_frac`), the same for every placement. Learning rates
+start from `lrs`; when a placement's best lr sits at an edge of the grid, the grid is extended by
+a factor 2 on that side, at most `max_lr_extensions` times per side, and the study records it.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +28,10 @@ class Profile:
     probe_batches: int
     probe_batch_size: int
     probe_seq_len: int
+    # DeepNet's update size (C7)
     update_steps: int
+    update_blocks: int
+    update_lr: float
     # training runs
     train_blocks: int
     train_width: int
@@ -26,46 +40,62 @@ class Profile:
     batch_size: int
     steps: int
     lrs: tuple[float, ...]
-    warmup: int
+    warmup_frac: float
     seeds: int
     eval_batches: int
+    max_lr_extensions: int = 2
+    cross_inits: bool = False  # C9: also train each placement with the other's init
     # fine-tuning (C10)
-    finetune_steps: int
-    finetune_batch_size: int
-    finetune_test_max: int | None
+    finetune_steps: int = 80
+    finetune_batch_size: int = 16
+    finetune_test_max: int | None = 768
+    finetune_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     # real checkpoints (C12): passages of text probed
-    real_passages: int
+    real_passages: int = 4
+    # C12 on normlab's own deep models
+    deep_blocks: int = 12
     workers: int = 2
 
+    @property
+    def warmup(self) -> int:
+        """Warmup steps of a run with warmup: `warmup_frac` of the run."""
+        return max(1, round(self.warmup_frac * self.steps))
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "warmup": self.warmup}
 
 
 PROFILES: dict[str, Profile] = {
-    # seconds: for tests and smoke checks; its verdicts mean little
     "tiny": Profile(
         name="tiny", width=32, heads=2, init_depths=(2, 4), init_seeds=2, probe_batches=1,
-        probe_batch_size=4, probe_seq_len=32, update_steps=4, train_blocks=2, train_width=32,
-        train_heads=2, seq_len=32, batch_size=8, steps=8, lrs=(1e-3, 4e-3), warmup=2, seeds=2,
-        eval_batches=1, finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
-        real_passages=1),
+        probe_batch_size=4, probe_seq_len=32, update_steps=4, update_blocks=4, update_lr=5e-4,
+        train_blocks=3, train_width=32, train_heads=2, seq_len=32, batch_size=8, steps=8,
+        lrs=(1e-3, 2e-3, 4e-3), warmup_frac=0.25, seeds=2, eval_batches=1,
+        max_lr_extensions=1, finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
+        finetune_lrs=(1e-3,), real_passages=1, deep_blocks=4),
     "quick": Profile(
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
-        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=200,
-        lrs=(1e-3, 4e-3), warmup=40, seeds=3, eval_batches=4,
-        finetune_steps=80, finetune_batch_size=16, finetune_test_max=768, real_passages=4),
+        update_blocks=24, update_lr=5e-4,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=400,
+        lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=3, eval_batches=8,
+        finetune_steps=150, finetune_batch_size=16, finetune_test_max=768,
+        finetune_lrs=(3e-4, 1e-3, 3e-3), real_passages=4, deep_blocks=12),
     "standard": Profile(
-        name="standard", width=128, heads=2, init_depths=(6, 12, 24, 48, 96), init_seeds=5,
-        probe_batches=4, probe_batch_size=8, probe_seq_len=128, update_steps=40,
-        train_blocks=6, train_width=128, train_heads=2, seq_len=128, batch_size=32,
-        steps=1500, lrs=(5e-4, 1e-3, 2e-3, 4e-3), warmup=200, seeds=3, eval_batches=16,
-        finetune_steps=400, finetune_batch_size=32, finetune_test_max=None, real_passages=16),
+        name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
+        probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,
+        update_blocks=24, update_lr=5e-4,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=800,
+        lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=5, eval_batches=16,
+        cross_inits=True, finetune_steps=300, finetune_batch_size=16, finetune_test_max=None,
+        finetune_lrs=(3e-4, 1e-3, 3e-3), real_passages=16, deep_blocks=12),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,
+        update_blocks=48, update_lr=5e-4,
         train_blocks=12, train_width=512, train_heads=8, seq_len=256, batch_size=64,
-        steps=10000, lrs=(2.5e-4, 5e-4, 1e-3, 2e-3), warmup=1000, seeds=5, eval_batches=32,
-        finetune_steps=1000, finetune_batch_size=64, finetune_test_max=None, real_passages=64,
-        workers=1),
+        steps=10000, lrs=(2.5e-4, 5e-4, 1e-3, 2e-3), warmup_frac=0.1, seeds=5,
+        eval_batches=32, cross_inits=True, finetune_steps=1000, finetune_batch_size=64,
+        finetune_test_max=None, finetune_lrs=(1e-4, 3e-4, 1e-3), real_passages=64,
+        deep_blocks=24, workers=1),
 }

@@ -7,7 +7,8 @@
     }
 
 Each claim is one experiment with a verdict decided by a rule written in code (see
-`normlab.study.verdict`). Figures are PNG files relative to the study folder.
+`normlab.study.verdict`). Figures are files relative to the study folder. Each claim lists its per-placement
+predictions (`normlab.study.verdict.Prediction`) next to the paper's numbers.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class ClaimResult:
     numbers: dict[str, Any] = field(default_factory=dict)  # every number behind the verdict
     figures: list[str] = field(default_factory=list)  # PNG paths relative to the study folder
     caveat: str = ""  # e.g. scale: a small CPU model may not show an effect seen at scale
+    # per placement (or comparison): the paper's prediction, our measurement, its own verdict
+    predictions: list[dict[str, Any]] = field(default_factory=list)
+    paper: str = ""  # what the literature reports, with its numbers
+    diagnosis: str = ""  # why a verdict is inconclusive: absent effect or too small a test
+    stalled: list[str] = field(default_factory=list)  # sides whose runs stalled (not compared)
     note: str = ""  # e.g. why not run, with the install command
     elapsed_s: float = 0.0
 

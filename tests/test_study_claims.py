@@ -1,0 +1,212 @@
+"""Every claim's decision on planted measurements: the planted effect gives `supported`, the
+planted opposite `not supported`, noise `inconclusive`; a stalled side is reported, not compared.
+
+The claims read their measurements from a StudyContext; here a fake context serves numbers made
+from a few planted parameters per placement, so each claim's rule is tested without training.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from normlab.study.claims import CLAIMS, sweep_fits
+from normlab.study.profiles import PROFILES
+from normlab.study.verdict import min_detectable, predict_band, predict_direction
+
+SEEDS = 5
+DEPTHS = (3, 6, 12, 24)
+
+
+class World:
+    """Planted parameters: each number is drawn as `value + noise * N(0, 1)` per seed."""
+
+    def __init__(self, noise: float = 0.01, **params: float) -> None:
+        self.noise, self.p = noise, params
+        self.rng = random.Random(0)
+
+    def draw(self, key: str) -> float:
+        return self.p[key] + self.noise * self.rng.gauss(0.0, 1.0)
+
+
+class FakeContext:
+    def __init__(self, tmp: Path, world: World, stalled: tuple[str, ...] = ()) -> None:
+        self.out, self.w, self.stalled = tmp, world, stalled
+        self.fig_dir = tmp / "figures"
+        self.fig_dir.mkdir(exist_ok=True)
+        self.runs_root = tmp / "runs"
+        self.profile = PROFILES["quick"]
+        self.log = lambda _m: None
+        self._sweep: dict[str, Any] | None = None
+
+    # -- at init ---------------------------------------------------------------------------------
+    def _result(self, placement: str, L: int) -> dict[str, Any]:
+        w, g = self.w, lambda k: self.w.p.get(k, 0.0)
+        gamma = g(f"{placement}_gamma")
+        norms = [math.sqrt(1.0 + 0.5 * l ** gamma) for l in range(1, L + 1)]
+        trend = w.draw(f"{placement}_trend") if f"{placement}_trend" in w.p else 0.0
+        grads = [math.exp(trend * i / (L - 1)) for i in range(L)]
+        return {
+            "summary": {"embed_norm": 1.0,
+                        "growth_exponent": w.draw(f"{placement}_growth")
+                        if f"{placement}_growth" in w.p else 0.0,
+                        "last_fc_out_grad": L ** g(f"{placement}_grad_slope"),
+                        "perturb_change": L ** g(f"{placement}_perturb_slope")},
+            "per_block": {"norm": norms, "attn_grad": grads, "mlp_grad": grads,
+                          "ang_prev": [0.3] * L}}
+
+    def init_sweep(self) -> dict[str, Any]:
+        if self._sweep is None:
+            self._sweep = {}
+            for p in ("pre", "post", "admin", "deepnorm"):
+                runs = []
+                for s in range(SEEDS):
+                    # per seed, draw the planted slopes/exponents once
+                    for key in ("gamma", "grad_slope", "perturb_slope"):
+                        if f"{p}_{key}_mean" in self.w.p:
+                            self.w.p[f"{p}_{key}"] = self.w.draw(f"{p}_{key}_mean")
+                    for L in DEPTHS:
+                        runs.append({"placement": p, "n_blocks": L, "seed": s,
+                                     "result": self._result(p, L)})
+                self._sweep[p] = {"runs": runs, "fits": {p: {}},
+                                  "per_block_mean": {p: {}}}
+        return self._sweep
+
+    def update_sizes(self) -> dict[str, Any]:
+        steps = 6
+        series = {lbl: [[0.0] + [math.exp(self.w.draw(key))] * steps for _ in range(SEEDS)]
+                  for lbl, key in (("post, no warmup", "upd_post0"), ("post, warmup", "upd_postw"),
+                                   ("deepnorm, no warmup", "upd_dn0"),
+                                   ("pre, no warmup", "upd_postw"))}
+        return {"n_blocks": 24, "lr": 5e-4, "steps": steps, "series": series,
+                "init_distance": [100.0] * SEEDS}
+
+    # -- trained -----------------------------------------------------------------------------
+    def _records(self, key: str, failed: bool = False) -> list[dict[str, Any]]:
+        out = []
+        for s in range(SEEDS):
+            v = 3.3 if failed else self.w.draw(key)
+            out.append({"run_id": f"{key}-{s}", "seed": s, "outcome": "stalled" if failed
+                        else "completed", "val_loss": v, "score": v, "failed": failed})
+        return out
+
+    def tuned(self, family: str) -> dict[str, Any]:
+        failed = family in self.stalled
+        recs = self._records(f"val_{family}", failed)
+        return {"family": family, "lrs": [1e-3, 2e-3, 4e-3], "best_lr": 2e-3, "bracketed": True,
+                "extensions": [], "mean_score": {}, "records": {"0.002": recs}, "best": recs,
+                "all_stalled": failed}
+
+    def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
+        key = f"val_{family}" + ("_nowarmup" if warmup == 0 else "")
+        return {lrs[0]: self._records(key)}
+
+    def trained_probes(self) -> dict[str, Any]:
+        pair = {"matched": True, "tolerance": 0.05, "pre_lr": 2e-3, "post_lr": 2e-3,
+                "pre_val_loss": 2.2, "post_val_loss": 2.21, "gap": -0.01}
+        out: dict[str, Any] = {"pair": pair}
+        L = 6
+        for p in ("pre", "post"):
+            seeds = []
+            for _ in range(SEEDS):
+                slope = self.w.draw(f"{p}_ang_slope")
+                ang = [0.5] + [0.4 + slope * i / (L - 2) for i in range(L - 1)]
+                kl = math.exp(self.w.draw(f"{p}_logkl"))
+                gap = self.w.draw(f"{p}_lens_gap")
+                seeds.append({"per_block": {
+                    "ang_prev": ang, "merge_kl": [kl] * (L - 1), "drop_dloss": [0.1] * L,
+                    "lens_raw": [3.0 + gap] * L, "lens_normed": [3.0] * L},
+                    "summary": {"growth_exponent": 0.5, "effective_depth_kl": 3.0}})
+            out[p] = {"lr": 2e-3, "seeds": seeds}
+        return out
+
+
+# planted worlds per claim: (supporting, opposite)
+WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
+    "C1": ({"pre_gamma_mean": 1.0, "post_growth": 0.0},
+           {"pre_gamma_mean": 2.0, "post_growth": 0.0}),
+    "C4": ({"pre_grad_slope_mean": -0.5, "post_grad_slope_mean": 0.0},
+           {"pre_grad_slope_mean": -1.0, "post_grad_slope_mean": 0.0}),
+    "C5": ({"post_trend": 1.0, "pre_trend": 0.0}, {"post_trend": -1.0, "pre_trend": 0.0}),
+    "C7": ({"upd_post0": 2.0, "upd_postw": 0.0, "upd_dn0": 0.0},
+           {"upd_post0": 0.0, "upd_postw": 2.0, "upd_dn0": 2.0}),
+    "C8": ({"post_perturb_slope_mean": 1.0, "pre_perturb_slope_mean": 0.3,
+            "admin_perturb_slope_mean": 0.0},
+           {"post_perturb_slope_mean": 0.0, "pre_perturb_slope_mean": 0.3,
+            "admin_perturb_slope_mean": 1.0}),
+    "C6": ({"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2, "val_pre_nowarmup": 2.2},
+           {"val_post": 2.2, "val_post_nowarmup": 2.2, "val_pre": 2.2,
+            "val_pre_nowarmup": 3.0}),
+    "C9": ({"val_pre": 2.3, "val_post": 2.2}, {"val_pre": 2.2, "val_post": 2.3}),
+    "C11": ({"val_pre": 2.2, "val_pre_nofinal": 2.5}, {"val_pre": 2.5, "val_pre_nofinal": 2.2}),
+    "C2": ({"pre_ang_slope": -0.2, "post_ang_slope": 0.0, "pre_logkl": 0, "post_logkl": 0},
+           {"pre_ang_slope": 0.2, "post_ang_slope": -0.3}),
+    "C3": ({"pre_logkl": -3.0, "post_logkl": 0.0}, {"pre_logkl": 0.0, "post_logkl": -3.0}),
+    "C13": ({"pre_lens_gap": 1.0, "post_lens_gap": 0.0},
+            {"pre_lens_gap": 0.0, "post_lens_gap": 0.0}),
+}
+# noise large enough that no rule can decide
+NOISE = {"C1": 2.0, "C4": 3.0, "C5": 5.0, "C7": 5.0, "C8": 5.0, "C6": 3.0, "C9": 3.0,
+         "C11": 3.0, "C2": 3.0, "C3": 20.0, "C13": 3.0}
+
+
+def _fill(params: dict[str, float]) -> dict[str, float]:
+    """Defaults for the numbers a claim reads but the world does not plant."""
+    base = {"pre_ang_slope": 0.0, "post_ang_slope": 0.0, "pre_logkl": 0.0, "post_logkl": 0.0,
+            "pre_lens_gap": 0.0, "post_lens_gap": 0.0}
+    return {**base, **params}
+
+
+@pytest.mark.parametrize("cid", sorted(WORLDS))
+def test_planted_effect_supported_opposite_not(cid, tmp_path):
+    yes, no = WORLDS[cid]
+    assert CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)))).verdict == "supported"
+    assert CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(no)))).verdict == "not supported"
+
+
+@pytest.mark.parametrize("cid", sorted(WORLDS))
+def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
+    yes, _ = WORLDS[cid]
+    result = CLAIMS[cid](FakeContext(tmp_path, World(NOISE[cid], **_fill(yes))))
+    assert result.verdict == "inconclusive", [(p["subject"], p["effect"]) for p in
+                                              result.predictions]
+    assert "too few seeds or steps" in result.diagnosis
+
+
+@pytest.mark.parametrize("cid,side", [("C9", "post"), ("C6", "post"), ("C11", "pre_nofinal")])
+def test_stalled_side_is_reported_not_compared(cid, side, tmp_path):
+    yes, _ = WORLDS[cid]
+    result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)), stalled=(side,)))
+    assert result.verdict == "inconclusive"
+    assert result.stalled == [side]
+    assert "stalled" in result.note
+
+
+def test_every_prediction_cites_the_paper(tmp_path):
+    for cid, (yes, _) in WORLDS.items():
+        result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes))))
+        assert result.paper, cid
+        assert all(p["paper"] and p["rule"] for p in result.predictions), cid
+
+
+def test_band_and_direction_rules():
+    assert predict_band("x", "q", "", [1.0, 1.01, 0.99], 0.85, 1.15).verdict == "supported"
+    assert predict_band("x", "q", "", [2.0, 2.01, 1.99], 0.85, 1.15).verdict == "not supported"
+    assert predict_band("x", "q", "", [0.0, 2.0, 1.0], 0.85, 1.15).verdict == "inconclusive"
+    # an interval that covers the band edge is not a decision either way
+    assert predict_band("x", "q", "", [1.1, 1.2, 1.15], 0.85, 1.15).verdict == "inconclusive"
+    tight = predict_direction("x", "q", "", [0.11, 0.09, 0.1, 0.1], ">", 0.1, 0.5)
+    assert tight.verdict == "inconclusive" and "large enough" in tight.diagnosis
+    assert min_detectable([1.0]) == math.inf
+    # mde = (t_.975 + t_.80) * sd / sqrt(n); df 3: (3.1824 + 0.9785) * sqrt(4/3) / 2
+    assert min_detectable([-1.0, 1.0, -1.0, 1.0]) == pytest.approx(2.4023, rel=1e-3)
+
+
+def test_sweep_fits_are_read_per_placement():
+    # depth_sweep keys `fits` by placement first; the study read them by metric (all None)
+    sweep = {"pre": {"fits": {"pre": {"last_fc_out_grad": {"slope": -0.5}}}}}
+    assert sweep_fits(sweep, ["pre"])["pre"]["last_fc_out_grad"]["slope"] == -0.5
