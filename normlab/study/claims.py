@@ -332,7 +332,7 @@ def c6(ctx: StudyContext) -> ClaimResult:
     curves = {f"{pl}, {'warmup ' + str(p.warmup) if w else 'no warmup'}":
               (with_w if w else without)[pl][0]["run_id"] for pl in tuned for w in (1, 0)}
     fig = plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6_warmup_curves.png",
-                      title=f"each placement at its tuned lr, seed 0")
+                      title="each placement at its tuned lr, seed 0")
     return make_claim(
         "C6", "Post-LN needs learning-rate warmup; Pre-LN does not",
         "Trained with Adam at a high learning rate, Post-LN without warmup fails or ends much "

@@ -41,8 +41,10 @@ INIT_EMBED_STD = 2 ** -0.5
 class StudyContext:
     """Caches shared measurements in the study folder; every claim reads from here."""
 
-    def __init__(self, out: Path, profile: Profile, log: Log) -> None:
+    def __init__(self, out: Path, profile: Profile, log: Log, *, executor: str = "local",
+                 address: str | None = None) -> None:
         self.out, self.profile, self.log = out, profile, log
+        self.executor, self.address = executor, address
         self.cache_dir = out / "cache"
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.fig_dir = out / "figures"
@@ -158,28 +160,44 @@ class StudyContext:
         return load_run_config(None, sets)
 
     def train(self, configs: list[RunConfig]) -> list[dict[str, Any]]:
-        """Train (or reuse) every run; returns their summaries in order. Runs still to do go to
-        the sweep's local worker processes (one torch thread share each)."""
+        """Train (or reuse) every run; returns their summaries in order. Runs still to do go
+        through the sweep engine: grouped into stacked models where that pays
+        (`normlab.sweep.grouping`), on local worker processes or a Ray cluster."""
         todo = list({c.run_id(): c for c in configs
                      if not _finished(self.runs_root / c.run_id())}.values())
         if todo:
             self.log(f"training {len(todo)} run(s) of {len(configs)} "
-                     f"({self.profile.steps} steps each, {self.profile.workers} workers)")
-        if len(todo) > 1 and self.profile.workers > 1:
-            from normlab.sweep.executors import Task, default_threads, run_local
-
-            finished = []
-
-            def on_finish(run_id: str, summary: dict[str, Any], _wall: float) -> None:
-                finished.append(run_id)
-                self.log(f"  {len(finished)}/{len(todo)} {run_id}: {summary.get('outcome')}"
-                         + (f" ({summary['reason']})" if summary.get("reason") else ""))
-
-            workers = self.profile.workers
-            run_local([Task(c.run_id(), c.to_dict()) for c in todo], self.runs_root,
-                      workers=workers, threads=default_threads(workers),
-                      on_start=lambda _run_id: None, on_finish=on_finish)
+                     f"({self.profile.steps} steps each, {self.profile.workers} workers, "
+                     f"{self.executor})")
+        if todo and (len(todo) > 1 or self.executor == "ray"):
+            self._execute(todo)
         return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
+
+    def _execute(self, todo: list[RunConfig]) -> None:
+        from normlab.sweep.executors import default_threads, run_local, run_ray
+        from normlab.sweep.grouping import RunTask, plan_tasks
+        from normlab.sweep.spec import PlannedRun
+
+        finished: list[str] = []
+
+        def on_finish(run_id: str, summary: dict[str, Any], _wall: float) -> None:
+            finished.append(run_id)
+            self.log(f"  {len(finished)}/{len(todo)} {run_id}: {summary.get('outcome')}"
+                     + (f" ({summary['reason']})" if summary.get("reason") else ""))
+
+        workers = self.profile.workers
+        if self.executor == "ray":
+            run_ray([RunTask(c.run_id(), c.to_dict()) for c in todo], self.runs_root,
+                    workers=None if self.address else workers, threads=1,
+                    address=self.address, on_start=lambda _r: None, on_finish=on_finish)
+            return
+        threads = default_threads(workers)
+        tasks, notes = plan_tasks([PlannedRun(i, {}, c) for i, c in enumerate(todo)], "auto",
+                                  workers, threads)
+        for line in notes:
+            self.log(f"  {line}")
+        run_local(tasks, self.runs_root, workers=workers, threads=threads,
+                  on_start=lambda _run_id: None, on_finish=on_finish)
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
              ) -> dict[float, list[dict[str, Any]]]:

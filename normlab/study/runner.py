@@ -21,7 +21,7 @@ from normlab.config import ConfigError
 from normlab.machine import cpu_model
 from normlab.study.claims import CLAIMS
 from normlab.study.experiments import StudyContext
-from normlab.study.profiles import PROFILES
+from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
 from normlab.train.logging import write_json_atomic
 
@@ -50,12 +50,20 @@ def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
 
 
 def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
+              log: Callable[[str], None] = print, *, executor: str = "local",
+              address: str | None = None) -> dict[str, Any]:
+    """Run the selected claims; the training runs go to local workers or, with
+    `executor="ray"`, to the Ray cluster at `address` (a local instance when None)."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: {profile!r} is not one of {', '.join(PROFILES)}")
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor: {executor!r} is not one of local, ray")
     selected = parse_claims(claims)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StudyContext(out, PROFILES[profile], log)
+    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address)
+    if profile != "tiny":
+        log(f"estimated time: {format_duration(estimate_seconds(ctx.profile))} on this machine "
+            f"({ctx.profile.workers} workers; measured from a few training steps)")
     funcs = claim_functions()
     study: dict[str, Any] = {
         "normlab": normlab.__version__, "torch": str(torch.__version__),
@@ -78,6 +86,49 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         study["elapsed_s"] = time.perf_counter() - t0
         write_json_atomic(out / "study.json", study)
     return study
+
+
+def estimate_seconds(profile: Profile) -> float:
+    """Rough wall time of a profile's training: the minimum number of runs (no lr extension)
+    times the steps, at the step time measured here on one run of the profile's shape, shared by
+    the workers; plus a fifth for probes, fine-tuning and the real checkpoints."""
+    from normlab.config import load_run_config
+
+    p = profile
+    cfg = load_run_config(None, [
+        f"model.n_blocks={p.train_blocks}", f"model.d_model={p.train_width}",
+        f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
+        f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
+    step_s = time_steps(cfg, steps=2, warmup_steps=1)
+    n_lrs = len(p.lrs)
+    # pre, post, pre without final norm over the grid; C6's two no-warmup cells; C9's crossed
+    runs = p.seeds * (3 * n_lrs + 2 + (2 if p.cross_inits else 0))
+    return 1.2 * runs * p.steps * step_s / max(1, p.workers)
+
+
+def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
+    """Seconds per steady training step (forward, backward, AdamW) of `cfg`'s model on random
+    bytes, after `warmup_steps` untimed steps (first calls allocate and pick kernels)."""
+    from normlab.nn import build_model
+
+    model = build_model(cfg.model, seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len))
+    for i in range(warmup_steps + steps):
+        if i == warmup_steps:
+            t0 = time.perf_counter()
+        model(idx, idx).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return (time.perf_counter() - t0) / steps
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _machine() -> str:

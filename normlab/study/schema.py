@@ -7,8 +7,8 @@
     }
 
 Each claim is one experiment with a verdict decided by a rule written in code (see
-`normlab.study.verdict`). Figures are files relative to the study folder. Each claim lists its per-placement
-predictions (`normlab.study.verdict.Prediction`) next to the paper's numbers.
+`normlab.study.verdict`). Figures are files relative to the study folder. Each claim lists
+its per-placement predictions (`normlab.study.verdict.Prediction`) next to the paper's numbers.
 """
 
 from __future__ import annotations
