@@ -235,7 +235,7 @@ def _hybrid(n: str) -> tuple[SublayerPlan, SublayerPlan]:
     with `configs/exps/1.2B-dense-HybriedNorm.yaml`: `attn_norm: false`, `ffn_norm: true`,
     `ffn_residual_after_norm: true`, `use_query_norm/use_key_norm/use_value_norm: true`):
 
-        x = x + Attn[QKV-Norm](x)      Q, K, V each normalized per head (size d/heads), no input norm
+        x = x + Attn[QKV-Norm](x)      Q, K, V normalized per head (size d/heads); no input norm
         h = Norm(x);  x = h + MLP(h)   the residual carries the normalized stream
         ... out = Norm(x)              the model's final `ln_f`
 
