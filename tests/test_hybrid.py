@@ -243,3 +243,12 @@ def test_norm_kind_rejected():
 
     with pytest.raises(ConfigError, match="norm: hybrid_star normalizes Q, K and V"):
         make_model_config(placement="hybrid_star", norm="dyt", d_model=16, n_heads=2)
+
+
+def test_skip_normed_needs_an_input_norm():
+    from normlab.nn.plan import SublayerPlan
+
+    with pytest.raises(ValueError, match="skip_normed"):
+        SublayerPlan("mlp", skip_normed=True)
+    with pytest.raises(ValueError, match="skip_normed"):
+        SublayerPlan("mlp", in_norm="layernorm", skip_normed=True, dual=True)
