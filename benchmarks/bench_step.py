@@ -459,7 +459,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch.set_num_threads (default: leave torch's default)")
     p.add_argument("--placements", action="store_true", help="every normlab placement against "
                    "normlab-pre instead of the peer comparison (target: step time within 10%%)")
+    p.add_argument("--only", default=None, help="with --placements: a comma list of placements "
+                   "to time against pre (pre is always included), e.g. hybrid,hybrid_star")
     args = p.parse_args(argv)
+    named = [name for name in PLACEMENTS if name != "custom"]
+    if args.only is not None:
+        wanted = {name.strip() for name in args.only.split(",") if name.strip()}
+        unknown = sorted(wanted - set(named))
+        if not args.placements or unknown or not wanted:
+            p.error(f"--only: needs --placements and names among {', '.join(named)}"
+                    + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        named = [name for name in named if name in wanted | {"pre"}]
 
     shapes = dict(QUICK_SHAPES if args.quick else FULL_SHAPES)
     steps = args.steps or (2 if args.quick else 3)
@@ -478,11 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     targets, extra_ratios = TARGETS, EXTRA_RATIOS
     if args.placements:
         flash = {"works": False, "error": "not compared (--placements)"}
-        contenders = [normlab_contender(f"normlab-{name}", name, shapes)
-                      for name in PLACEMENTS if name != "custom"]
+        contenders = [normlab_contender(f"normlab-{name}", name, shapes) for name in named]
         targets = {f"normlab-{name} / normlab-pre": (f"normlab-{name}", "normlab-pre",
                                                      PLACEMENT_TARGET)
-                   for name in PLACEMENTS if name not in ("custom", "pre")}
+                   for name in named if name != "pre"}
         extra_ratios = {}
     else:
         flash = check_peer_flash(shapes)

@@ -26,7 +26,7 @@ from pydantic import (
 NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
 Placement = Literal[
     "post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "mix", "lns",
-    "hybrid", "rezero", "skipinit", "custom",
+    "hybrid", "hybrid_star", "rezero", "skipinit", "custom",
 ]
 # Placements that describe one block on their own, usable in a per-block list (`custom`).
 BlockPlacement = Literal[
@@ -127,10 +127,10 @@ class ModelConfig(_Frozen):
                 "norm: batchnorm is rejected for kind=decoder (batch statistics leak future "
                 "tokens); use it with kind=encoder, or pick layernorm|rmsnorm|dyt|identity"
             )
-        if self.placement == "hybrid" and self.norm in ("dyt", "batchnorm"):
+        if self.placement in ("hybrid", "hybrid_star") and self.norm in ("dyt", "batchnorm"):
             problems.append(
-                f"norm: hybrid normalizes Q, K and V per head, which {self.norm} does not "
-                "support; use layernorm or rmsnorm"
+                f"norm: {self.placement} normalizes Q, K and V per head (HybridNorm), which "
+                f"{self.norm} does not support; use layernorm or rmsnorm"
             )
         if self.placement == "custom":
             if self.block_placements is None:

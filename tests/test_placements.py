@@ -183,6 +183,8 @@ def block_names(placement: str, n_blocks: int, mix_k: int | None = None,
         return ["post"] * k + ["pre"] * (n_blocks - k)
     if placement == "peri":
         return ["sandwich"] * n_blocks
+    if placement == "hybrid_star":
+        return ["hybrid_star"] + ["hybrid"] * (n_blocks - 1)
     if placement == "custom":
         assert custom is not None
         return list(custom)
@@ -253,15 +255,19 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
             s = 1.0 / math.sqrt(l)
             x = x + attn(at, norm(at.in_norm, x) * s)
             x = x + mlp(ml, norm(ml.in_norm, x) * s)
-        elif name == "hybrid":
+        elif name == "hybrid":  # the residual carries the normalized stream
             x = x + attn(at, x, qkv_norm=True)
-            x = norm(ml.post_norm, x + mlp(ml, x))
+            h = norm(ml.in_norm, x)
+            x = h + mlp(ml, h)
+        elif name == "hybrid_star":  # HybridNorm*'s first block: pre-norm with QKV norms
+            x = x + attn(at, norm(at.in_norm, x), qkv_norm=True)
+            x = x + mlp(ml, norm(ml.in_norm, x))
         elif name in ("rezero", "skipinit"):
             x = x + at.gate * attn(at, x)
             x = x + ml.gate * mlp(ml, x)
         else:
             raise AssertionError(name)
-    if final_norm and any(n in ("pre", "sandwich", "lns") for n in names):
+    if final_norm and any(n in ("pre", "sandwich", "lns", "hybrid") for n in names):
         x = norm(model.final.norm, x)
     return x
 
@@ -271,7 +277,7 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
 FORMULA_CASES = [
     pytest.param({"placement": p}, id=p)
     for p in ("post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "lns",
-              "hybrid", "rezero", "skipinit")
+              "hybrid", "hybrid_star", "rezero", "skipinit")
 ] + [
     pytest.param({"placement": "mix", "n_blocks": 4}, id="mix-L4"),
     pytest.param({"placement": "mix", "n_blocks": 8}, id="mix-L8"),
@@ -282,13 +288,13 @@ FORMULA_CASES = [
 ] + [
     pytest.param({"placement": p, "norm": "rmsnorm"}, id=f"{p}-rmsnorm")
     for p in ("post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "lns",
-              "hybrid")
+              "hybrid", "hybrid_star")
 ] + [
     pytest.param({"placement": p, "norm": "dyt"}, id=f"{p}-dyt")
     for p in ("post", "pre", "sandwich", "deepnorm")
 ] + [
     pytest.param({"placement": p, "norm_bias": False}, id=f"{p}-nobias")
-    for p in ("post", "pre", "hybrid")
+    for p in ("post", "pre", "hybrid", "hybrid_star")
 ] + [
     pytest.param({"placement": "sandwich", "out_norm": "rmsnorm"}, id="sandwich-out-rms"),
     pytest.param({"placement": "pre", "bias": False}, id="pre-nolinearbias"),
@@ -309,7 +315,8 @@ def test_placement_matches_formula(kw):
     torch.testing.assert_close(logits, ref @ model.lm_head.weight.T, **TOL)
 
 
-@pytest.mark.parametrize("placement", ["post", "pre", "deepnorm", "hybrid", "resi_dual"])
+@pytest.mark.parametrize("placement", ["post", "pre", "deepnorm", "hybrid", "hybrid_star",
+                                       "resi_dual"])
 def test_residual_attention_matches_formula(placement):
     """RealFormer: S_l = Q K^T / sqrt(dk) + S_{l-1}, pre-softmax and before masking."""
     model = make_model(placement=placement, residual_attention=True)
@@ -322,7 +329,7 @@ def test_residual_attention_matches_formula(placement):
     assert_differs(out, ref_stream(model, idx, placement, residual_attention=False))
 
 
-@pytest.mark.parametrize("placement", ["pre", "post", "hybrid"])
+@pytest.mark.parametrize("placement", ["pre", "post", "hybrid", "hybrid_star"])
 def test_rope_matches_formula(placement):
     model = make_model(placement=placement, positions="rope")
     assert model.pos_emb is None
@@ -809,7 +816,8 @@ def test_lns_default_init_does_not_warn():
 
 @pytest.mark.parametrize(("placement", "on"), [
     ("pre", True), ("sandwich", True), ("peri", True), ("lns", True), ("resi_dual", True),
-    ("post", False), ("deepnorm", False), ("admin", False), ("b2t", False), ("hybrid", False),
+    ("hybrid", True), ("hybrid_star", True),
+    ("post", False), ("deepnorm", False), ("admin", False), ("b2t", False),
     ("rezero", False), ("skipinit", False),
 ])
 def test_final_norm_auto(placement, on):

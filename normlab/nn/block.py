@@ -4,7 +4,8 @@ The sublayer's forward is the spec (see `normlab.nn.plan`):
 
     h = in_norm(x) * in_scale
     y = gate * out_norm(F(h))
-    x = post_norm(skip * x + y [+ block input])
+    r = h if skip_normed else x
+    x = post_norm(skip * r + y [+ block input])
 """
 
 from __future__ import annotations
@@ -58,12 +59,13 @@ class Sublayer(nn.Module):
         if self.gate is not None:
             y = self.gate * y
         y = self.branch_added(y)
+        r = h if self.plan.skip_normed else x
         if self.skip is not None:
-            s = self.skip * x + y
+            s = self.skip * r + y
         elif self.skip_scale != 1.0:
-            s = self.skip_scale * x + y
+            s = self.skip_scale * r + y
         else:
-            s = x + y
+            s = r + y
         if self.plan.add_block_input:
             s = s + state.block_input
         if self.plan.dual:

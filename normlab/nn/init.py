@@ -6,7 +6,9 @@ they differ in the block's linear maps:
 
 - `normal`: N(0, std), std=0.02 (GPT-2 / LLaMA code bases).
 - `gpt2_scaled`: `normal`, with output projections (attention `proj`, MLP `fc_out`) at
-  std/sqrt(2L) (Radford et al. 2019, GPT-2).
+  std/sqrt(2L) (Radford et al. 2019, GPT-2). Megatron-LM's init is the same scheme; it is
+  HybridNorm's default (the released config's `init_fn: full_megatron`, arXiv 2503.04598),
+  untruncated here where the release truncates at 3 std.
 - `xavier`: Glorot uniform per square map (fairseq baselines; Xiong et al.'s analysis).
 - `deepnorm`: `xavier`, then V, `proj` and both MLP maps multiplied by beta; Q and K are not
   scaled (DeepNet, arXiv 2203.00555).

@@ -46,7 +46,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Attention(nn.Module):
     """Multi-head self-attention; fused `qkv` projection, output projection `proj`.
 
-    `qkv_norm` (HybridNorm) normalizes Q, K and V per head right after the projection.
+    `qkv_norm` (HybridNorm, arXiv 2503.04598) normalizes Q, K and V right after the projection,
+    each with its own norm of size head_dim shared by the heads (the released code's
+    `q_norm`/`k_norm`/`v_norm`), before RoPE.
     `residual_attention` (RealFormer, He et al. 2020, arXiv 2012.11747) adds the previous block's
     pre-softmax scores to this block's: `S_l = Q K^T / sqrt(d_k) + S_{l-1}`.
     """

@@ -5,7 +5,8 @@ which scales apply; the one `Block` executes it. The sublayer computes
 
     h = in_norm(x) * in_scale
     y = gate * out_norm(F(h))                       (branch as added)
-    x = post_norm(skip_scale * x + y [+ x_block])  (x_block: B2T's skip from the block input)
+    r = h if skip_normed else x                     (HybridNorm's FFN: the residual is h)
+    x = post_norm(skip_scale * r + y [+ x_block])  (x_block: B2T's skip from the block input)
     d = d + y                                       (ResiDual's second stream, when `dual`)
 
 Every builder below cites its paper; `normlab plan` prints the resolved formulas.
@@ -35,9 +36,16 @@ class SublayerPlan:
     add_block_input: bool = False  # B2T: the block input joins the MLP's residual sum
     dual: bool = False  # ResiDual: the branch also accumulates into the second stream
     qkv_norm: str | None = None  # HybridNorm: Q, K, V normalized per head after projection
+    skip_normed: bool = False  # HybridNorm's FFN: the residual is taken after in_norm, not before
+
+    def __post_init__(self) -> None:
+        if self.skip_normed and (self.in_norm is None or self.dual):
+            raise ValueError("skip_normed takes the residual after in_norm: it needs an in_norm "
+                             "and no second stream (dual)")
 
     def formula(self) -> str:
-        """The sublayer as a readable formula, e.g. `x = LN(1.861*x + Attn(x))`."""
+        """The sublayer as a readable formula, e.g. `x = LN(1.861*x + Attn(x))`, or with the
+        residual taken after the input norm `h = LN(x);  x = h + MLP(h)`."""
         v = "a" if self.dual else "x"
         sub = "Attn" if self.kind == "attn" else "MLP"
         if self.qkv_norm:
@@ -45,21 +53,25 @@ class SublayerPlan:
         h = f"{NORM_SYMBOL[self.in_norm]}({v})" if self.in_norm else v
         if self.in_scale != 1.0:
             h = f"{h}*{self.in_scale:.4g}"
+        prefix = ""
+        if self.skip_normed:  # name the normalized input once: it is both branch input and skip
+            prefix, h = f"h = {h};  ", "h"
         y = f"{sub}({h})"
         if self.out_norm:
             y = f"{NORM_SYMBOL[self.out_norm]}({y})"
         if self.gate_init is not None:
             y = f"g*{y}"
+        r = h if self.skip_normed else v
         if self.skip_learned:
-            skip = f"w*{v}"
+            skip = f"w*{r}"
         elif self.skip_scale != 1.0:
-            skip = f"{self.skip_scale:.4g}*{v}"
+            skip = f"{self.skip_scale:.4g}*{r}"
         else:
-            skip = v
+            skip = r
         total = f"{skip} + {y}" + (" + x_block" if self.add_block_input else "")
         if self.post_norm:
             total = f"{NORM_SYMBOL[self.post_norm]}({total})"
-        out = f"{v} = {total}" + (f";  d = d + {y}" if self.dual else "")
+        out = f"{prefix}{v} = {total}" + (f";  d = d + {y}" if self.dual else "")
         extras = []
         if self.gate_init is not None:
             extras.append(f"g0={self.gate_init:.4g}")
@@ -152,7 +164,8 @@ DEFAULT_INIT = {
     "b2t": "xavier",  # fairseq-based
     "mix": "normal",  # LLaMA-style code base
     "lns": "normal",  # LLaMA-style code base; not gpt2_scaled (Curse of Depth)
-    "hybrid": "normal",
+    "hybrid": "gpt2_scaled",  # the released HybridNorm config's Megatron init (see _hybrid)
+    "hybrid_star": "gpt2_scaled",
     "rezero": "xavier",
     "skipinit": "xavier",
     "custom": "normal",
@@ -165,7 +178,7 @@ HARMFUL_INIT = {
 }
 
 # Placements whose block output is unnormalized and so need a final norm before the head.
-_NEEDS_FINAL_NORM = {"pre", "sandwich", "peri", "lns", "resi_dual"}
+_NEEDS_FINAL_NORM = {"pre", "sandwich", "peri", "lns", "resi_dual", "hybrid", "hybrid_star"}
 
 
 # --- per-block builders ---------------------------------------------------------------------
@@ -216,9 +229,34 @@ def _lns(n: str, block_1based: int) -> tuple[SublayerPlan, SublayerPlan]:
 
 
 def _hybrid(n: str) -> tuple[SublayerPlan, SublayerPlan]:
-    """HybridNorm: QKV-norm attention without an input norm, post-norm MLP. Zhuo et al. 2025
-    (arXiv 2503.04598). The residual wiring is our reading of the released flags (unconfirmed)."""
-    return SublayerPlan("attn", qkv_norm=n), SublayerPlan("mlp", post_norm=n)
+    """HybridNorm, Zhuo et al. 2025, "HybridNorm: Towards Stable and Efficient Transformer
+    Training via Hybrid Normalization" (arXiv 2503.04598), wired as the authors' released code
+    (github BryceZhuo/HybridNorm, `dense_model/olmo/model.py`, `OLMoSequentialBlock.forward`,
+    with `configs/exps/1.2B-dense-HybriedNorm.yaml`: `attn_norm: false`, `ffn_norm: true`,
+    `ffn_residual_after_norm: true`, `use_query_norm/use_key_norm/use_value_norm: true`):
+
+        x = x + Attn[QKV-Norm](x)      Q, K, V normalized per head (size d/heads); no input norm
+        h = Norm(x);  x = h + MLP(h)   the residual carries the normalized stream
+        ... out = Norm(x)              the model's final `ln_f`
+
+    Default init `gpt2_scaled`: the released config's `init_fn: full_megatron` draws every matrix
+    from N(0, init_std) and the two output projections from N(0, init_std/sqrt(2L)), which is
+    `gpt2_scaled` (it also truncates at 3 std, which changes the spread by ~1%; normlab does not).
+    Its `init_std` 0.014 at d=2048 is sqrt(2/(5d)); normlab keeps the one `init_std` every
+    placement shares (0.02), so that comparing placements changes one thing; set `init_std` to
+    reproduce the released value.
+    """
+    return SublayerPlan("attn", qkv_norm=n), SublayerPlan("mlp", in_norm=n, skip_normed=True)
+
+
+def _hybrid_star_first(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+    """HybridNorm*'s first block (arXiv 2503.04598): a Pre-Norm block that keeps the QKV norms,
+    `x = x + Attn[QKV-Norm](Norm(x))`, `x = x + MLP(Norm(x))`. The released code's
+    `norm_pos_special_config="_{0:{'attn_norm':True,'ffn_residual':False}}_"` (README of
+    BryceZhuo/HybridNorm) turns block 0's `attn_norm` on with `attn_residual_after_norm` still
+    false (the input norm feeds the attention, the residual stays un-normalized) and its
+    `ffn_residual` off (the MLP's residual is taken before `ff_norm`): Pre-Norm in both."""
+    return SublayerPlan("attn", in_norm=n, qkv_norm=n), SublayerPlan("mlp", in_norm=n)
 
 
 def _gated(gate: float) -> tuple[SublayerPlan, SublayerPlan]:
@@ -250,6 +288,8 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         names = ["post"] * k + ["pre"] * (L - k)
     elif cfg.placement == "peri":
         names = ["sandwich"] * L
+    elif cfg.placement == "hybrid_star":
+        names = ["hybrid_star"] + ["hybrid"] * (L - 1)
     else:
         names = [cfg.placement] * L
 
@@ -289,6 +329,8 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
             subs = _lns(n, i + 1)
         elif name == "hybrid":
             subs = _hybrid(n)
+        elif name == "hybrid_star":
+            subs = _hybrid_star_first(n)
         elif name == "rezero":
             subs = _gated(rezero_gate)
         elif name == "skipinit":
