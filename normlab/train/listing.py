@@ -75,18 +75,20 @@ def runs_table(root: Path):
         f", {damaged} damaged" if damaged else "")
     table = Table(title=title)
     heads = ["run", *(c.split(".", 1)[-1] for c in columns), "outcome", "step", "train loss",
-             "val loss", "best val"]
+             "val loss", "best val"] + (["why damaged"] if damaged else [])
     for head in heads:
-        table.add_column(escape(head))
+        table.add_column(head)
     for f in folders:
         s = f.summary
-        if f.damaged:
-            outcome = "[bold red]damaged[/]: " + escape("; ".join(f.problems))
-        else:
-            outcome = escape(f.outcome + (f" ({s['reason']})" if s.get("reason") else ""))
+        outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
-        step = f"{_text(s.get('step'))}/{_text(planned)}"
-        cells = [f.run_id, *(_text(_value(f, c)) for c in columns), outcome, step,
-                 _loss(s, "train_loss"), _loss(s, "val_loss"), _loss(s, "best_val_loss")]
-        table.add_row(*(escape(c) if i < len(columns) + 1 else c for i, c in enumerate(cells)))
+        cells = [f.run_id, *(_text(_value(f, c)) for c in columns), outcome,
+                 f"{_text(s.get('step'))}/{_text(planned)}", _loss(s, "train_loss"),
+                 _loss(s, "val_loss"), _loss(s, "best_val_loss")]
+        if damaged:  # the folder's own path is the row's first cell: say the rest
+            cells.append("; ".join(p.replace(f"{f.path}/", "") for p in f.problems))
+        row = [escape(c) for c in cells]
+        if f.damaged:
+            row[len(columns) + 1] = "[bold red]damaged[/]"
+        table.add_row(*row)
     return table

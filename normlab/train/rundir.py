@@ -162,6 +162,12 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def summary_problem(run_dir: Path) -> str | None:
+    """Why summary.json cannot be read (None when it reads, or there is none)."""
+    data = _read_json_object(Path(run_dir) / "summary.json")
+    return data if isinstance(data, str) else None
+
+
 def _read_json_object(path: Path) -> dict[str, Any] | str | None:
     """The JSON object in `path`; None if there is no file; a string saying why otherwise."""
     try:

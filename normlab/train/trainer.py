@@ -54,6 +54,7 @@ from normlab.train.rundir import (
     lock_holder,
     read_run_config,
     read_summary,
+    summary_problem,
 )
 from normlab.train.schedules import lr_at
 from normlab.warnings import NormlabWarning
@@ -329,12 +330,19 @@ def train_run(
 
 def recover_run_folder(run_dir: Path) -> list[str]:
     """Repairs of a run folder before it is read (the caller holds its lock): a checkpoint left
-    between the two renames of `save_checkpoint` is put back. Returns what was done."""
+    between the two renames of `save_checkpoint` is put back; a damaged summary.json is noted
+    (the run writes a new one, from its records and checkpoint). Returns what was done."""
+    notes = []
     note = recover_checkpoint(run_dir / "checkpoint")
-    if note is None:
-        return []
-    warnings.warn(note, NormlabWarning, stacklevel=3)
-    return [note]
+    if note is not None:
+        notes.append(note)
+    problem = summary_problem(run_dir)
+    if problem is not None:
+        notes.append(f"{run_dir / 'summary.json'}: was damaged ({problem}); rebuilt from "
+                     "metrics.jsonl and the checkpoint")
+    for note in notes:
+        warnings.warn(note, NormlabWarning, stacklevel=3)
+    return notes
 
 
 def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist,
