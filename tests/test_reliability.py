@@ -353,3 +353,14 @@ def test_runs_lists_the_fields_that_differ_and_a_finished_run_is_skipped(referen
     capsys.readouterr()
     assert train_run(cfg, tmp_path, progress=True) == ref
     assert "already completed at step 12, skipped" in capsys.readouterr().err
+
+
+def test_metrics_reader_tells_a_cut_last_line_from_a_damaged_one():
+    from normlab.train.rundir import parse_metrics
+
+    text = '{"step": 1}\n{"step": 2, "tra\n[3]\n{"step": 4}\n{"step": 5, "train'
+    records, damaged = parse_metrics(text)
+    assert [r["step"] for r, _ in records] == [1, 4]
+    # line 2 (cut) and line 3 (not a record) are damaged; the unterminated last line is a write
+    # cut by a kill, past the last checkpoint, and is not reported
+    assert [n for n, _ in damaged] == [2, 3]
