@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,15 @@ def reference(tmp_path_factory):
     return cfg, root / s["run_id"], s
 
 
+def train_noting(cfg, root: Path, **kwargs) -> tuple[dict, list[str]]:
+    """`train_run`, and the normlab warnings it gave (checked after the result, so that a test
+    of a defect fails on the result, not on a missing warning)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = train_run(cfg, root, progress=False, **kwargs)
+    return s, [str(w.message) for w in caught if issubclass(w.category, NormlabWarning)]
+
+
 def interrupted(cfg, root: Path, at: int) -> Path:
     s = train_run(cfg, root, progress=False, interrupt_at=at)
     assert s["outcome"] == "interrupted" and s["step"] == at
@@ -91,11 +101,11 @@ def test_second_writer_refused_and_a_dead_holder_never_blocks(tmp_path):
         while time.time() < deadline and len(read_metrics(run_dir / "metrics.jsonl")) < 8:
             assert first.poll() is None, first.communicate()
             time.sleep(0.2)
-        assert is_live(run_dir) is True  # the lock the sweeps read is the trainer's lock
         second = subprocess.run(normlab_cmd("train", *sets, "--quiet", "--root=runs"),
                                 cwd=tmp_path, env=ENV, capture_output=True, text=True,
                                 timeout=120)
         assert second.returncode == 2, second.stderr
+        assert is_live(run_dir) is True  # the lock the sweeps read is the trainer's lock
         message = " ".join(second.stderr.split())
         assert str(first.pid) in message and cfg.run_id() in message
         assert "Traceback" not in second.stderr
@@ -150,11 +160,11 @@ def test_resume_keeps_every_intact_record_around_a_damaged_line(reference, tmp_p
     cut = lines[4][: len(lines[4]) // 2]
     lines[4] = cut  # line 5 (step 5) cut in half, as by a bad copy or an editor
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.warns(NormlabWarning, match="skipped 1 damaged line.*line 5"):
-        s = train_run(cfg, tmp_path, progress=False)
+    s, noted = train_noting(cfg, tmp_path)
     assert s["outcome"] == "completed"
     expected = [r for r in records(ref_dir) if r["step"] != 5]
     assert records(run_dir) == expected  # steps 1-4 and 6-12, bit for bit
+    assert any("skipped 1 damaged line(s) (line 5)" in note for note in noted)
     assert any("line 5" in note for note in s["repairs"])
     assert (run_dir / "metrics.jsonl.damaged").read_text() == cut + "\n"
 
@@ -246,12 +256,11 @@ def test_a_resume_keeps_the_thread_count_the_run_was_trained_with(tmp_path):
         run_two, run_one = (tmp_path / d / cfg.run_id() for d in ("two", "one"))
         # the premise: the thread count changes the numbers (CPU GEMMs split their sums)
         assert records(run_two) != records(run_one)
-        assert two["threads"] == 2 and one["threads"] == 1
-        with pytest.warns(NormlabWarning, match="2 CPU thread"):
-            resumed = train_run(cfg, tmp_path / "resumed", progress=False)
+        resumed, noted = train_noting(cfg, tmp_path / "resumed")
         assert records(tmp_path / "resumed" / cfg.run_id()) == records(run_two)
+        assert any("with the 2 CPU thread(s) it was trained with" in n for n in noted)
         assert torch.get_num_threads() == 1  # put back after the run
-        assert resumed["threads"] == 2
+        assert two["threads"] == resumed["threads"] == 2 and one["threads"] == 1
         # asked to keep this process's count instead, a resume refuses and says how to resume
         from normlab.train import ThreadCountError
 
@@ -283,9 +292,9 @@ def test_a_crash_between_the_checkpoint_renames_is_recovered(reference, tmp_path
         (tmp_path / "at3").rename(run_dir / "checkpoint.tmp")
         weights = run_dir / "checkpoint.tmp" / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:1000])
-    with pytest.warns(NormlabWarning, match="recovered from checkpoint"):
-        s = train_run(cfg, tmp_path, progress=False, interrupt_at=0)  # stop where it resumes
+    s, noted = train_noting(cfg, tmp_path, interrupt_at=0)  # stops where it resumes
     assert s["outcome"] == "interrupted" and s["step"] == 6
+    assert any("recovered from checkpoint" in note for note in noted)
     assert any("recovered" in note for note in s["repairs"])
     assert sorted(p.name for p in run_dir.glob("checkpoint*")) == ["checkpoint"]
     done = train_run(cfg, tmp_path, progress=False)
