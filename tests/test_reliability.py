@@ -23,6 +23,9 @@ from normlab.train import CheckpointError, read_summary, train_run
 from normlab.train.logging import read_metrics
 from normlab.warnings import NormlabWarning
 
+# the repairs under test warn; each test that needs to checks its warnings with train_noting
+pytestmark = pytest.mark.filterwarnings("ignore::normlab.warnings.NormlabWarning")
+
 # Only the APIs this change adds are imported inside the tests that need them, so that every
 # test here can be run against the code before it and fail for its own reason.
 

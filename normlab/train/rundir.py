@@ -260,24 +260,24 @@ def parse_metrics(text: str) -> tuple[list[tuple[dict[str, Any], str]], list[tup
     lines = text.split("\n")
     unterminated = lines.pop()  # "" when the text ends with a newline
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
+        record = _record(line)
+        if record is not None:
             records.append((record, line))
-        else:
+        elif line.strip():
             damaged.append((number, line))
-    if unterminated.strip():
-        try:
-            record = json.loads(unterminated)
-        except json.JSONDecodeError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
-            records.append((record, unterminated))
+    record = _record(unterminated)
+    if record is not None:  # a last record whose newline was not written yet
+        records.append((record, unterminated))
     return records, damaged
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """The metrics record on one line, or None when it is not one."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
 
 
 def _read_text(path: Path) -> str | None:
