@@ -228,31 +228,13 @@ def _rank_args(config: Path | None, sets: list[str] | None, root: Path, resume: 
 @app.command()
 def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = Path("runs")
          ) -> None:
-    """List the runs under ROOT with their outcome and final losses."""
-    from normlab.train import read_run_config, read_summary
+    """List the runs under ROOT: the settings in which they differ, outcome, final losses; a
+    damaged folder is listed as damaged, with why."""
+    from normlab.train.listing import runs_table
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
-    table = Table()
-    for col in ("run", "placement", "blocks", "lr", "warmup", "outcome", "step", "train loss",
-                "val loss", "best val"):
-        table.add_column(col)
-    for run_dir in sorted(p for p in root.iterdir() if (p / "config.yaml").exists()):
-        try:
-            cfg = read_run_config(run_dir)
-        except (ConfigError, RuntimeError):
-            continue
-        s = read_summary(run_dir) or {}
-
-        def num(key: str, s=s) -> str:
-            return f"{s[key]:.4f}" if isinstance(s.get(key), (int, float)) else "-"
-
-        step = f"{s.get('step', '-')}/{cfg.train.steps}"
-        outcome = s.get("outcome", "?") + (f" ({s['reason']})" if s.get("reason") else "")
-        table.add_row(run_dir.name, cfg.model.placement, str(cfg.model.n_blocks),
-                      f"{cfg.train.lr:g}", str(cfg.train.warmup), outcome, step,
-                      num("train_loss"), num("val_loss"), num("best_val_loss"))
-    console.print(table)
+    console.print(runs_table(root))
 
 
 @app.command()

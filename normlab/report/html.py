@@ -566,41 +566,18 @@ def find_folders(root: Path) -> tuple[list[Path], list[Path]]:
     return runs, sweeps
 
 
-def _outcome(run_dir: Path, summary: dict[str, Any] | None, exists: bool) -> str:
-    if summary is None:
-        return "unknown" if exists else "pending"
-    outcome = str(summary.get("outcome", "unknown"))
-    if outcome == "running":
-        try:  # a `running` run whose worker is gone is interrupted (the sweep's lock tells)
-            from normlab.sweep.state import is_live
-
-            if is_live(run_dir) is False:
-                return "interrupted"
-        except ImportError:
-            pass
-    return outcome
-
-
 def read_run(run_dir: Path, base: Path) -> RunRow:
-    import yaml
-
-    from normlab.train import read_run_config, read_summary
+    """One row of the runs table, read by the run-folder reader: a damaged folder is a row
+    `damaged` with why, and never stops the report."""
     from normlab.train.logging import read_metrics
+    from normlab.train.rundir import read_run_folder
 
     name = str(run_dir.relative_to(base)) if run_dir != base else run_dir.name
-    row = RunRow(folder=run_dir, name=name)
-    try:  # validated when this normlab can; the raw YAML otherwise (an older or newer run)
-        row.config = read_run_config(run_dir).to_dict()
-    except Exception as e:
-        row.problem = f"config.yaml not valid for this normlab: {one_line(str(e), 200)}"
-        try:
-            data = yaml.safe_load((run_dir / "config.yaml").read_text())
-            row.config = data if isinstance(data, dict) else {}
-        except (yaml.YAMLError, OSError, UnicodeDecodeError):
-            row.config = {}
-    summary = read_summary(run_dir)
-    row.summary = summary or {}
-    row.outcome = _outcome(run_dir, summary, (run_dir / "summary.json").exists())
+    folder = read_run_folder(run_dir)
+    row = RunRow(folder=run_dir, name=name, summary=folder.summary, outcome=folder.outcome,
+                 problem="; ".join(folder.problems))
+    # validated when this normlab can; the raw YAML otherwise (an older or newer run)
+    row.config = folder.config.to_dict() if folder.config is not None else folder.raw_config
     placement = row.get("model.placement")
     row.curve = curve_from_metrics(name, str(placement) if placement else "?",
                                    read_metrics(run_dir / "metrics.jsonl"),

@@ -1,14 +1,16 @@
 """Executors: run a list of training runs on local worker processes or on a Ray cluster.
 
 Both call the same `run_one` for each run, which trains (or resumes, or just reports) the run in
-its own folder under the sweep root, holding the run's lock (see `normlab.sweep.state`). A worker
+its own folder under the sweep root, holding the run's lock (`normlab.train.rundir`, the lock
+`normlab train` takes too: a worker waits while another process trains the run). A worker
 never prints progress; the sweep process reports through the `on_start` / `on_finish` callbacks.
 A stacked group (`GroupTask`, see `normlab.sweep.grouping`) is one task on one local worker:
 `run_group` holds every member's lock and trains them as one model; the Ray executor trains a
 group's runs separately.
 
 Local: `concurrent.futures.ProcessPoolExecutor` with the spawn context, at most `workers` runs in
-flight, each worker limited to `threads` CPU threads (`torch.set_num_threads`) and, where there
+flight, each worker limited to `threads` CPU threads (`torch.set_num_threads`; a run resuming from
+a checkpoint uses the count recorded there, so its numbers continue exactly) and, where there
 are GPUs, given one of them (`CUDA_VISIBLE_DEVICES`, round robin). Workers ignore SIGINT while
 idle; during a run, SIGINT/SIGTERM make `train_run` checkpoint and return `interrupted`. A worker
 whose parent dies (even by SIGKILL) sends itself SIGTERM, so an orphan checkpoints and stops

@@ -2,8 +2,9 @@
 
     <root>/sweep.json          the spec, the axes and every run (id, axis values, full config)
     <root>/<run_id>/           one run folder per run, written by `train_run` only
-    <root>/<run_id>/sweep.lock held (flock) by the worker training the run; the kernel releases it
-                               when that process ends, however it ends
+    <root>/<run_id>/.lock      the run's lock (`normlab.train.rundir`), held by the worker training
+                               the run as by any other trainer; the kernel releases it when that
+                               process ends, however it ends
 
 A run's summary says `running` from the moment a worker starts it until it ends. After a crash or
 a SIGKILL the word stays; the lock tells a live run from a dead one: `running` with a free lock is
@@ -12,24 +13,15 @@ a SIGKILL the word stays; the lock tells a live run from a dead one: `running` w
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import normlab
 from normlab.sweep.spec import SweepPlan
 from normlab.train.logging import read_json, write_json_atomic
-from normlab.train.trainer import FINISHED, read_summary
-
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; a sweep there must not share a root
-    fcntl = None  # type: ignore[assignment]
+from normlab.train.rundir import FINISHED, hold_run, is_live, read_summary
 
 SWEEP_FILE = "sweep.json"
-LOCK_FILE = "sweep.lock"
 # Outcomes of a run as the sweep reports it: train_run's, plus pending (not started yet).
 OUTCOMES = ("completed", "diverged", "failed", "interrupted", "running", "pending")
 
@@ -50,43 +42,19 @@ def write_sweep_file(root: Path, plan: SweepPlan) -> Path:
 
 
 def read_sweep_file(root: Path) -> dict[str, Any] | None:
-    return read_json(Path(root) / SWEEP_FILE)
+    """sweep.json, or None when there is none or it is not a JSON object."""
+    data = read_json(Path(root) / SWEEP_FILE)
+    return data if isinstance(data, dict) else None
 
 
 def _jsonable(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else v
 
 
-@contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
+def run_lock(run_dir: Path):
     """Hold the run's lock while training it; waits while another process holds it (an earlier
-    sweep's worker finishing its last step after its parent was killed)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if fcntl is None:
-        yield
-        return
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def is_live(run_dir: Path) -> bool | None:
-    """True if a process holds the run's lock, False if not, None if it cannot be told."""
-    path = run_dir / LOCK_FILE
-    if fcntl is None or not path.exists():
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    else:
-        return False
-    finally:
-        os.close(fd)
+    sweep's worker finishing its last step after its parent was killed, or a `normlab train`)."""
+    return hold_run(run_dir, wait=True)
 
 
 def run_state(run_dir: Path) -> tuple[str, dict[str, Any]]:

@@ -2,7 +2,8 @@
 final train/val loss, best val loss, tokens/s. As rows (dicts), CSV, Parquet or a rich table.
 
 The runs and axes come from `sweep.json`; a folder of runs without one (e.g. several `normlab
-train` runs) works too: the axes are then the config fields that differ between its runs.
+train` runs) works too: the axes are then the config fields that differ between its runs. A run
+folder that cannot be read is a row `damaged`, with why in `reason`; the others are listed.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from normlab.sweep.spec import format_value
-from normlab.sweep.state import read_sweep_file, run_state
+from normlab.sweep.state import read_sweep_file
+from normlab.train.listing import flatten, varying_paths
 from normlab.train.logging import read_metrics
+from normlab.train.rundir import read_run_folder, run_folders
 
 RESULT_COLUMNS = ("outcome", "reason", "step", "steps_planned", "diverged_step", "train_loss",
                   "val_loss", "best_val_loss", "tokens_per_s")
@@ -46,17 +47,6 @@ class SweepTable:
         return self.configs[i].get(path)
 
 
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = tuple(v) if isinstance(v, list) else v
-    return out
-
-
 def _float(x: Any) -> float | None:
     if isinstance(x, bool) or x is None:
         return None
@@ -75,26 +65,18 @@ def collect(root: Path | str) -> SweepTable:
         name, axes = str(sweep.get("name", root.name)), list(sweep.get("axes", []))
         entries = [(r["run_id"], flatten(r["config"])) for r in sweep.get("runs", [])]
     else:
-        name, entries = root.name, []
-        for run_dir in sorted(p for p in root.iterdir() if (p / "config.yaml").exists()):
-            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-            data.pop("meta", None)
-            entries.append((run_dir.name, flatten(data)))
-        axes = varying_paths([c for _, c in entries])
+        name = root.name
+        entries = [(p.name, flatten(read_run_folder(p).raw_config)) for p in run_folders(root)]
+        axes = varying_paths([c for _, c in entries if c])
     if not entries:
         raise SummaryError(f"{root}: no runs here (no sweep.json and no run folders)")
     rows = [_row(root / run_id, run_id, cfg, axes) for run_id, cfg in entries]
     return SweepTable(root=root, name=name, axes=axes, rows=rows, configs=[c for _, c in entries])
 
 
-def varying_paths(configs: list[dict[str, Any]]) -> list[str]:
-    """The config paths (flat `section.field` keys) whose value differs between runs, sorted."""
-    keys = sorted({k for c in configs for k in c})
-    return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
-
-
 def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> dict[str, Any]:
-    outcome, s = run_state(run_dir)
+    folder = read_run_folder(run_dir)
+    outcome, s = folder.outcome, folder.summary
     row: dict[str, Any] = {"run_id": run_id}
     for axis in axes:
         v = cfg.get(axis)
@@ -106,7 +88,7 @@ def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> di
         tps = statistics.median(speeds) if speeds else None
     row.update({
         "outcome": outcome,
-        "reason": s.get("reason"),
+        "reason": "; ".join(folder.problems) if folder.damaged else s.get("reason"),
         "step": s.get("step"),
         "steps_planned": s.get("steps_planned", cfg.get("train.steps")),
         "diverged_step": s.get("step") if outcome == "diverged" else None,
@@ -173,10 +155,11 @@ def _cell(v: Any, col: str) -> str:
 
 
 _STYLE = {"completed": "green", "diverged": "red", "failed": "bold red", "interrupted": "yellow",
-          "running": "cyan", "pending": "dim"}
+          "running": "cyan", "pending": "dim", "damaged": "bold red"}
 
 
 def to_rich(table: SweepTable):
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"sweep {table.name}: {len(table.rows)} runs ({table.root})")
@@ -194,11 +177,11 @@ def to_rich(table: SweepTable):
             if c == "outcome":
                 text = row["outcome"] + (f" ({row['reason']})" if row.get("reason") else "")
                 style = _STYLE.get(row["outcome"])
-                cells.append(f"[{style}]{text}[/]" if style else text)
+                cells.append(f"[{style}]{escape(text)}[/]" if style else escape(text))
             elif c == "step":
                 cells.append(f"{_cell(row['step'], c)}/{_cell(row['steps_planned'], c)}")
             else:
-                cells.append(_cell(row[c], c))
+                cells.append(escape(_cell(row[c], c)))
         t.add_row(*cells)
     return t
 

@@ -5,21 +5,28 @@
     checkpoint/rng.safetensors        torch RNG states (CPU, CUDA) as uint8 tensors
     checkpoint/trainer_state.json     step, spike-detector state, best val loss, config hash
 
-The folder is written under a temporary name and renamed into place, so a crash while writing
-leaves the previous checkpoint intact.
+The folder is written as `checkpoint.tmp` (trainer_state.json last), then `checkpoint` becomes
+`checkpoint.old`, `checkpoint.tmp` becomes `checkpoint`, and `checkpoint.old` is removed. A crash
+while writing leaves the previous checkpoint intact; a crash between the two renames leaves no
+`checkpoint/`, and `recover_checkpoint` puts back the newest complete one (see docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
+
+from normlab.train.rundir import read_run_config
+
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
 
 
 class CheckpointError(RuntimeError):
@@ -47,17 +54,66 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _siblings(directory: Path) -> tuple[Path, Path]:
+    return (directory.with_name(directory.name + ".tmp"),
+            directory.with_name(directory.name + ".old"))
+
+
+def is_complete(directory: Path) -> bool:
+    """Whether a checkpoint folder was written to the end: trainer_state.json (written last) is a
+    JSON object and every safetensors file's header covers the whole file."""
+    try:
+        state = json.loads((directory / "trainer_state.json").read_text())
+        if not isinstance(state, dict):
+            return False
+        for name in CHECKPOINT_FILES:
+            with safe_open(str(directory / name), "pt"):
+                pass
+    except (OSError, ValueError, SafetensorError):
+        return False
+    return True
+
+
+def usable_checkpoint(directory: Path) -> Path | None:
+    """The checkpoint to read: `directory` itself, or after a crash between the renames of
+    `save_checkpoint` (no `directory`), the complete `.tmp` (newer) or else the `.old`."""
+    if directory.exists():
+        return directory
+    for candidate in _siblings(directory):
+        if candidate.is_dir() and is_complete(candidate):
+            return candidate
+    return None
+
+
+def recover_checkpoint(directory: Path) -> str | None:
+    """Put back `directory` after a crash between the renames of `save_checkpoint`; returns what
+    was done (None when nothing was needed). The caller holds the run's lock."""
+    if directory.exists():
+        return None
+    found = usable_checkpoint(directory)
+    if found is None:
+        return None
+    found.rename(directory)
+    for leftover in _siblings(directory):
+        shutil.rmtree(leftover, ignore_errors=True)
+    return (f"{directory}: missing after an interrupted checkpoint write; recovered from "
+            f"{found.name}")
+
+
 def load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
                     expected_config_hash: str) -> dict[str, Any]:
-    """Restore model, optimizer and RNG in place; return the trainer state."""
+    """Restore model, optimizer and RNG in place; return the trainer state (checked: `step` a
+    non-negative int, `spike` an object, `best_val_loss` a number). Anything malformed is a
+    `CheckpointError` naming the file."""
     state_file = directory / "trainer_state.json"
     if not state_file.exists():
         raise CheckpointError(f"{directory}: no checkpoint here (trainer_state.json missing)")
     try:
         state = json.loads(state_file.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{state_file}: corrupted ({e}); delete the run folder to restart"
                               ) from None
+    check_trainer_state(state, state_file)
     if state.get("config_hash") != expected_config_hash:
         raise CheckpointError(
             f"{directory}: checkpoint was written for another config (hash "
@@ -77,11 +133,40 @@ def load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{directory}: corrupted checkpoint ({e})") from None
-    torch.set_rng_state(rng["torch_cpu"])
-    cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
+    try:
+        torch.set_rng_state(rng["torch_cpu"])
+        cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
+        if cuda and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(cuda)
+    except (KeyError, RuntimeError, TypeError) as e:
+        raise CheckpointError(f"{directory}/rng.safetensors: not a usable RNG state "
+                              f"({type(e).__name__}: {e}); delete the run folder to restart"
+                              ) from None
     return state
+
+
+def check_trainer_state(state: Any, path: Path) -> None:
+    """`CheckpointError` unless `state` has the fields a resume needs, with the right types."""
+    def bad(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: malformed checkpoint state ({what}); delete the "
+                               "checkpoint folder to restart the run from step 0")
+
+    if not isinstance(state, dict):
+        raise bad(f"a JSON {type(state).__name__}, not an object")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise bad(f"step is {step!r}, not a step count")
+    best = state.get("best_val_loss")
+    if isinstance(best, bool) or not isinstance(best, (int, float)) or math.isnan(best):
+        raise bad(f"best_val_loss is {best!r}, not a number")
+    spike = state.get("spike")
+    if not isinstance(spike, dict):
+        raise bad("spike, the loss-spike detector's state, is missing" if spike is None
+                  else f"spike is {spike!r}, not an object")
+    threads = state.get("threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise bad(f"threads is {threads!r}, not a thread count")
 
 
 def _param_names(model: nn.Module) -> dict[int, str]:
@@ -116,11 +201,11 @@ def _load_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer,
 def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu"):
     """The model of a run folder with its checkpointed weights: `(run_config, model)`."""
     from normlab.nn import build_model
-    from normlab.train.trainer import read_run_config
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
-    weights = run_dir / "checkpoint" / "model.safetensors"
+    ckpt = usable_checkpoint(run_dir / "checkpoint")
+    weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"
     if not weights.exists():
         raise CheckpointError(f"{run_dir}: no checkpoint/model.safetensors; train the run first")
     model = build_model(cfg.model, seed=cfg.train.seed)

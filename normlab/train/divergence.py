@@ -40,6 +40,15 @@ class SpikeDetector:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a `state_dict`; ValueError naming the field for anything malformed."""
+        fields = self.state_dict()
+        for key, value in state.items():
+            if key not in fields:
+                raise ValueError(f"unknown field {key!r}")
+            nullable = key == "mean"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (number or (nullable and value is None)):
+                raise ValueError(f"{key} is {value!r}, not a number")
         for key, value in state.items():
             setattr(self, key, value)
 

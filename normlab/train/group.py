@@ -16,10 +16,12 @@ finished are skipped; members may resume from different steps.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,15 +37,18 @@ from normlab.nn.stacked import StackedTransformer, unstackable_reason
 from normlab.train.checkpoint import save_checkpoint
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.rundir import hold_run
 from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
 from normlab.train.trainer import (
     _StopFlag,
     check_run_folder,
+    checkpoint_state,
     eval_due,
     param_groups,
     precision_context,
     record_failure,
+    recover_run_folder,
     resolve_device,
     restore_checkpoint,
     run_meta,
@@ -100,6 +105,8 @@ class _Member:
     start: int = 0
     best_val: float = float("inf")
     final: dict[str, Any] = field(default_factory=dict)
+    repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
+    threads: int | None = None  # the CPU thread count its checkpoint recorded
 
     @property
     def run_id(self) -> str:
@@ -111,7 +118,8 @@ class _Member:
                 "beta1": tc.beta1, "beta2": tc.beta2, "eps": tc.eps}
 
 
-def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device) -> _Member:
+def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device, repairs: list[str]
+           ) -> _Member:
     """Build one member as `train_run` would (same seed, init and batches) and restore it from its
     checkpoint; the run folder gets its config.yaml."""
     tc = cfg.train
@@ -122,11 +130,12 @@ def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device) -> _Member
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     write_run_config(run_dir, cfg, run_meta(cfg, model, data, device))
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
-    start, best_val = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
+    restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
     names = {p: n for n, p in model.named_parameters()}
     state = {names[p]: s for p, s in optimizer.state.items() if s}
-    return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, start, start,
-                   best_val)
+    return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
+                   restored.step, restored.best_val, dict(restored.final),
+                   repairs + restored.repairs, restored.threads if restored.step else None)
 
 
 def check_group(cfgs: list[RunConfig]) -> None:
@@ -148,7 +157,9 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
                 interrupt_at: int | None = None) -> dict[str, dict[str, Any]]:
     """Train (or resume, or just report) the runs of `cfgs` under `root` as one stacked model;
     returns each run's summary by run id. A member whose folder or checkpoint cannot be used ends
-    `failed` alone. `interrupt_at` stops every member at that step as a signal would."""
+    `failed` alone. Every member's folder is locked while the group trains (`RunLockedError`,
+    before anything is written, when another process holds one). `interrupt_at` stops every
+    member at that step as a signal would."""
     check_group(cfgs)
     data = load_text_data(cfgs[0].data.source, val_fraction=cfgs[0].data.val_fraction,
                           seed=cfgs[0].data.split_seed)
@@ -157,20 +168,47 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
         tune_cpu_allocator()
     summaries: dict[str, dict[str, Any]] = {}
     members: list[_Member] = []
-    for cfg in cfgs:
-        run_dir = Path(root) / cfg.run_id()
-        try:
-            finished = check_run_folder(cfg, run_dir, "auto")
-            if finished is not None:
-                summaries[cfg.run_id()] = finished
-            else:
-                members.append(_setup(cfg, run_dir, data, device))
-        except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
-            summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(), type(e).__name__,
-                                                     str(e), traceback.format_exc())
-    if members:
-        summaries.update(_GroupLoop(members, device, progress).run(interrupt_at))
+    with contextlib.ExitStack() as held:
+        # every member's lock (re-entered when a sweep worker holds them), in one order everywhere
+        for cfg in sorted(cfgs, key=lambda c: c.run_id()):
+            held.enter_context(hold_run(Path(root) / cfg.run_id()))
+        for cfg in cfgs:
+            run_dir = Path(root) / cfg.run_id()
+            try:
+                repairs = recover_run_folder(run_dir)
+                finished = check_run_folder(cfg, run_dir, "auto")
+                if finished is not None:
+                    summaries[cfg.run_id()] = finished
+                else:
+                    members.append(_setup(cfg, run_dir, data, device, repairs))
+            except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
+                summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(),
+                                                         type(e).__name__, str(e),
+                                                         traceback.format_exc())
+        if members:
+            before = torch.get_num_threads()
+            try:
+                _match_group_threads(members, device)
+                summaries.update(_GroupLoop(members, device, progress).run(interrupt_at))
+            finally:
+                torch.set_num_threads(before)
     return {c.run_id(): summaries[c.run_id()] for c in cfgs}
+
+
+def _match_group_threads(members: list[_Member], device: torch.device) -> None:
+    """A stacked group runs on one CPU thread count: the one its resumed members recorded (the
+    most common, if they disagree), so a resumed group continues its curves exactly. A member
+    resumed with another count than its own says so in its summary."""
+    recorded = Counter(m.threads for m in members if m.threads is not None)
+    if device.type != "cpu" or not recorded:
+        return
+    threads = recorded.most_common(1)[0][0]
+    torch.set_num_threads(threads)
+    for m in members:
+        if m.threads is not None and m.threads != threads:
+            m.repairs.append(f"resumed at step {m.step} with {threads} CPU thread(s), not the "
+                             f"{m.threads} it was trained with: its numbers from here differ "
+                             "in the last bits from an uninterrupted run's")
 
 
 class _GroupLoop:
@@ -209,12 +247,13 @@ class _GroupLoop:
         self.template_opt.state.clear()
         for name, p in self.template.named_parameters():
             self.template_opt.state[p] = state[name]
-        save_checkpoint(m.run_dir / "checkpoint", self.template, self.template_opt, {
-            "step": m.step, "best_val_loss": m.best_val, "spike": m.spike.state_dict(),
-            "config_hash": m.run_id})
+        save_checkpoint(m.run_dir / "checkpoint", self.template, self.template_opt,
+                        checkpoint_state(m.step, m.best_val, m.spike, m.run_id))
 
     def finish(self, m: _Member, outcome: str, reason: str | None = None,
                **extra: Any) -> None:
+        if m.repairs:
+            extra["repairs"] = m.repairs
         summary = run_summary(m.cfg, outcome, m.step, m.best_val, m.final, reason,
                               engine="stacked", group_size=self.group_size, **extra)
         write_json_atomic(m.run_dir / "summary.json", summary)

@@ -11,6 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# metrics.jsonl is read by the run-folder reader (damaged lines skipped); re-exported here
+from normlab.train.rundir import cut_metrics_after, read_metrics  # noqa: F401
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -53,19 +56,12 @@ class MetricsLog:
         self._tb = None
         self._tb_dir = tb_dir
 
-    def truncate_after(self, step: int) -> None:
-        if not self.enabled or not self.path.exists():
-            return
-        kept = []
-        for line in self.path.read_text().splitlines():
-            try:
-                if json.loads(line).get("step", -1) <= step:
-                    kept.append(line)
-            except json.JSONDecodeError:
-                break  # a line cut by a crash: everything after it is dropped
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(k + "\n" for k in kept))
-        os.replace(tmp, self.path)  # a kill while rewriting must not lose checkpointed lines
+    def truncate_after(self, step: int) -> tuple[list[dict[str, Any]], str | None]:
+        """Keep the intact records up to `step`; returns them and what damaged lines were
+        skipped (see `normlab.train.rundir.cut_metrics_after`)."""
+        if not self.enabled:
+            return [], None
+        return cut_metrics_after(self.path, step)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -91,18 +87,6 @@ class MetricsLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return out
 
 
 class Progress:

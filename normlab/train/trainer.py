@@ -8,17 +8,23 @@
 
 Before every optimizer step the loss and gradient norm must be finite and the loss must not be in
 a sustained spike; otherwise the run ends `diverged` with the step and the reason. A resumed run
-reproduces the uninterrupted run's metrics bit for bit on CPU: batches are a function of the step,
-and the checkpoint holds the RNG, optimizer and detector states.
+reproduces the uninterrupted run's metrics bit for bit on CPU when it runs with the same number of
+CPU threads (recorded in the checkpoint; a resume uses it, see `restore_checkpoint`), the same
+torch and the same machine: batches are a function of the step, and the checkpoint holds the RNG,
+optimizer and detector states. The process training a run holds its folder's lock
+(`normlab.train.rundir`); the conditions are listed in docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 import traceback
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,22 +32,38 @@ import torch
 import yaml
 
 import normlab
-from normlab.config import ConfigError, RunConfig, TrainConfig, parse_config
+from normlab.config import ConfigError, RunConfig, TrainConfig
 from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.train import distributed
-from normlab.train.checkpoint import load_checkpoint, save_checkpoint
+from normlab.train.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    recover_checkpoint,
+    save_checkpoint,
+)
 from normlab.train.divergence import SpikeDetector, divergence_reason
-from normlab.train.logging import MetricsLog, Progress, read_json, write_json_atomic
+from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.rundir import (
+    FINISHED,
+    RunFolderError,
+    RunLockedError,
+    hold_run,
+    lock_holder,
+    read_run_config,
+    read_summary,
+    summary_problem,
+)
 from normlab.train.schedules import lr_at
+from normlab.warnings import NormlabWarning
 
-FINISHED = ("completed", "diverged")
+ThreadPolicy = Literal["match", "refuse"]
 
 
-class RunFolderError(RuntimeError):
-    """A run folder that cannot be used as asked (exists with another config, nothing to resume)."""
+class ThreadCountError(RunFolderError):
+    """A resume that would run with another CPU thread count than the run's checkpoint."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -69,25 +91,17 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def read_run_config(run_dir: Path) -> RunConfig:
-    path = run_dir / "config.yaml"
-    if not path.exists():
-        raise RunFolderError(f"{run_dir}: not a run folder (config.yaml missing)")
-    data = yaml.safe_load(path.read_text()) or {}
-    data.pop("meta", None)
-    return parse_config(RunConfig, data)
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    return read_json(run_dir / "summary.json")
-
-
 def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, Any] | None:
     """What `run_dir` allows before anything is written: the summary of a finished run (nothing
     to train), None to train or resume; `RunFolderError` when it holds another run, exists with
     `resume="never"`, or has no checkpoint with `resume="require"`."""
     if (run_dir / "config.yaml").exists():
-        on_disk = read_run_config(run_dir)
+        try:
+            on_disk = read_run_config(run_dir)
+        except (RunFolderError, ConfigError) as e:
+            detail = str(e).replace("\n", " ")
+            raise RunFolderError(f"{run_dir}: damaged, cannot be resumed: {detail}. Move the "
+                                 "folder away (or delete it) to train the run again") from None
         if on_disk.run_id() != cfg.run_id():
             raise RunFolderError(f"{run_dir}: holds run {on_disk.run_id()}, not {cfg.run_id()}")
         summary = read_summary(run_dir)
@@ -103,10 +117,12 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, An
 
 def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device
              ) -> dict[str, Any]:
-    """The `meta` section of a run's config.yaml: versions, device, dtype, resolved plan."""
+    """The `meta` section of a run's config.yaml: versions, device, dtype, CPU threads, resolved
+    plan."""
     return {"run_id": cfg.run_id(), "normlab": normlab.__version__,
             "torch": str(torch.__version__), "device": str(device),
             "dtype": "bfloat16-autocast" if cfg.train.precision == "bf16" else "float32",
+            "threads": torch.get_num_threads(),
             "init": model.plan.init, "final_norm": model.plan.final_norm,
             "constants": model.plan.constants, "params": model.num_params(),
             "train_works": data.train_works, "val_works": data.val_works}
@@ -122,21 +138,84 @@ def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> Non
     tmp.replace(run_dir / "config.yaml")
 
 
+def checkpoint_state(step: int, best_val: float, spike: SpikeDetector, run_id: str
+                     ) -> dict[str, Any]:
+    """trainer_state.json: what a resume needs besides tensors, and the CPU thread count the
+    numbers were computed with (results depend on it; see `restore_checkpoint`)."""
+    return {"step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
+            "config_hash": run_id, "threads": torch.get_num_threads()}
+
+
+@dataclass
+class Restored:
+    """Where a run continues: its step and best val loss, the final losses its records hold
+    (so a summary rebuilt at the last step keeps them), the repairs made on the way (warned and
+    recorded in summary.json), and the thread count to put back when the run ends (None if the
+    resume did not change it)."""
+
+    step: int = 0
+    best_val: float = float("inf")
+    final: dict[str, Any] = field(default_factory=dict)
+    repairs: list[str] = field(default_factory=list)
+    threads_before: int | None = None
+    threads: int | None = None  # the count recorded in the checkpoint
+
+
+def match_threads(recorded: int | None, device: torch.device, policy: ThreadPolicy,
+                  where: Path) -> int | None:
+    """Make a resumed CPU run use the thread count its checkpoint recorded: `match` sets it
+    (returns the count to put back afterwards), `refuse` raises `ThreadCountError` saying how to
+    resume. CPU matrix products split their sums by thread, so another count changes the last
+    bits of every step, and a resume would match neither the old nor a new run."""
+    current = torch.get_num_threads()
+    if recorded is None or device.type != "cpu" or recorded == current:
+        return None
+    if policy == "refuse":
+        raise ThreadCountError(
+            f"{where}: trained with {recorded} CPU thread(s), this process has {current}; "
+            f"resuming would change the run's numbers. Resume with --threads {recorded} (from "
+            f"Python: torch.set_num_threads({recorded})), or delete the folder to restart")
+    torch.set_num_threads(recorded)
+    warnings.warn(f"{where}: resuming with the {recorded} CPU thread(s) it was trained with, "
+                  f"not {current}, so that its numbers continue exactly", NormlabWarning,
+                  stacklevel=3)
+    return current
+
+
 def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
                        optimizer: torch.optim.Optimizer, spike: SpikeDetector,
-                       metrics: MetricsLog, resume: str = "auto") -> tuple[int, float]:
+                       metrics: MetricsLog, resume: str = "auto",
+                       threads: ThreadPolicy | None = None,
+                       device: torch.device | None = None) -> Restored:
     """Continue from the run's checkpoint when there is one (and `resume` is not "never"):
-    restores model, optimizer and spike detector in place and cuts metrics.jsonl back to the
-    checkpoint's step. Returns (step, best validation loss); (0, inf) for a fresh start."""
+    restores model, optimizer and spike detector in place, applies `threads` (see
+    `match_threads`; None: leave the thread count alone) and cuts metrics.jsonl back to the
+    checkpoint's step, keeping every intact record (damaged lines are skipped, said and kept
+    aside). A fresh start (no checkpoint) returns `Restored()`."""
     ckpt_dir = run_dir / "checkpoint"
+    restored = Restored()
     if resume != "never" and (ckpt_dir / "trainer_state.json").exists():
         state = load_checkpoint(ckpt_dir, model, optimizer, expected_config_hash=cfg.run_id())
-        spike.load_state_dict(state["spike"])
-        metrics.truncate_after(state["step"])
-        return state["step"], state["best_val_loss"]
-    if (run_dir / "metrics.jsonl").exists():
-        metrics.truncate_after(0)  # an earlier attempt died before its first checkpoint
-    return 0, float("inf")
+        try:
+            spike.load_state_dict(state["spike"])
+        except ValueError as e:
+            raise CheckpointError(f"{ckpt_dir / 'trainer_state.json'}: malformed checkpoint "
+                                  f"state (spike: {e}); delete the checkpoint folder to restart "
+                                  "the run from step 0") from None
+        restored.step, restored.best_val = state["step"], float(state["best_val_loss"])
+        restored.threads = state.get("threads")
+        if threads is not None:
+            restored.threads_before = match_threads(restored.threads, device or
+                                                    torch.device("cpu"), threads, run_dir)
+    records, note = metrics.truncate_after(restored.step)  # 0: died before its first checkpoint
+    if note:
+        restored.repairs.append(note)
+        warnings.warn(note, NormlabWarning, stacklevel=2)
+    for record in records:
+        for key in ("train_loss", "val_loss"):
+            if key in record:
+                restored.final[key] = record[key]
+    return restored
 
 
 def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
@@ -145,7 +224,8 @@ def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
     """The content of summary.json when a run stops (see the module docstring)."""
     return {"run_id": cfg.run_id(), "outcome": outcome, "step": step, "reason": reason,
             "steps_planned": cfg.train.steps,
-            "best_val_loss": best_val if best_val < float("inf") else None, **final, **extra}
+            "best_val_loss": best_val if best_val < float("inf") else None, **final,
+            "threads": torch.get_num_threads(), **extra}
 
 
 def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
@@ -202,14 +282,18 @@ def train_run(
     resume: Literal["auto", "require", "never"] = "auto",
     progress: bool = True,
     interrupt_at: int | None = None,
+    threads: ThreadPolicy = "match",
 ) -> dict[str, Any]:
     """Train (or resume, or just report) the run of `cfg` under `root`; returns its summary.
 
     A finished run (completed or diverged) is not trained again. `resume="auto"` continues from a
     checkpoint when one exists; `"require"` insists on one; `"never"` refuses an existing folder.
-    `interrupt_at` stops after that many steps as a signal would (for tests and demos).
+    A resumed CPU run uses the thread count its checkpoint recorded (`threads="match"`, restored
+    afterwards) or refuses another one (`"refuse"`). `interrupt_at` stops after that many steps
+    as a signal would (for tests and demos). The run's folder is locked while this trains it: a
+    second process asking for the same run gets `RunLockedError`.
     Inside a process group, every rank calls this and trains its shard of each batch (see
-    `normlab.train.distributed`); rank 0 alone writes the run folder.
+    `normlab.train.distributed`); rank 0 alone writes the run folder and holds its lock.
     """
     tc = cfg.train
     # Everything that can be rejected is checked before anything is written.
@@ -220,11 +304,60 @@ def train_run(
     if device.type == "cpu":
         tune_cpu_allocator()
     distributed.check_divisible(tc.batch_size, dist.world_size)
+    run_dir = Path(root) / cfg.run_id()
+    if resume == "require" and not run_dir.exists():
+        raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
+    with contextlib.ExitStack() as held:
+        refused, repairs = None, []
+        if dist.main:
+            try:
+                held.enter_context(hold_run(run_dir))
+            except RunLockedError as e:
+                refused = e
+            else:
+                repairs = recover_run_folder(run_dir)
+        if dist.max(int(refused is not None)):  # (a collective: the others wait for rank 0)
+            raise refused or RunLockedError(
+                f"{run_dir}: in use by process {lock_holder(run_dir)}, which is training this "
+                "run; wait for it to finish or stop it, then run again")
+        before = torch.get_num_threads()
+        try:
+            return _train_held(cfg, run_dir, data, dist, device, resume, progress, interrupt_at,
+                               threads, repairs)
+        finally:
+            torch.set_num_threads(before)  # a resume may have matched the recorded count
+
+
+def recover_run_folder(run_dir: Path) -> list[str]:
+    """Repairs of a run folder before it is read (the caller holds its lock): a checkpoint left
+    between the two renames of `save_checkpoint` is put back; a damaged summary.json is noted
+    (the run writes a new one, from its records and checkpoint). Returns what was done."""
+    notes = []
+    note = recover_checkpoint(run_dir / "checkpoint")
+    if note is not None:
+        notes.append(note)
+    problem = summary_problem(run_dir)
+    if problem is not None:
+        notes.append(f"{run_dir / 'summary.json'}: was damaged ({problem}); rebuilt from "
+                     "metrics.jsonl and the checkpoint")
+    for note in notes:
+        warnings.warn(note, NormlabWarning, stacklevel=3)
+    return notes
+
+
+def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist,
+                device: torch.device, resume: str, progress: bool, interrupt_at: int | None,
+                threads: ThreadPolicy, repairs: list[str]) -> dict[str, Any]:
+    """`train_run` once the run's lock is held."""
+    tc = cfg.train
     run_id = cfg.run_id()
-    run_dir = Path(root) / run_id
     ckpt_dir = run_dir / "checkpoint"
     finished = check_run_folder(cfg, run_dir, resume)
     if finished is not None:
+        if progress and dist.main:
+            print(f"[{run_id}] already {finished['outcome']} at step {finished.get('step')}, "
+                  f"skipped (its folder {run_dir} holds the result; delete it to train again)",
+                  file=sys.stderr, flush=True)
         return finished
 
     sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
@@ -246,15 +379,19 @@ def train_run(
                          | {"world_size": dist.world_size})
 
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
-    start, best_val = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume)
+    restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume,
+                                  threads=threads, device=device)
+    start, best_val = restored.step, restored.best_val
+    repairs = repairs + restored.repairs
 
     def checkpoint(step: int) -> None:
         if dist.main:
-            save_checkpoint(ckpt_dir, model, optimizer, {
-                "step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
-                "config_hash": run_id})
+            save_checkpoint(ckpt_dir, model, optimizer,
+                            checkpoint_state(step, best_val, spike, run_id))
 
     def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
+        if repairs:
+            extra["repairs"] = repairs
         summary = run_summary(cfg, outcome, step, best_val, final, reason,
                               world_size=dist.world_size, **extra)
         if dist.main:
@@ -263,7 +400,7 @@ def train_run(
             dist.barrier()  # (after a failure the others may be inside another collective)
         return summary
 
-    final: dict[str, Any] = {}
+    final: dict[str, Any] = dict(restored.final)
     bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
     autocast = precision_context(tc.precision, device)

@@ -1,0 +1,316 @@
+"""A run folder: its lock, and reading it without trusting it.
+
+    runs/<run_id>/.lock   held (flock) by the one process that trains the run: `normlab train`,
+                          a sweep's worker, the study's runs, rank 0 of a multi-process run. It
+                          holds that process's pid; the kernel releases the lock when the process
+                          ends, however it ends, so a dead holder never blocks anyone.
+
+`read_run_folder` is the one reader of run folders for everything that lists them (`normlab runs`,
+`sweep summarize`, `report`): a folder whose config.yaml or summary.json cannot be read is
+returned as `damaged`, with why, and never hides the other folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from normlab.config import ConfigError, RunConfig, parse_config, read_yaml
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; two writers on one folder are not prevented
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_FILE = ".lock"
+FINISHED = ("completed", "diverged")
+
+
+class RunFolderError(RuntimeError):
+    """A run folder that cannot be used as asked (exists with another config, nothing to resume,
+    damaged, in use by another process)."""
+
+
+class RunLockedError(RunFolderError):
+    """Another process is training this run folder."""
+
+
+# -- the lock ----------------------------------------------------------------------------------
+
+_held: dict[Path, list[int]] = {}  # run folder -> [fd, depth]: locks this process holds
+_held_guard = threading.Lock()
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """The pid written into the run's lock file by its last holder (None if unknown)."""
+    try:
+        return int((run_dir / LOCK_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def hold_run(run_dir: Path, *, wait: bool = False) -> Iterator[None]:
+    """Hold the run's lock for the block: re-entrant within a process (a sweep worker holds it,
+    then the trainer takes it again). Another process holding it: with `wait`, block until it is
+    free (a sweep's worker waiting out an earlier worker); otherwise raise `RunLockedError`,
+    naming the folder and the holder's pid."""
+    run_dir = Path(run_dir)
+    key = run_dir.resolve()
+    with _held_guard:
+        if key in _held:
+            _held[key][1] += 1
+            reentered = True
+        else:
+            reentered = False
+    if reentered:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held[key][1] -= 1
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            pid = lock_holder(run_dir)
+            raise RunLockedError(
+                f"{run_dir}: in use by process {pid if pid is not None else '(unknown pid)'}, "
+                "which is training this run (a `normlab train`, a sweep or a study); wait for it "
+                "to finish or stop it, then run again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with _held_guard:
+            _held[key] = [fd, 1]
+        try:
+            yield
+        finally:
+            with _held_guard:
+                _held.pop(key, None)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def is_live(run_dir: Path) -> bool | None:
+    """True if a process holds the run's lock, False if not, None if it cannot be told."""
+    path = Path(run_dir) / LOCK_FILE
+    if fcntl is None or not path.exists():
+        return None
+    if path.parent.resolve() in _held:
+        return True
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        return False
+    finally:
+        os.close(fd)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def read_config_data(run_dir: Path) -> dict[str, Any]:
+    """config.yaml's mapping (with its `meta` section), or `RunFolderError` saying why it cannot
+    be read: missing, not text, not YAML, not a mapping."""
+    path = Path(run_dir) / "config.yaml"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise RunFolderError(f"{run_dir}: not a run folder (config.yaml missing)") from None
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{path}: damaged (not text)") from None
+    except OSError as e:
+        raise RunFolderError(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        data = read_yaml(text)
+    except (yaml.YAMLError, ConfigError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RunFolderError(f"{path}: damaged (not valid YAML: {first})") from None
+    if not isinstance(data, dict):
+        raise RunFolderError(f"{path}: damaged (a {type(data).__name__}, not a mapping of "
+                             "config sections)")
+    return data
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The run's validated config; `RunFolderError` for a damaged file, `ConfigError` for one
+    whose values this normlab does not accept (e.g. `lr: null`)."""
+    data = dict(read_config_data(run_dir))
+    data.pop("meta", None)
+    return parse_config(RunConfig, data)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """summary.json, or None when it is missing, cut short or not a JSON object."""
+    data = _read_json_object(Path(run_dir) / "summary.json")
+    return data if isinstance(data, dict) else None
+
+
+def summary_problem(run_dir: Path) -> str | None:
+    """Why summary.json cannot be read (None when it reads, or there is none)."""
+    data = _read_json_object(Path(run_dir) / "summary.json")
+    return data if isinstance(data, str) else None
+
+
+def _read_json_object(path: Path) -> dict[str, Any] | str | None:
+    """The JSON object in `path`; None if there is no file; a string saying why otherwise."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        return "not text"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"not valid JSON ({e.msg} at line {e.lineno})"
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    return data
+
+
+@dataclass
+class RunFolder:
+    """What a listing shows of one run folder. `outcome` is the summary's, `running` resolved
+    against the lock (a dead holder: `interrupted`), `pending` when nothing was written yet, or
+    `damaged` with the reasons in `problems`."""
+
+    path: Path
+    config: RunConfig | None = None     # validated, when this normlab accepts it
+    raw_config: dict[str, Any] = field(default_factory=dict)  # the YAML as written, no meta
+    meta: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    outcome: str = "pending"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def damaged(self) -> bool:
+        return self.outcome == "damaged"
+
+
+def read_run_folder(run_dir: Path) -> RunFolder:
+    """Read a run folder without ever raising for its content (see `RunFolder`)."""
+    run_dir = Path(run_dir)
+    rf = RunFolder(path=run_dir)
+    data = None
+    has_config = (run_dir / "config.yaml").exists()  # not yet: a run just being started
+    try:
+        data = read_config_data(run_dir) if has_config else None
+    except RunFolderError as e:
+        rf.problems.append(str(e))
+    if data is not None:
+        meta = data.get("meta")
+        rf.meta = meta if isinstance(meta, dict) else {}
+        rf.raw_config = {k: v for k, v in data.items() if k != "meta"}
+        try:
+            rf.config = parse_config(RunConfig, rf.raw_config)
+        except ConfigError as e:
+            detail = "; ".join(line.strip() for line in str(e).splitlines()[1:]) or str(e)
+            rf.problems.append(f"{run_dir / 'config.yaml'}: not a valid config for this "
+                               f"normlab ({detail})")
+    summary = _read_json_object(run_dir / "summary.json")
+    if isinstance(summary, dict):
+        rf.summary = summary
+        rf.outcome = str(summary.get("outcome", "pending"))
+        if rf.outcome == "running" and is_live(run_dir) is False:
+            rf.outcome = "interrupted"
+    elif isinstance(summary, str):
+        rf.problems.append(f"{run_dir / 'summary.json'}: damaged ({summary}); `normlab train "
+                           f"--resume {run_dir}` rebuilds it")
+    if rf.problems:
+        rf.outcome = "damaged"
+    return rf
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The run folders directly under `root` (those with a config.yaml), sorted."""
+    return sorted(p for p in Path(root).iterdir() if p.is_dir() and (p / "config.yaml").exists())
+
+
+# -- metrics.jsonl ---------------------------------------------------------------------------
+
+def parse_metrics(text: str) -> tuple[list[tuple[dict[str, Any], str]], list[tuple[int, str]]]:
+    """(records with their line, damaged lines as (line number, text)): every line that is a JSON
+    object with a step is a record, whatever comes before or after it; any other line (cut or
+    garbled) is damaged, except an unterminated last line: a write cut by a kill, which is past
+    the last checkpoint (records are flushed before each checkpoint) and dropped quietly."""
+    records, damaged = [], []
+    lines = text.split("\n")
+    unterminated = lines.pop()  # "" when the text ends with a newline
+    for number, line in enumerate(lines, start=1):
+        record = _record(line)
+        if record is not None:
+            records.append((record, line))
+        elif line.strip():
+            damaged.append((number, line))
+    record = _record(unterminated)
+    if record is not None:  # a last record whose newline was not written yet
+        records.append((record, unterminated))
+    return records, damaged
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """The metrics record on one line, or None when it is not one."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("step"), int) else None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return Path(path).read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The intact records of a metrics.jsonl (damaged lines skipped); [] when there is none."""
+    text = _read_text(path)
+    return [] if text is None else [r for r, _ in parse_metrics(text)[0]]
+
+
+def cut_metrics_after(path: Path, step: int) -> tuple[list[dict[str, Any]], str | None]:
+    """Keep the intact records of metrics.jsonl up to `step` (a resume continues from there) and
+    drop the rest. Damaged lines are moved to `metrics.jsonl.damaged`, never silently lost.
+    Returns (the records kept, what was skipped or None)."""
+    path = Path(path)
+    text = _read_text(path)
+    if text is None:
+        return [], None
+    records, damaged = parse_metrics(text)
+    kept = [(r, line) for r, line in records if r["step"] <= step]
+    note = None
+    if damaged:
+        with path.with_name(path.name + ".damaged").open("a") as f:
+            f.writelines(line + "\n" for _, line in damaged)
+        where = ", ".join(str(n) for n, _ in damaged[:10]) + (" ..." if len(damaged) > 10 else "")
+        note = (f"{path}: skipped {len(damaged)} damaged line(s) (line {where}), kept in "
+                f"{path.name}.damaged; every intact record was kept")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for _, line in kept))
+    os.replace(tmp, path)  # a kill while rewriting must not lose checkpointed lines
+    return [r for r, _ in kept], note
