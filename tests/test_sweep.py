@@ -19,8 +19,9 @@ from normlab.sweep import SpecError, collect, loss_curves, plan_sweep, run_sweep
 from normlab.sweep.command import sweep_app
 from normlab.sweep.progress import SweepProgress
 from normlab.sweep.state import read_sweep_file, run_state
-from normlab.sweep.summarize import RESULT_COLUMNS, to_csv
-from normlab.train import read_summary
+from normlab.sweep.summarize import RESULT_COLUMNS, to_csv, to_rich
+from normlab.sweep.unfinished import record_interrupted
+from normlab.train import read_summary, train_run
 from normlab.train.logging import read_metrics
 
 BASE = """
@@ -269,6 +270,34 @@ def test_worker_refuses_a_config_that_resolves_to_another_run(tmp_path):
     assert summary["outcome"] == "failed" and summary["reason"] == "ConfigMismatch"
     assert [p.name for p in tmp_path.iterdir()] == ["pre-L2-d32-0123456789ab"]
     assert not (tmp_path / "pre-L2-d32-0123456789ab" / "metrics.jsonl").exists()
+
+
+def test_a_killed_run_shows_the_step_and_losses_of_its_checkpoint(tmp_path):
+    """A worker killed mid-run (Ray's forced cancel, SIGKILL) leaves the `running, step 0` it wrote
+    when it started; the table, and the summary the sweep then writes, give the step a resume
+    continues from and the losses logged up to it, not lines logged after the checkpoint."""
+    run = plan_sweep(BASE.replace("STEPS", "20") + "axes:\n  train.seed: [0]\n").runs[0]
+    root = tmp_path / "sweep"
+    train_run(run.config, root, progress=False, interrupt_at=10)  # checkpoints at step 10
+    run_dir = root / run.run_id
+    logged = read_metrics(run_dir / "metrics.jsonl")
+    with (run_dir / "metrics.jsonl").open("a") as f:  # logged after the checkpoint, then killed
+        f.write(json.dumps({"step": 11, "train_loss": 99.0}) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"run_id": run.run_id, "outcome": "running", "step": 0, "steps_planned": 20}))
+    (run_dir / "sweep.lock").touch()  # a sweep's worker held it; nobody does now
+    row = collect(root).rows[0]
+    assert row["outcome"] == "interrupted" and (row["step"], row["steps_planned"]) == (10, 20)
+    assert row["train_loss"] == logged[-1]["train_loss"]
+    assert row["best_val_loss"] == min(r["val_loss"] for r in logged if "val_loss" in r)
+    shown = " ".join(str(c) for c in to_rich(collect(root)).columns[-5]._cells)
+    assert "10/20" in shown
+    summary = record_interrupted(run_dir, run.run_id, "killed")
+    assert read_summary(run_dir) == summary
+    assert (summary["outcome"], summary["reason"], summary["step"]) == ("interrupted", "killed", 10)
+    assert summary["train_loss"] == row["train_loss"]
+    # a summary the run wrote itself when it stopped is kept as it is
+    assert record_interrupted(run_dir, run.run_id, "other") == summary
 
 
 def test_progress_plain_lines():

@@ -18,14 +18,16 @@ have been running are retried one at a time, and the one that kills its worker a
 separate runs.
 
 Ray: one task per run (`num_cpus=threads`, one GPU each on GPU runs), at most `workers` in flight;
-`address=None` starts a local instance (no dashboard, bound to 127.0.0.1, usage stats off) and
-stops it at the end. The sweep root must be on a file system every node sees.
+`address=None` starts a local instance and stops it at the end; connecting to a cluster, with
+Ray's token authentication, is `normlab.sweep.ray_cluster`. Ctrl-C asks the tasks to checkpoint
+and stop, and kills those that do not within `RAY_STOP_GRACE_S`; a killed run's summary records
+the step and losses of its last checkpoint (`normlab.sweep.unfinished`). The sweep root must be
+on a file system every node sees.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing as mp
 import os
 import signal
@@ -41,16 +43,15 @@ from typing import Any
 
 from normlab.config import RunConfig, parse_config
 from normlab.sweep.grouping import GroupTask, RunTask
+from normlab.sweep.ray_cluster import ExecutorError as ExecutorError  # where callers look
+from normlab.sweep.ray_cluster import ray_session
 from normlab.sweep.state import run_lock, run_state
+from normlab.sweep.unfinished import record_interrupted
 from normlab.train.trainer import record_failure
 
 EXECUTORS = ("local", "ray")
 OnStart = Callable[[str], None]
 OnFinish = Callable[[str, dict[str, Any], float], None]
-
-
-class ExecutorError(RuntimeError):
-    """An executor that cannot start (Ray missing, cluster unreachable)."""
 
 
 Task = RunTask  # one run on its own
@@ -317,62 +318,70 @@ class _suppress:
 
 # -- Ray ---------------------------------------------------------------------------------------
 
+RAY_STOP_GRACE_S = 30.0  # after Ctrl-C: how long runs get to checkpoint before they are killed
+
+
 def run_ray(tasks: list[AnyTask], root: Path, *, workers: int | None, threads: int,
             address: str | None, on_start: OnStart, on_finish: OnFinish) -> None:
     """Run every run as a Ray task (a stacked group's runs separately). `address=None` starts
     (and stops) a local Ray instance with `workers * threads` CPUs; with an address, `workers`
-    caps the runs in flight (default: as many as the cluster's CPUs allow)."""
+    caps the runs in flight (default: as many as the cluster's CPUs allow). Connecting, token
+    authentication included: `normlab.sweep.ray_cluster`."""
     tasks = [run for task in tasks for run in _runs(task)]
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    try:
-        import ray
-    except ImportError:
-        raise ExecutorError("the ray executor needs the package ray: pip install 'ray>=2.9'"
-                            ) from None
-
-    started = False
     in_flight: dict[Any, RunTask] = {}
-    if not ray.is_initialized():
-        try:
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                ray.init(num_cpus=(workers or 1) * threads, include_dashboard=False,
-                         _node_ip_address="127.0.0.1", log_to_driver=False,
-                         logging_level=logging.WARNING)
-        except Exception as e:
-            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-            raise ExecutorError(f"cannot start or reach {where}: {type(e).__name__}: {e}"
-                                ) from None
-        started = True
-    try:
+    with ray_session(address, num_cpus=(workers or 1) * threads) as ray:
         gpus = ray.cluster_resources().get("GPU", 0)
         if workers is None:
             workers = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
         remote = ray.remote(run_one)
         pending = deque(tasks)
-        while pending or in_flight:
-            while pending and len(in_flight) < workers:
-                task = pending.popleft()
-                use_gpu = gpus > 0 and task.config["train"]["device"] in ("auto", "cuda")
-                ref = remote.options(num_cpus=threads, num_gpus=1 if use_gpu else 0,
-                                     max_retries=1).remote(task.config, str(root), threads,
-                                                           task.run_id)
-                in_flight[ref] = task
-                on_start(task.run_id)
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < workers:
+                    task = pending.popleft()
+                    use_gpu = gpus > 0 and task.config["train"]["device"] in ("auto", "cuda")
+                    ref = remote.options(num_cpus=threads, num_gpus=1 if use_gpu else 0,
+                                         max_retries=1).remote(task.config, str(root), threads,
+                                                               task.run_id)
+                    in_flight[ref] = task
+                    on_start(task.run_id)
+                done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                for ref in done:
+                    task = in_flight.pop(ref)
+                    try:
+                        summary, wall = ray.get(ref)
+                    except Exception as e:  # the worker died twice, or the task could not run
+                        summary, wall = record_failure(root / task.run_id, task.run_id,
+                                                       "worker_died", f"{type(e).__name__}: {e}"
+                                                       ), 0.0
+                    on_finish(task.run_id, summary, wall)
+        except KeyboardInterrupt:
+            _stop_ray(ray, in_flight, root, on_finish)
+            raise
+
+
+def _stop_ray(ray: Any, in_flight: dict[Any, RunTask], root: Path, on_finish: OnFinish,
+              grace_s: float = RAY_STOP_GRACE_S) -> None:
+    """Ctrl-C: ask every running run to stop (Ray raises KeyboardInterrupt in the task, which
+    `train_run` takes as a signal: it checkpoints and writes `interrupted` at its step), wait up
+    to `grace_s` (a second Ctrl-C: no more), then kill what is left. A killed run's summary gets
+    the step of its last checkpoint and its losses up to it (`record_interrupted`)."""
+    for ref in in_flight:
+        ray.cancel(ref)
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(KeyboardInterrupt):
+        while in_flight and time.monotonic() < deadline:
             done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
             for ref in done:
                 task = in_flight.pop(ref)
-                try:
-                    summary, wall = ray.get(ref)
-                except Exception as e:  # the worker died twice, or the task could not run
-                    summary, wall = record_failure(root / task.run_id, task.run_id,
-                                                   "worker_died", f"{type(e).__name__}: {e}"), 0.0
-                on_finish(task.run_id, summary, wall)
-    except KeyboardInterrupt:
-        for ref in list(in_flight):
-            ray.cancel(ref, force=True)  # runs resume from their last checkpoint
-        raise
-    finally:
-        if started:
-            ray.shutdown()
+                _report_stopped(root, task, "signal", on_finish)
+    for ref in in_flight:
+        ray.cancel(ref, force=True)  # its run resumes from its last checkpoint
+    for task in in_flight.values():
+        _report_stopped(root, task, "killed", on_finish)
+
+
+def _report_stopped(root: Path, task: RunTask, reason: str, on_finish: OnFinish) -> None:
+    summary = record_interrupted(root / task.run_id, task.run_id, reason)
+    if summary["outcome"] != "pending":
+        on_finish(task.run_id, summary, 0.0)

@@ -19,6 +19,7 @@ import yaml
 
 from normlab.sweep.spec import format_value
 from normlab.sweep.state import read_sweep_file, run_state
+from normlab.sweep.unfinished import last_progress
 from normlab.train.logging import read_metrics
 
 RESULT_COLUMNS = ("outcome", "reason", "step", "steps_planned", "diverged_step", "train_loss",
@@ -95,6 +96,8 @@ def varying_paths(configs: list[dict[str, Any]]) -> list[str]:
 
 def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> dict[str, Any]:
     outcome, s = run_state(run_dir)
+    if outcome == "interrupted" and s.get("outcome") == "running":  # killed: read how far it got
+        s = {**s, **last_progress(run_dir)}
     row: dict[str, Any] = {"run_id": run_id}
     for axis in axes:
         v = cfg.get(axis)
