@@ -149,7 +149,7 @@ def test_a_missing_or_wrong_token_is_one_clear_error(cluster, tmp_path):
 
     # the lighter checks without the sweep around them: the same connection code, in a fresh
     # process (Ray keeps its token mode per process)
-    probe = ("import sys; from normlab.sweep.ray_cluster import ExecutorError, ray_session\n"
+    probe = ("import sys; from normlab.sweep.ray_executor import ExecutorError, ray_session\n"
              "try:\n    with ray_session(sys.argv[1], 1): pass\n"
              "except ExecutorError as e:\n    print(e); sys.exit(2)\n")
     wrong = subprocess.run([sys.executable, "-c", probe, cluster.address], capture_output=True,

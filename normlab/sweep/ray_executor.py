@@ -1,15 +1,19 @@
-"""Connecting a sweep to Ray: a local instance, or a cluster at an address, with Ray's token
-authentication.
+"""The Ray executor: one Ray task per run (`num_cpus=threads`, one GPU each on GPU runs, a stacked
+group's runs separately), at most `workers` in flight, on a local instance (started and stopped
+here) or on a cluster at an address. The sweep root must be on a file system every node sees.
+Ctrl-C asks the tasks to checkpoint and stop, and kills those that do not within
+`RAY_STOP_GRACE_S`; a killed run's summary records the step and losses of its last checkpoint
+(`normlab.sweep.unfinished`).
 
-Ray (2.52 and later) can require a shared token on every connection to a cluster
-(`RAY_AUTH_MODE=token`). Since Ray 2.59, `ray.init()` without an address starts a local instance
-with token authentication on and writes a token to `~/.ray/auth_token` when there is none, and
-`ray start --head` turns token authentication on whenever it finds a token there. A driver that
-connects to an explicit `host:port`, though, looks for a token only when its own `RAY_AUTH_MODE`
-is `token` (`address="auto"` does look), so it is refused (`InvalidAuthToken`, retried for about
-20 s) by a head started after any local Ray instance ran on that machine.
+Token authentication. Ray (2.52 and later) can require a shared token on every connection to a
+cluster (`RAY_AUTH_MODE=token`). Since Ray 2.59, `ray.init()` without an address starts a local
+instance with token authentication on and writes a token to `~/.ray/auth_token` when there is
+none, and `ray start --head` turns token authentication on whenever it finds a token there. A
+driver that connects to an explicit `host:port`, though, looks for a token only when its own
+`RAY_AUTH_MODE` is `token` (`address="auto"` does look), so a head started on a machine where
+any local Ray instance once ran refused it (`InvalidAuthToken`, retried for about 20 s).
 
-`connect` therefore does what `ray.init(address="auto")` does for any address: when
+`ray_session` therefore does what `ray.init(address="auto")` does, for any address: when
 `RAY_AUTH_MODE` is not set and a token is available where Ray reads one (`RAY_AUTH_TOKEN`, the
 file named by `RAY_AUTH_TOKEN_PATH`, then `~/.ray/auth_token`), it connects with token
 authentication on. A cluster without authentication ignores the token (checked with ray 2.60). A
@@ -23,9 +27,16 @@ import contextlib
 import logging
 import os
 import socket
+import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from normlab.sweep.executors import AnyTask, ExecutorError, OnFinish, OnStart, run_one, runs_of
+from normlab.sweep.grouping import RunTask
+from normlab.sweep.unfinished import record_interrupted
+from normlab.train.trainer import record_failure
 
 MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -34,10 +45,6 @@ HOW_TO_FIX = (
     "give this process the cluster's token (`ray get-auth-token` on the head node prints it): "
     f"put it in ~/.ray/auth_token, or set {TOKEN_ENV}=<token> or {TOKEN_PATH_ENV}=<file>; "
     "see docs/sweeps.md, 'Ray clusters and tokens'")
-
-
-class ExecutorError(RuntimeError):
-    """An executor that cannot start (Ray missing, cluster unreachable or refusing us)."""
 
 
 def default_token_path() -> Path:
@@ -139,13 +146,13 @@ def check_cluster(address: str, token_from: str | None, timeout_s: float = 10.0)
 def auth_error_message(address: str, token_from: str | None) -> str:
     mode = os.environ.get(MODE_ENV)
     if token_from is not None:
-        why = f"refused the token from {token_from}: it is not this cluster's token"
+        why = f"refused the token from {token_from}: it is not this cluster's token;"
     elif mode is not None and mode.lower() != "token":
-        why = (f"requires token authentication, and this process has {MODE_ENV}={mode}: unset it "
-               "and")
+        why = (f"requires token authentication, and this process has {MODE_ENV}={mode}: unset "
+               "it, and")
     else:
-        why = "requires token authentication, and this process has no token:"
-    return f"the Ray cluster at {address} {why}; {HOW_TO_FIX}"
+        why = "requires token authentication, and this process has no token;"
+    return f"the Ray cluster at {address} {why} {HOW_TO_FIX}"
 
 
 @contextlib.contextmanager
@@ -180,3 +187,73 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[Any]:
             yield ray
         finally:
             ray.shutdown()
+
+
+# -- the executor ------------------------------------------------------------------------------
+
+RAY_STOP_GRACE_S = 30.0  # after Ctrl-C: how long runs get to checkpoint before they are killed
+
+
+def run_ray(tasks: list[AnyTask], root: Path, *, workers: int | None, threads: int,
+            address: str | None, on_start: OnStart, on_finish: OnFinish) -> None:
+    """Run every run as a Ray task (a stacked group's runs separately). `address=None` starts
+    (and stops) a local Ray instance with `workers * threads` CPUs; with an address, `workers`
+    caps the runs in flight (default: as many as the cluster's CPUs allow)."""
+    tasks = [run for task in tasks for run in runs_of(task)]
+    in_flight: dict[Any, RunTask] = {}
+    with ray_session(address, num_cpus=(workers or 1) * threads) as ray:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if workers is None:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
+        remote = ray.remote(run_one)
+        pending = deque(tasks)
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < workers:
+                    task = pending.popleft()
+                    use_gpu = gpus > 0 and task.config["train"]["device"] in ("auto", "cuda")
+                    ref = remote.options(num_cpus=threads, num_gpus=1 if use_gpu else 0,
+                                         max_retries=1).remote(task.config, str(root), threads,
+                                                               task.run_id)
+                    in_flight[ref] = task
+                    on_start(task.run_id)
+                done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                for ref in done:
+                    task = in_flight.pop(ref)
+                    try:
+                        summary, wall = ray.get(ref)
+                    except Exception as e:  # the worker died twice, or the task could not run
+                        summary, wall = record_failure(root / task.run_id, task.run_id,
+                                                       "worker_died", f"{type(e).__name__}: {e}"
+                                                       ), 0.0
+                    on_finish(task.run_id, summary, wall)
+        except KeyboardInterrupt:
+            _stop_ray(ray, in_flight, root, on_finish)
+            raise
+
+
+def _stop_ray(ray: Any, in_flight: dict[Any, RunTask], root: Path, on_finish: OnFinish,
+              grace_s: float = RAY_STOP_GRACE_S) -> None:
+    """Ctrl-C: ask every running run to stop (Ray raises KeyboardInterrupt in the task, which
+    `train_run` takes as a signal: it checkpoints and writes `interrupted` at its step), wait up
+    to `grace_s` (a second Ctrl-C: no more), then kill what is left. A killed run's summary gets
+    the step of its last checkpoint and its losses up to it (`record_interrupted`)."""
+    for ref in in_flight:
+        ray.cancel(ref)
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(KeyboardInterrupt):
+        while in_flight and time.monotonic() < deadline:
+            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+            for ref in done:
+                task = in_flight.pop(ref)
+                _report_stopped(root, task, "signal", on_finish)
+    for ref in in_flight:
+        ray.cancel(ref, force=True)  # its run resumes from its last checkpoint
+    for task in in_flight.values():
+        _report_stopped(root, task, "killed", on_finish)
+
+
+def _report_stopped(root: Path, task: RunTask, reason: str, on_finish: OnFinish) -> None:
+    summary = record_interrupted(root / task.run_id, task.run_id, reason)
+    if summary["outcome"] != "pending":
+        on_finish(task.run_id, summary, 0.0)
