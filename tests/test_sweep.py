@@ -139,6 +139,40 @@ def test_bad_spec_fails_before_anything_runs(tmp_path, axes, match):
     assert not (tmp_path / "runs").exists()
 
 
+def test_every_problem_of_a_spec_is_reported_at_once(tmp_path):
+    spec = write(tmp_path, "bad.yaml", """
+colour: red
+engine: fast
+base:
+  model: {n_blocks: 2, d_model: 32, n_heads: 2, max_seq_len: 32}
+  data: {seq_len: 32}
+axes:
+  model.n_head: [2]
+  train.lr: []
+  train.seed: [0, 0]
+  train.warmup: {log: [1, 100]}
+  model.mix_switch: {values: [0.5], when: {model.placement: mix}}
+  model.placement: [mix, pre]
+  model.n_heads: [2, 3]
+""")
+    expected = ["unknown key(s) colour", "engine: 'fast' is not one of",
+                "axis model.n_head: unknown config path", "axis train.lr: no values",
+                "axis train.seed: value 0 is listed twice", "axis train.warmup: log needs num",
+                "axis model.mix_switch: when tests model.placement, an axis declared after it",
+                "axis model.n_heads = 3 (with model.placement=mix): model: n_heads: 3 does not",
+                "axis model.n_heads = 3 (with model.placement=pre)"]
+    with pytest.raises(SpecError) as err:
+        plan_sweep(spec)
+    message = str(err.value)
+    assert message.startswith("sweep spec: 7 problems in the spec, and 2 of 4 runs are invalid")
+    for text in expected:
+        assert text in message, text
+    r = runner.invoke(sweep_app, ["run", str(spec), "--root", str(tmp_path / "runs")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and all(" ".join(t.split()) in out for t in expected), r.output
+    assert not (tmp_path / "runs").exists()
+
+
 def test_plan_command_lists_runs(tmp_path):
     r = runner.invoke(sweep_app, ["plan", str(write(tmp_path, "s.yaml", GRID)),
                                   "--root", str(tmp_path / "none")])
@@ -298,6 +332,30 @@ def test_a_killed_run_shows_the_step_and_losses_of_its_checkpoint(tmp_path):
     assert summary["train_loss"] == row["train_loss"]
     # a summary the run wrote itself when it stopped is kept as it is
     assert record_interrupted(run_dir, run.run_id, "other") == summary
+
+
+def test_a_script_without_main_guard_fails_at_once_saying_why(tmp_path):
+    """Spawned workers import the main script first; one that starts the sweep at its top level
+    kills every worker while it starts. That is one clear error within seconds, not minutes of
+    retries ending in `worker_died`; the same script with the guard runs."""
+    write(tmp_path, "spec.yaml", BASE.replace("STEPS", "2") + "axes:\n  train.seed: [0, 1]\n")
+    body = ("from normlab.sweep import plan_sweep, run_sweep\n"
+            "plan = plan_sweep('spec.yaml')\n"
+            "result = run_sweep(plan, 'runs', workers=2, progress=False)\n"
+            "print('outcomes', sorted(result.outcomes.values()))\n")
+    script = write(tmp_path, "no_guard.py", body)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True,
+                       text=True, timeout=150)
+    assert r.returncode != 0 and "ExecutorError" in r.stderr, r.stdout + r.stderr[-2000:]
+    assert 'if __name__ == "__main__":' in r.stderr and str(script) in r.stderr
+    assert time.monotonic() - t0 < 120
+    assert not any((tmp_path / "runs").glob("*/summary.json"))  # no run recorded as failed
+    guarded = write(tmp_path, "guarded.py", "if __name__ == '__main__':\n" + "".join(
+        "    " + line + "\n" for line in body.splitlines()))
+    r = subprocess.run([sys.executable, str(guarded)], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0 and "outcomes ['completed', 'completed']" in r.stdout, r.stderr
 
 
 def test_progress_plain_lines():
