@@ -27,7 +27,7 @@ test: $(STAMP) lint
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	# the quick study (about 10 minutes on 2 CPU cores); re-running reuses finished work
+	# the quick study (measured wall times: docs/study.md); re-running reuses finished work
 	$(VENV)/bin/normlab study --profile quick --out demo
 
 bench: $(STAMP)

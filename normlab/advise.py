@@ -12,7 +12,9 @@ Rules (seed guidance; REFERENCE.md section 2):
 
 Measured at the user's shape: the init gradient profile and stream growth of pre and post
 (full width), and a short learning-rate x warmup stability check at reduced width and the
-user's depth.
+user's depth. The advice follows the check: when one placement is at least as good in every
+cell and better in one, and the rules chose the other, the advice takes the measured one and
+says that it overrides the rule and why (`recommend`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ DEEP = 12  # "pre-norm past about 12 blocks"
 
 @dataclass
 class Advice:
-    recommendation: str
+    recommendation: str           # what the measurements support (see `recommend`)
     reasons: list[str] = field(default_factory=list)
     rules: list[dict[str, Any]] = field(default_factory=list)
     measured: dict[str, Any] = field(default_factory=dict)
+    rule_recommendation: str = ""  # the rules of thumb alone
 
 
 def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict[str, Any]:
@@ -85,6 +88,7 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
            warmup_budget: int | None = None, intermediate_heads: bool = False,
            check_width: int = 64, check_steps: int = 60, measure: bool = True,
            root: Path | None = None) -> Advice:
+    """Measure at the shape (unless `measure` is False), then `recommend`."""
     heads = heads or max(1, width // 64)
     measured: dict[str, Any] = {}
     if measure:
@@ -93,7 +97,80 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
             measured["stability"] = stability_check(
                 blocks, min(width, check_width), check_steps, (1e-3, 3e-3),
                 (0, max(1, check_steps // 3)), root or Path(tmp))
+        measured["check_width"] = min(width, check_width)
+        measured["check_steps"] = check_steps
+    return recommend(blocks, finetune=finetune, warmup_budget=warmup_budget,
+                     intermediate_heads=intermediate_heads, measured=measured)
 
+
+TIE_NATS = 0.01  # final validation losses closer than this count as a tie in the check
+
+
+@dataclass
+class CheckVerdict:
+    """What the stability check says about pre against post, cell by cell (lr x warmup)."""
+    winner: str | None            # "pre" or "post" when it is at or better in every cell
+    pre_better: int               # cells where pre completed and post did not, or lost less
+    post_better: int
+    ties: int
+    text: str
+
+
+def compare_check(rows: list[dict[str, Any]], tie: float = TIE_NATS) -> CheckVerdict:
+    """Pre against post in each cell of the stability check: a run that completes beats one
+    that does not; between two that complete, the lower final validation loss wins unless the
+    two are within `tie` nats. A placement wins the check when it is at least as good in every
+    cell and better in at least one; otherwise there is no winner."""
+    cells: dict[tuple[float, int], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["lr"], r["warmup"]), {})[r["placement"]] = r
+    better = {"pre": 0, "post": 0}
+    ties = 0
+    details = []
+    for (lr, warmup), cell in cells.items():
+        if set(cell) != {"pre", "post"}:
+            continue
+        ok = {p: cell[p]["outcome"] == "completed" and cell[p]["val_loss"] is not None
+              for p in cell}
+        if ok["pre"] != ok["post"]:
+            win = "pre" if ok["pre"] else "post"
+        elif ok["pre"]:
+            diff = cell["pre"]["val_loss"] - cell["post"]["val_loss"]
+            win = None if abs(diff) < tie else ("pre" if diff < 0 else "post")
+        else:
+            win = None
+        if win is None:
+            ties += 1
+        else:
+            better[win] += 1
+        details.append(f"lr {lr:g} warmup {warmup}: {_cell_text(cell['pre'])} vs "
+                       f"{_cell_text(cell['post'])}")
+    winner = None
+    for a, b in (("pre", "post"), ("post", "pre")):
+        if better[a] and not better[b]:
+            winner = a
+    n = better["pre"] + better["post"] + ties
+    text = (f"pre better in {better['pre']}, post better in {better['post']}, tied (within "
+            f"{tie:g} nats, or both failed) in {ties} of {n} cells (pre vs post: "
+            + "; ".join(details) + ")")
+    return CheckVerdict(winner, better["pre"], better["post"], ties, text)
+
+
+def _cell_text(r: dict[str, Any]) -> str:
+    if r["outcome"] == "completed" and r["val_loss"] is not None:
+        return f"{r['val_loss']:.3f}"
+    return f"{r['outcome']} at step {r.get('step')}"
+
+
+def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None = None,
+              intermediate_heads: bool = False, measured: dict[str, Any] | None = None
+              ) -> Advice:
+    """The rules of thumb for this shape, then what the measurements (`advise`'s, or none) say.
+    The stability check decides when it has a winner (at least as good in every cell) that
+    differs from the rule's choice; the advice then says it overrides the rule, and why. It
+    does not override the fine-tuning rule: a check trained from scratch says nothing about
+    which placement a checkpoint should keep."""
+    measured = measured or {}
     long_warmup = warmup_budget is not None and warmup_budget >= 1000
     deep = blocks > DEEP
     rules = [
@@ -108,41 +185,53 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
     reasons = []
     if finetune:
         rec = "post"
-        reasons.append("you fine-tune: the seed guidance keeps a Post-Norm checkpoint's placement")
+        reasons.append("rule of thumb: you fine-tune, so keep a Post-Norm checkpoint's placement")
     elif deep and not long_warmup:
         rec = "pre"
-        reasons.append(f"{blocks} blocks > {DEEP} and no long warmup budget")
+        reasons.append(f"rule of thumb: {blocks} blocks > {DEEP} and no long warmup budget: pre")
     elif deep:
         rec = "pre"
-        reasons.append(f"{blocks} blocks > {DEEP}: even with a long warmup Post-Norm is at risk; "
-                       "consider deepnorm or lns if you need Post-Norm's depth use")
+        reasons.append(f"rule of thumb: {blocks} blocks > {DEEP}: even with a long warmup "
+                       "Post-Norm is at risk; consider deepnorm or lns if you need Post-Norm's "
+                       "depth use")
     else:
         rec = "post"
-        reasons.append(f"{blocks} blocks <= {DEEP}: Post-Norm trains and tends to end better")
+        reasons.append(f"rule of thumb: {blocks} blocks <= {DEEP}: Post-Norm trains and tends "
+                       "to end better")
+    rule_rec = rec
 
-    if measure:
-        init = measured["init"]
+    init = measured.get("init")
+    if init:
         reasons.append(
             f"at init, post's last/first block gradient ratio is "
             f"{init['post']['grad_last_over_first']:.3g} (pre: "
             f"{init['pre']['grad_last_over_first']:.3g}); pre's stream grows with exponent "
             f"{init['pre']['growth_exponent']:.2f} (post: {init['post']['growth_exponent']:.2f})")
-        bad = {p: [r for r in measured["stability"] if r["placement"] == p
-                   and r["outcome"] != "completed"] for p in ("pre", "post")}
-        no_warm_post = [r for r in measured["stability"] if r["placement"] == "post"
-                        and r["warmup"] == 0]
-        post_no_warm_loss = [r["val_loss"] for r in no_warm_post if r["val_loss"] is not None]
-        reasons.append(
-            f"short stability check at width {min(width, check_width)}: "
-            f"{len(bad['pre'])} pre and {len(bad['post'])} post runs of "
-            f"{len(measured['stability']) // 2} each did not complete"
-            + (f"; post without warmup reached val loss "
-               f"{min(post_no_warm_loss):.3f}" if post_no_warm_loss else ""))
-        if rec == "post" and bad["post"] and not finetune:
-            rec = "pre"
-            reasons.append("post failed the stability check at this depth: recommending pre")
+    rows = measured.get("stability")
+    if rows:
+        verdict = compare_check(rows)
+        where = (f"width {measured['check_width']}, {measured['check_steps']} steps"
+                 if "check_width" in measured else "reduced width")
+        reasons.append(f"stability check ({where}): {verdict.text}")
+        if verdict.winner is None:
+            reasons.append(f"the check has no winner, so the rule of thumb stands: {rule_rec}")
+        elif verdict.winner == rule_rec:
+            reasons.append(f"the check agrees with the rule of thumb: {rule_rec}")
+        elif finetune:
+            reasons.append(f"the check favours {verdict.winner}, trained from scratch; for "
+                           "fine-tuning the checkpoint's placement stands")
+        else:
+            rec = verdict.winner
+            reasons.append(
+                f"overrides the rule of thumb ({rule_rec}): at this shape {rec} was at least as "
+                f"good as {rule_rec} in every cell of the check and better in "
+                f"{getattr(verdict, rec + '_better')}. The rule summarises larger "
+                "models trained far longer; a short check at reduced width is weaker evidence "
+                "about the end of a long run, so re-check with more --check-steps if it "
+                "matters")
     if rec == "pre":
         reasons.append("use a final norm (final_norm=auto does it for pre)")
         if intermediate_heads:
             reasons.append("put a norm at every extraction point of an intermediate head")
-    return Advice(recommendation=rec, reasons=reasons, rules=rules, measured=measured)
+    return Advice(recommendation=rec, reasons=reasons, rules=rules, measured=measured,
+                  rule_recommendation=rule_rec)

@@ -19,8 +19,9 @@ from normlab.sweep import SpecError, collect, loss_curves, plan_sweep, run_sweep
 from normlab.sweep.command import sweep_app
 from normlab.sweep.progress import SweepProgress
 from normlab.sweep.state import read_sweep_file, run_state
-from normlab.sweep.summarize import RESULT_COLUMNS, to_csv
-from normlab.train import read_summary
+from normlab.sweep.summarize import RESULT_COLUMNS, to_csv, to_rich
+from normlab.sweep.unfinished import record_interrupted
+from normlab.train import read_summary, train_run
 from normlab.train.logging import read_metrics
 
 BASE = """
@@ -135,6 +136,40 @@ def test_bad_spec_fails_before_anything_runs(tmp_path, axes, match):
         plan_sweep(spec)
     r = runner.invoke(sweep_app, ["run", str(spec), "--root", str(tmp_path / "runs")])
     assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_problem_of_a_spec_is_reported_at_once(tmp_path):
+    spec = write(tmp_path, "bad.yaml", """
+colour: red
+engine: fast
+base:
+  model: {n_blocks: 2, d_model: 32, n_heads: 2, max_seq_len: 32}
+  data: {seq_len: 32}
+axes:
+  model.n_head: [2]
+  train.lr: []
+  train.seed: [0, 0]
+  train.warmup: {log: [1, 100]}
+  model.mix_switch: {values: [0.5], when: {model.placement: mix}}
+  model.placement: [mix, pre]
+  model.n_heads: [2, 3]
+""")
+    expected = ["unknown key(s) colour", "engine: 'fast' is not one of",
+                "axis model.n_head: unknown config path", "axis train.lr: no values",
+                "axis train.seed: value 0 is listed twice", "axis train.warmup: log needs num",
+                "axis model.mix_switch: when tests model.placement, an axis declared after it",
+                "axis model.n_heads = 3 (with model.placement=mix): model: n_heads: 3 does not",
+                "axis model.n_heads = 3 (with model.placement=pre)"]
+    with pytest.raises(SpecError) as err:
+        plan_sweep(spec)
+    message = str(err.value)
+    assert message.startswith("sweep spec: 7 problems in the spec, and 2 of 4 runs are invalid")
+    for text in expected:
+        assert text in message, text
+    r = runner.invoke(sweep_app, ["run", str(spec), "--root", str(tmp_path / "runs")])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 2 and all(" ".join(t.split()) in out for t in expected), r.output
     assert not (tmp_path / "runs").exists()
 
 
@@ -269,6 +304,58 @@ def test_worker_refuses_a_config_that_resolves_to_another_run(tmp_path):
     assert summary["outcome"] == "failed" and summary["reason"] == "ConfigMismatch"
     assert [p.name for p in tmp_path.iterdir()] == ["pre-L2-d32-0123456789ab"]
     assert not (tmp_path / "pre-L2-d32-0123456789ab" / "metrics.jsonl").exists()
+
+
+def test_a_killed_run_shows_the_step_and_losses_of_its_checkpoint(tmp_path):
+    """A worker killed mid-run (Ray's forced cancel, SIGKILL) leaves the `running, step 0` it wrote
+    when it started; the table, and the summary the sweep then writes, give the step a resume
+    continues from and the losses logged up to it, not lines logged after the checkpoint."""
+    run = plan_sweep(BASE.replace("STEPS", "20") + "axes:\n  train.seed: [0]\n").runs[0]
+    root = tmp_path / "sweep"
+    train_run(run.config, root, progress=False, interrupt_at=10)  # checkpoints at step 10
+    run_dir = root / run.run_id
+    logged = read_metrics(run_dir / "metrics.jsonl")
+    with (run_dir / "metrics.jsonl").open("a") as f:  # logged after the checkpoint, then killed
+        f.write(json.dumps({"step": 11, "train_loss": 99.0}) + "\n")
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"run_id": run.run_id, "outcome": "running", "step": 0, "steps_planned": 20}))
+    (run_dir / "sweep.lock").touch()  # a sweep's worker held it; nobody does now
+    row = collect(root).rows[0]
+    assert row["outcome"] == "interrupted" and (row["step"], row["steps_planned"]) == (10, 20)
+    assert row["train_loss"] == logged[-1]["train_loss"]
+    assert row["best_val_loss"] == min(r["val_loss"] for r in logged if "val_loss" in r)
+    shown = " ".join(str(c) for c in to_rich(collect(root)).columns[-5]._cells)
+    assert "10/20" in shown
+    summary = record_interrupted(run_dir, run.run_id, "killed")
+    assert read_summary(run_dir) == summary
+    assert (summary["outcome"], summary["reason"], summary["step"]) == ("interrupted", "killed", 10)
+    assert summary["train_loss"] == row["train_loss"]
+    # a summary the run wrote itself when it stopped is kept as it is
+    assert record_interrupted(run_dir, run.run_id, "other") == summary
+
+
+def test_a_script_without_main_guard_fails_at_once_saying_why(tmp_path):
+    """Spawned workers import the main script first; one that starts the sweep at its top level
+    kills every worker while it starts. That is one clear error within seconds, not minutes of
+    retries ending in `worker_died`; the same script with the guard runs."""
+    write(tmp_path, "spec.yaml", BASE.replace("STEPS", "2") + "axes:\n  train.seed: [0, 1]\n")
+    body = ("from normlab.sweep import plan_sweep, run_sweep\n"
+            "plan = plan_sweep('spec.yaml')\n"
+            "result = run_sweep(plan, 'runs', workers=2, progress=False)\n"
+            "print('outcomes', sorted(result.outcomes.values()))\n")
+    script = write(tmp_path, "no_guard.py", body)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=ENV, capture_output=True,
+                       text=True, timeout=150)
+    assert r.returncode != 0 and "ExecutorError" in r.stderr, r.stdout + r.stderr[-2000:]
+    assert 'if __name__ == "__main__":' in r.stderr and str(script) in r.stderr
+    assert time.monotonic() - t0 < 120
+    assert not any((tmp_path / "runs").glob("*/summary.json"))  # no run recorded as failed
+    guarded = write(tmp_path, "guarded.py", "if __name__ == '__main__':\n" + "".join(
+        "    " + line + "\n" for line in body.splitlines()))
+    r = subprocess.run([sys.executable, str(guarded)], cwd=tmp_path, env=ENV,
+                       capture_output=True, text=True, timeout=150)
+    assert r.returncode == 0 and "outcomes ['completed', 'completed']" in r.stdout, r.stderr
 
 
 def test_progress_plain_lines():

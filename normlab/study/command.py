@@ -10,8 +10,8 @@ import typer
 
 
 def study(
-    profile: Annotated[str, typer.Option(help="tiny | quick (~10 min CPU) | standard (~2 h "
-                                              "CPU) | full (GPU)")] = "quick",
+    profile: Annotated[str, typer.Option(help="tiny | quick | standard | full (GPU); "
+                                              "measured wall times: docs/study.md")] = "quick",
     claims: Annotated[str | None, typer.Option(help="comma separated, e.g. C1,C4 (default all)")
                       ] = None,
     out: Annotated[Path, typer.Option(help="study folder (runs, cache, figures, study.json, "

@@ -174,7 +174,8 @@ class StudyContext:
         return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
 
     def _execute(self, todo: list[RunConfig]) -> None:
-        from normlab.sweep.executors import default_threads, run_local, run_ray
+        from normlab.sweep.executors import default_threads, run_local
+        from normlab.sweep.ray_executor import run_ray
         from normlab.sweep.grouping import RunTask, plan_tasks
         from normlab.sweep.spec import PlannedRun
 

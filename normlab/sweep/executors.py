@@ -17,20 +17,19 @@ whose parent dies (even by SIGKILL) sends itself SIGTERM, so an orphan checkpoin
 instead of training on. A worker that dies (segfault, OOM kill) breaks the pool: the runs it may
 have been running are retried one at a time, and the one that kills its worker alone is recorded
 `failed` (reason `worker_died`); a stacked group that kills its worker alone is retried as
-separate runs.
+separate runs. A pool whose workers all die before they start (a script without an
+`if __name__ == "__main__":` guard: spawn re-runs it in each worker) is an `ExecutorError` at once.
 
-Ray: one task per run (`num_cpus=threads`, one GPU each on GPU runs), at most `workers` in flight;
-`address=None` starts a local instance (no dashboard, bound to 127.0.0.1, usage stats off) and
-stops it at the end. The sweep root must be on a file system every node sees.
+Ray: `normlab.sweep.ray_executor`, which calls the same `run_one`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -52,7 +51,8 @@ OnFinish = Callable[[str, dict[str, Any], float], None]
 
 
 class ExecutorError(RuntimeError):
-    """An executor that cannot start (Ray missing, cluster unreachable)."""
+    """An executor that cannot start (Ray missing, cluster unreachable or refusing us, local
+    workers that die while starting)."""
 
 
 Task = RunTask  # one run on its own
@@ -141,7 +141,7 @@ def _train_locked(configs: list[dict[str, Any]], root: str, threads: int | None,
 
 # -- local processes ---------------------------------------------------------------------------
 
-def _init_worker(threads: int, gpu_ids: Any, stop: Any) -> None:
+def _init_worker(threads: int, gpu_ids: Any, stop: Any, started: Any) -> None:
     global _STOP
     _STOP = stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # idle workers ignore Ctrl-C; runs handle it
@@ -151,6 +151,22 @@ def _init_worker(threads: int, gpu_ids: Any, stop: Any) -> None:
 
     torch.set_num_threads(threads)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    with started.get_lock():
+        started.value += 1
+
+
+def spawn_failure_message() -> str:
+    """Why every worker of a pool died before it could start, and what to do. Mostly: a script
+    that starts the sweep at its top level, which each spawned worker runs again on import."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    where = f"the main module ({main})" if main else "the main module"
+    return (
+        "the local workers died while starting, before any run began. With the spawn start "
+        f"method each worker first imports {where}; a script that starts the sweep at its top "
+        "level starts it again in every worker, which cannot start processes while it is "
+        "starting itself, and dies. Put the script's work under `if __name__ == \"__main__\":` "
+        "(docs/sweeps.md, 'From Python'). If it has that guard, the workers' own error output "
+        "above says why they died.")
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -167,13 +183,13 @@ def _watch_parent(parent_pid: int) -> None:
 AnyTask = RunTask | GroupTask
 
 
-def _runs(task: AnyTask) -> tuple[RunTask, ...]:
+def runs_of(task: AnyTask) -> tuple[RunTask, ...]:
     return task.members if isinstance(task, GroupTask) else (task,)
 
 
 def _gpu_count(tasks: list[AnyTask]) -> int:
     wants_gpu = any(t.config["train"]["device"] in ("auto", "cuda")
-                    for task in tasks for t in _runs(task))
+                    for task in tasks for t in runs_of(task))
     if not wants_gpu:
         return 0
     import torch
@@ -192,7 +208,7 @@ def _report(task: AnyTask, result: tuple[Any, float], on_finish: OnFinish) -> No
     """Pass a task's result to `on_finish`, run by run (a group's wall time shared among its
     runs)."""
     summaries, wall = result
-    runs = _runs(task)
+    runs = runs_of(task)
     if isinstance(task, RunTask):
         summaries = [summaries]
     for run, summary in zip(runs, summaries, strict=True):
@@ -209,15 +225,17 @@ def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
     pending: deque[AnyTask] = deque(tasks)
     suspects: deque[AnyTask] = deque()   # in flight when a worker died: retried one at a time
     in_flight: dict[Future, AnyTask] = {}
+    started = ctx.Value("i", 0)  # workers of the current pool that got through _init_worker
 
     def new_pool() -> ProcessPoolExecutor:
+        started.value = 0
         gpu_ids = None
         if n_gpu:
             gpu_ids = ctx.Queue()
             for i in range(workers):
                 gpu_ids.put(i % n_gpu)
         return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(threads, gpu_ids, stop))
+                                   initargs=(threads, gpu_ids, stop, started))
 
     alone: AnyTask | None = None      # the suspect now running by itself, if any
 
@@ -254,11 +272,13 @@ def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
                     broken.append(task)
                     continue
                 except Exception as e:  # e.g. a result that could not be sent back
-                    for run in _runs(task):
+                    for run in runs_of(task):
                         on_finish(run.run_id, record_failure(
                             root / run.run_id, run.run_id, type(e).__name__, str(e)), 0.0)
                     continue
                 _report(task, result, on_finish)
+            if broken and started.value == 0:  # no worker ever started: retrying cannot help
+                raise ExecutorError(spawn_failure_message())
             if broken:  # a worker died; every run in flight is a suspect
                 broken.extend(in_flight.values())
                 in_flight.clear()
@@ -299,7 +319,7 @@ def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, AnyTask], sto
                 try:
                     _report(task, fut.result(), on_finish)
                 except Exception:
-                    for run in _runs(task):
+                    for run in runs_of(task):
                         on_finish(run.run_id, run_state(root / run.run_id)[1], 0.0)
     except KeyboardInterrupt:  # second Ctrl-C: no more waiting
         for pid in pids:
@@ -315,66 +335,3 @@ class _suppress:
 
     def __exit__(self, *exc: Any) -> bool:
         return exc[0] is not None and issubclass(exc[0], ProcessLookupError | PermissionError)
-
-
-# -- Ray ---------------------------------------------------------------------------------------
-
-def run_ray(tasks: list[AnyTask], root: Path, *, workers: int | None, threads: int,
-            address: str | None, on_start: OnStart, on_finish: OnFinish) -> None:
-    """Run every run as a Ray task (a stacked group's runs separately). `address=None` starts
-    (and stops) a local Ray instance with `workers * threads` CPUs; with an address, `workers`
-    caps the runs in flight (default: as many as the cluster's CPUs allow)."""
-    tasks = [run for task in tasks for run in _runs(task)]
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    try:
-        import ray
-    except ImportError:
-        raise ExecutorError("the ray executor needs the package ray: pip install 'ray>=2.9'"
-                            ) from None
-
-    started = False
-    in_flight: dict[Any, RunTask] = {}
-    if not ray.is_initialized():
-        try:
-            if address:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                ray.init(num_cpus=(workers or 1) * threads, include_dashboard=False,
-                         _node_ip_address="127.0.0.1", log_to_driver=False,
-                         logging_level=logging.WARNING)
-        except Exception as e:
-            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-            raise ExecutorError(f"cannot start or reach {where}: {type(e).__name__}: {e}"
-                                ) from None
-        started = True
-    try:
-        gpus = ray.cluster_resources().get("GPU", 0)
-        if workers is None:
-            workers = max(1, int(ray.cluster_resources().get("CPU", 1) // threads))
-        remote = ray.remote(run_one)
-        pending = deque(tasks)
-        while pending or in_flight:
-            while pending and len(in_flight) < workers:
-                task = pending.popleft()
-                use_gpu = gpus > 0 and task.config["train"]["device"] in ("auto", "cuda")
-                ref = remote.options(num_cpus=threads, num_gpus=1 if use_gpu else 0,
-                                     max_retries=1).remote(task.config, str(root), threads,
-                                                           task.run_id)
-                in_flight[ref] = task
-                on_start(task.run_id)
-            done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
-            for ref in done:
-                task = in_flight.pop(ref)
-                try:
-                    summary, wall = ray.get(ref)
-                except Exception as e:  # the worker died twice, or the task could not run
-                    summary, wall = record_failure(root / task.run_id, task.run_id,
-                                                   "worker_died", f"{type(e).__name__}: {e}"), 0.0
-                on_finish(task.run_id, summary, wall)
-    except KeyboardInterrupt:
-        for ref in list(in_flight):
-            ray.cancel(ref, force=True)  # runs resume from their last checkpoint
-        raise
-    finally:
-        if started:
-            ray.shutdown()

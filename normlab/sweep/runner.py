@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config import ConfigError
-from normlab.sweep.executors import EXECUTORS, default_threads, run_local, run_ray
+from normlab.sweep.executors import EXECUTORS, default_threads, run_local
 from normlab.sweep.grouping import RunTask, plan_tasks
 from normlab.sweep.progress import SweepProgress
+from normlab.sweep.ray_executor import run_ray
 from normlab.sweep.spec import SpecError, SweepPlan, check_engine
 from normlab.sweep.state import read_sweep_file, run_state, write_sweep_file
 from normlab.train.trainer import FINISHED

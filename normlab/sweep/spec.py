@@ -16,8 +16,8 @@ An axis is a list of values or a mapping with exactly one of `values`, `log: [lo
 `linear: [lo, hi]` + `num`, `range: [start, stop]` or `[start, stop, step]`, and optionally
 `when: {path: value or [values]}`: a conditional axis applies only to the runs whose earlier axes
 (or base) match every condition; the other runs do not get the axis at all (so they are not
-duplicated per value). Every run is validated before anything runs; a bad spec raises
-`SpecError` naming the axis and the value.
+duplicated per value). Every run is validated before anything runs; a bad spec raises one
+`SpecError` that lists every problem found, each naming the axis and the value.
 """
 
 from __future__ import annotations
@@ -123,25 +123,68 @@ def load_spec(path_or_text: str | Path) -> tuple[dict[str, Any], str]:
 
 
 def plan_sweep(spec_or_path: dict[str, Any] | str | Path, name: str | None = None) -> SweepPlan:
-    """Expand and validate a sweep spec; nothing is written."""
+    """Expand and validate a sweep spec; nothing is written. Every problem is collected (each
+    spec key, each axis, each run the sound axes give) and raised as one `SpecError`."""
     if isinstance(spec_or_path, dict):
         spec, default_name = spec_or_path, "sweep"
     else:
         spec, default_name = load_spec(spec_or_path)
+    problems = Problems()
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
-        raise SpecError(f"sweep spec: unknown key(s) {', '.join(map(str, unknown))}; "
-                        f"known keys are: {', '.join(SPEC_KEYS)}")
+        problems.add(SpecError(f"sweep spec: unknown key(s) {', '.join(map(str, unknown))}; "
+                               f"known keys are: {', '.join(SPEC_KEYS)}"))
     base = spec.get("base") or {}
     if not isinstance(base, dict):
-        raise SpecError("base: expected a run config mapping (model / data / train) or a path")
-    engine = check_engine(spec.get("engine", "auto"), "engine")
+        problems.add(SpecError("base: expected a run config mapping (model / data / train) or "
+                               "a path"))
+        base = {}
+    engine = problems.attempt(check_engine, spec.get("engine", "auto"), "engine")
     base = deep_merge(SWEEP_DEFAULTS, base)
-    axes = parse_axes(spec.get("axes") or {})
+    axes = parse_axes(spec.get("axes") or {}, problems)
     points = expand(axes, base)
-    runs = validate_points(points, base, axes)
+    runs = validate_points(points, base, axes, problems)
     return SweepPlan(name=name or str(spec.get("name") or default_name), spec=spec,
                      axes=tuple(axes), runs=tuple(runs), engine=engine)
+
+
+class Problems:
+    """The problems of one spec, in the order found; `raise_all` raises them as one
+    `SpecError`. Each check raises `SpecError` for its own problem; `attempt` records it and
+    lets the next check run."""
+
+    def __init__(self) -> None:
+        self.spec: list[str] = []       # of the spec's keys and axes
+        self.runs: dict[str, None] = {}  # of the expanded runs, each message once
+        self.bad_runs = 0
+
+    def add(self, error: SpecError) -> None:
+        self.spec.append(str(error))
+
+    def attempt(self, check: Any, *args: Any) -> Any:
+        try:
+            return check(*args)
+        except SpecError as e:
+            self.add(e)
+            return None
+
+    def raise_all(self, n_runs: int, has_axes: bool) -> None:
+        if not (self.spec or self.runs):
+            return
+        shown = list(self.runs)[:MAX_REPORTED]
+        lines = [f"  - {p}" for p in [*self.spec, *shown]]
+        if len(self.runs) > len(shown):
+            lines.append(f"  ... and {len(self.runs) - len(shown)} more")
+        runs = (f"{self.bad_runs} of {n_runs} runs are invalid" if has_axes
+                else "the base config is invalid")
+        if not self.spec:
+            head = f"sweep spec: {runs}; nothing was run"
+        else:
+            n = len(self.spec)
+            head = (f"sweep spec: {n} problem{'s' * (n > 1)} in the spec"
+                    + (f", and {runs} (of the axes without problems)" if self.runs else "")
+                    + "; nothing was run")
+        raise SpecError("\n".join([head, *lines]))
 
 
 def check_engine(engine: Any, what: str) -> str:
@@ -152,39 +195,57 @@ def check_engine(engine: Any, what: str) -> str:
 
 # -- axes -------------------------------------------------------------------------------------
 
-def parse_axes(raw: Any) -> list[Axis]:
+def parse_axes(raw: Any, problems: Problems | None = None) -> list[Axis]:
+    """The axes of a spec. Problems go to `problems` (the axes that have one are left out);
+    without it, they are raised together."""
+    if problems is None:
+        problems = Problems()
+        axes = parse_axes(raw, problems)
+        problems.raise_all(0, True)
+        return axes
     if not isinstance(raw, dict):
-        raise SpecError("axes: expected a mapping of config path -> values, e.g. "
-                        "{train.lr: [1e-3, 3e-3]}")
+        problems.add(SpecError("axes: expected a mapping of config path -> values, e.g. "
+                               "{train.lr: [1e-3, 3e-3]}"))
+        return []
+    names = [str(a) for a in raw]
     axes: list[Axis] = []
     for path, spec in raw.items():
-        path = str(path)
-        check_path(path, what=f"axis {path}")
-        when: dict[str, tuple[Any, ...]] = {}
-        if isinstance(spec, dict):
-            values, when = _axis_mapping(path, spec)
-        elif isinstance(spec, list | tuple):
-            values = list(spec)
-        else:
-            raise SpecError(f"axis {path}: expected a list of values or a mapping (values, log, "
-                            f"linear, range), got {spec!r}; put a fixed value in base")
-        if not values:
-            raise SpecError(f"axis {path}: no values (an empty axis would make an empty sweep)")
-        for key in when:
-            check_path(key, what=f"axis {path}: when")
-            if key == path:
-                raise SpecError(f"axis {path}: when cannot test the axis itself")
-            names = [str(a) for a in raw]
-            if key in names[names.index(path) + 1:]:
-                raise SpecError(f"axis {path}: when tests {key}, an axis declared after it; "
-                                f"declare {key} first")
-        seen: list[Any] = []
-        for v in values:
-            if any(v == s and type(v) is type(s) for s in seen):
-                raise SpecError(f"axis {path}: value {_fmt(v)} is listed twice")
-            seen.append(v)
-        axes.append(Axis(path=path, values=tuple(_freeze(v) for v in values), when=when))
+        before = len(problems.spec)
+        axis = problems.attempt(_parse_axis, str(path), spec, names, problems)
+        if axis is not None and len(problems.spec) == before:
+            axes.append(axis)
     return axes
+
+
+def _parse_axis(path: str, spec: Any, names: list[str], problems: Problems) -> Axis | None:
+    check_path(path, what=f"axis {path}")
+    when: dict[str, tuple[Any, ...]] = {}
+    if isinstance(spec, dict):
+        values, when = _axis_mapping(path, spec)
+    elif isinstance(spec, list | tuple):
+        values = list(spec)
+    else:
+        raise SpecError(f"axis {path}: expected a list of values or a mapping (values, log, "
+                        f"linear, range), got {spec!r}; put a fixed value in base")
+    if not values:
+        raise SpecError(f"axis {path}: no values (an empty axis would make an empty sweep)")
+    for key in when:
+        problems.attempt(_check_condition, path, key, names)
+    seen: list[Any] = []
+    for v in values:
+        if any(v == s and type(v) is type(s) for s in seen):
+            problems.add(SpecError(f"axis {path}: value {_fmt(v)} is listed twice"))
+        seen.append(v)
+    return Axis(path=path, values=tuple(_freeze(v) for v in values), when=when)
+
+
+def _check_condition(path: str, key: str, names: list[str]) -> None:
+    check_path(key, what=f"axis {path}: when")
+    if key == path:
+        raise SpecError(f"axis {path}: when cannot test the axis itself")
+    if key in names[names.index(path) + 1:]:
+        raise SpecError(f"axis {path}: when tests {key}, an axis declared after it; "
+                        f"declare {key} first")
 
 
 def _axis_mapping(path: str, spec: dict[str, Any]) -> tuple[list[Any], dict[str, tuple]]:
@@ -328,38 +389,30 @@ def nested(point: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def validate_points(points: list[dict[str, Any]], base: dict[str, Any], axes: list[Axis]
-                    ) -> list[PlannedRun]:
-    """Build every run's config; collect every problem, then raise one `SpecError`."""
+def validate_points(points: list[dict[str, Any]], base: dict[str, Any], axes: list[Axis],
+                    problems: Problems | None = None) -> list[PlannedRun]:
+    """Build every run's config; collect every problem (into `problems` when given), then raise
+    them all as one `SpecError`."""
+    problems = problems if problems is not None else Problems()
     runs: list[PlannedRun] = []
-    problems: dict[str, None] = {}
-    n_bad = 0
     by_id: dict[str, PlannedRun] = {}
     for i, point in enumerate(points):
         try:
             cfg = parse_config(RunConfig, deep_merge(base, nested(point)))
         except ConfigError as e:
-            n_bad += 1
-            problems[_blame(point, base, str(e))] = None
+            problems.bad_runs += 1
+            problems.runs[_blame(point, base, str(e))] = None
             continue
         run = PlannedRun(index=i, point=point, config=cfg)
         other = by_id.get(run.run_id)
         if other is not None:
-            n_bad += 1
-            problems[f"runs {other.label() or '(base)'} and {run.label()} are the same config "
-                     f"(run {run.run_id}); drop one of the values"] = None
+            problems.bad_runs += 1
+            problems.runs[f"runs {other.label() or '(base)'} and {run.label()} are the same "
+                          f"config (run {run.run_id}); drop one of the values"] = None
             continue
         by_id[run.run_id] = run
         runs.append(run)
-    if problems:
-        shown = list(problems)[:MAX_REPORTED]
-        more = len(problems) - len(shown)
-        head = (f"sweep spec: {n_bad} of {len(points)} runs are invalid; nothing was run"
-                if axes else "sweep spec: the base config is invalid; nothing was run")
-        lines = [head, *(f"  - {p}" for p in shown)]
-        if more:
-            lines.append(f"  ... and {more} more")
-        raise SpecError("\n".join(lines))
+    problems.raise_all(len(points), bool(axes))
     return runs
 
 
@@ -372,6 +425,11 @@ def _blame(point: dict[str, Any], base: dict[str, Any], message: str) -> str:
     body = " ".join(line.strip() for line in body.splitlines())
     mentioned = set(_FIELD_RE.findall(message))
     culprits = [p for p in point if p in mentioned or p.split(".")[-1] in mentioned]
+    if not culprits:
+        try:
+            parse_config(RunConfig, base)
+        except ConfigError:
+            return f"base: {body}"  # wrong whatever the axes say
     if not culprits:  # try each axis value alone on the base
         for path in point:
             try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from normlab.sweep.spec import format_value
 from normlab.sweep.state import read_sweep_file
+from normlab.sweep.unfinished import last_progress
 from normlab.train.listing import flatten, varying_paths
 from normlab.train.logging import read_metrics
 from normlab.train.rundir import read_run_folder, run_folders
@@ -77,6 +78,8 @@ def collect(root: Path | str) -> SweepTable:
 def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> dict[str, Any]:
     folder = read_run_folder(run_dir)
     outcome, s = folder.outcome, folder.summary
+    if outcome == "interrupted" and s.get("outcome") == "running":  # killed: read how far it got
+        s = {**s, **last_progress(run_dir)}
     row: dict[str, Any] = {"run_id": run_id}
     for axis in axes:
         v = cfg.get(axis)
