@@ -11,6 +11,8 @@ is the share of the measured GEMM peak that went into the model's own matrix wor
 
 from __future__ import annotations
 
+import functools
+import statistics
 import time
 
 import torch
@@ -57,3 +59,29 @@ def _gemm_tflops(dtype: torch.dtype, device: torch.device, size: int, seconds: f
         sync()
         best = min(best, time.perf_counter() - t0)
     return 2 * size**3 / best / 1e12
+
+
+@functools.cache
+def quick_peak_tflops(dtype: torch.dtype, device_type: str) -> float:
+    """`gemm_peak_tflops` in about 0.2 s, measured once per process: the denominator of the MFU
+    that a training run's progress line shows (benchmarks measure the peak longer)."""
+    sizes = (2048, 4096) if device_type == "cuda" else (512, 1024)
+    return gemm_peak_tflops(dtype, device_type, sizes=sizes, seconds=0.1)
+
+
+def steady_step_seconds(step, *, warmup: int = 3, repeats: int = 10,
+                        device: torch.device | str = "cpu") -> float:
+    """The median time of `step()` (e.g. a forward and backward) after `warmup` untimed calls:
+    the first calls pay for allocation, lazy initialization and cold caches, so they say nothing
+    about the steady rate."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
