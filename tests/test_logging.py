@@ -12,6 +12,7 @@ from normlab.config import load_run_config
 from normlab.train import train_run
 from normlab.train.group import train_group
 from normlab.train.logging import Throughput, flat_hparams, progress_info, read_metrics
+from normlab.train.trainer import block_stats_every
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.steps=8",
@@ -72,11 +73,22 @@ def events(run_dir) -> EventAccumulator:
     return acc
 
 
+def test_default_block_stats_cadence():
+    def every(*extra):
+        return block_stats_every(tiny(*extra).train)
+
+    assert every("train.log_every=10") == 10 and every("train.log_every=25") == 25
+    assert every("train.log_every=1") == 10 and every("train.log_every=4") == 12
+    assert every("train.block_stats_every=1") == 1 and every("train.block_stats_every=0") == 0
+
+
 def test_block_norms_are_logged_by_default_at_the_log_cadence(tmp_path):
-    s = train_run(tiny(), tmp_path, progress=False)
+    s = train_run(tiny("train.log_every=5", "train.steps=10", "train.eval_every=5"), tmp_path,
+                  progress=False)
     rows = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [4, 8]
-    for r in rows:
+    assert [r["step"] for r in rows] == [5, 10]
+    assert not any(k.startswith("blocks.") for k in rows[0])  # every 10th step at most
+    for r in rows[1:]:
         for i in range(2):
             assert r[f"blocks.{i}.stream_norm"] > 0
             assert r[f"blocks.{i}.attn.grad_norm"] > 0 and r[f"blocks.{i}.mlp.grad_norm"] > 0
