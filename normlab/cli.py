@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,6 +45,9 @@ def plan(
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
     set_: SetOpt = None,
+    time_step: Annotated[bool, typer.Option(
+        "--time", help="also time a steady forward+backward of this model (after warm-up steps)")
+    ] = False,
 ) -> None:
     """Print the resolved per-block plan: each sublayer's formula with its norms and constants."""
     from normlab.nn.plan import build_plan
@@ -56,78 +58,10 @@ def plan(
     except ConfigError as e:
         fail(str(e))
     console.print(build_plan(cfg).describe(), markup=False, highlight=False, soft_wrap=True)
+    if time_step:
+        from normlab.perf import steady_step_report
 
-
-@app.command()
-def demo(
-    blocks: Annotated[int, typer.Option(help="blocks per model")] = 6,
-    width: Annotated[int, typer.Option(help="d_model")] = 128,
-    steps: Annotated[int, typer.Option(help="training steps of the pre/post runs")] = 150,
-    out: Annotated[Path, typer.Option(help="folder for the demo's runs")] = Path("demo"),
-) -> None:
-    """A tour: build every placement and print its plan with one forward/backward on
-    Shakespeare bytes, then train pre and post with and without warmup."""
-    import torch
-
-    from normlab.nn import build_model
-
-    tokens = _demo_tokens(seq_len=128, batch=8)
-    table = Table(title=f"every placement, {blocks} blocks, width {width}, one batch")
-    for col in ("placement", "init", "final norm", "params", "loss", "grad norm", "ms fwd+bwd"):
-        table.add_column(col, justify="right" if col in ("params", "loss", "grad norm",
-                                                         "ms fwd+bwd") else "left")
-    for name in PLACEMENTS:
-        fields: dict[str, Any] = {"placement": name, "n_blocks": blocks, "d_model": width,
-                                  "n_heads": max(1, width // 64), "max_seq_len": 128}
-        if name == "custom":
-            fields["block_placements"] = tuple(("post", "pre")[i % 2] for i in range(blocks))
-        try:
-            cfg = parse_config(ModelConfig, fields)
-        except ConfigError as e:
-            fail(str(e))
-        model = build_model(cfg, seed=0)
-        console.rule(f"[bold]{name}")
-        console.print(model.plan.describe(), markup=False, highlight=False, soft_wrap=True)
-        x, y = tokens
-        t0 = time.perf_counter()
-        result = model(x, y)
-        result.loss.backward()
-        ms = (time.perf_counter() - t0) * 1e3
-        gnorm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()
-                                               if p.grad is not None])
-        table.add_row(name, model.plan.init, model.plan.final_norm or "-",
-                      f"{model.num_params():,}", f"{result.loss.item():.4f}", f"{gnorm.item():.3g}",
-                      f"{ms:.0f}")
-    console.print(table)
-    _demo_training(blocks, width, steps, out / "runs")
-
-
-def _demo_training(blocks: int, width: int, steps: int, root: Path) -> None:
-    from normlab.config import load_run_config
-    from normlab.train.trainer import train_many_step
-
-    table = Table(title=f"pre vs post on Shakespeare: {blocks} blocks, width {width}, {steps} "
-                        f"steps, lr 2e-3 (runs in {root})")
-    for col in ("placement", "warmup", "outcome", "train loss", "val loss", "tokens/s"):
-        table.add_column(col)
-    for placement in ("pre", "post"):
-        for warmup in (0, steps // 3):
-            cfg = load_run_config(None, [
-                f"model.placement={placement}", f"model.n_blocks={blocks}",
-                f"model.d_model={width}", f"model.n_heads={max(1, width // 64)}",
-                "model.max_seq_len=128", "data.seq_len=128", "train.batch_size=16",
-                f"train.steps={steps}", "train.lr=2e-3", f"train.warmup={warmup}",
-                f"train.eval_every={steps}", "train.log_every=25"])
-            s = train_many_step(cfg, root)
-            outcome = s["outcome"] + (f" ({s['reason']} @ {s['step']})" if s.get("reason") else
-                                      "")
-
-            def num(key: str, s=s) -> str:
-                return f"{s[key]:.4f}" if isinstance(s.get(key), float) else "-"
-
-            table.add_row(placement, str(warmup), outcome, num("train_loss"), num("val_loss"),
-                          f"{s['tokens_per_s']:,.0f}" if s.get("tokens_per_s") else "-")
-    console.print(table)
+        console.print(steady_step_report(cfg), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -280,16 +214,6 @@ def advise(
     console.print(f"[bold]recommendation: {advice.recommendation}[/]")
     for reason in advice.reasons:
         console.print(f"  - {reason}", highlight=False)
-
-
-def _demo_tokens(seq_len: int, batch: int):
-    from normlab.data import BatchSampler, DataError, load_text_data
-
-    try:
-        data = load_text_data("shakespeare")
-    except DataError as e:
-        fail(str(e))
-    return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
 
 
 from normlab.finetune import finetune_command as _finetune  # noqa: E402

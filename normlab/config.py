@@ -344,7 +344,9 @@ class TrainConfig(_Frozen):
     eval_every: int = Field(50, ge=0, description="0: only at the end")
     eval_batches: int = Field(8, ge=1)
     log_every: int = Field(10, ge=1)
-    block_stats_every: int = Field(0, ge=0, description="per-block grad/stream norms; 0: off")
+    block_stats_every: int | None = Field(
+        None, ge=0, description="per-block grad/stream norms every N steps; null: on logged "
+        "steps, at most every 10th; 0: off")
     checkpoint_every: int = Field(0, ge=0, description="0: only at the end and on a signal")
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")

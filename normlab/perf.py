@@ -11,6 +11,8 @@ is the share of the measured GEMM peak that went into the model's own matrix wor
 
 from __future__ import annotations
 
+import functools
+import statistics
 import time
 
 import torch
@@ -57,3 +59,56 @@ def _gemm_tflops(dtype: torch.dtype, device: torch.device, size: int, seconds: f
         sync()
         best = min(best, time.perf_counter() - t0)
     return 2 * size**3 / best / 1e12
+
+
+@functools.cache
+def quick_peak_tflops(dtype: torch.dtype, device_type: str) -> float:
+    """`gemm_peak_tflops` in about 0.2 s, measured once per process: the denominator of the MFU
+    that a training run's progress line shows (benchmarks measure the peak longer)."""
+    sizes = (2048, 4096) if device_type == "cuda" else (512, 1024)
+    return gemm_peak_tflops(dtype, device_type, sizes=sizes, seconds=0.1)
+
+
+def steady_step_seconds(step, *, warmup: int = 3, repeats: int = 10,
+                        device: torch.device | str = "cpu") -> float:
+    """The median time of `step()` (e.g. a forward and backward) after `warmup` untimed calls:
+    the first calls pay for allocation, lazy initialization and cold caches, so they say nothing
+    about the steady rate."""
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def steady_step_report(cfg: ModelConfig, *, batch: int = 8, seq_len: int | None = None,
+                       warmup: int = 3, repeats: int = 10, seed: int = 0) -> str:
+    """One line on the steady forward+backward time of the model of `cfg` on random tokens:
+    the median of `repeats` after `warmup` untimed steps, its tokens/s, and the MFU against
+    this machine's measured fp32 GEMM peak (CPU, float32; what `normlab plan --time` prints)."""
+    from normlab.nn import build_model
+
+    seq_len = seq_len or min(128, cfg.max_seq_len)
+    model = build_model(cfg, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, cfg.vocab_size, (batch, seq_len), generator=gen)
+    targets = (idx if cfg.kind == "decoder"
+               else torch.randint(0, cfg.n_classes, (batch,), generator=gen))
+
+    def step() -> None:
+        model(idx, targets).loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    seconds = steady_step_seconds(step, warmup=warmup, repeats=repeats)
+    tokens_per_s = batch * seq_len / seconds
+    peak = gemm_peak_tflops(torch.float32)
+    mfu = tokens_per_s * train_flops_per_token(cfg, seq_len) / (peak * 1e12)
+    return (f"steady forward+backward, batch {batch} x {seq_len} tokens: {seconds * 1e3:.1f} ms "
+            f"(median of {repeats} after {warmup} warm-up steps), {tokens_per_s:,.0f} tokens/s, "
+            f"MFU {mfu:.1%} of the measured fp32 GEMM peak ({peak * 1e3:,.0f} GFLOP/s)")

@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from normlab.config import ModelConfig
 from normlab.nn.block import Block
+from normlab.nn.hooked import HookedMixin
 from normlab.nn.init import init_weights
 from normlab.nn.layers import ForwardState, rope_tables
 from normlab.nn.norms import make_norm
@@ -32,7 +33,7 @@ class ModelOutput(NamedTuple):
     loss: torch.Tensor | None
 
 
-class NormTransformer(nn.Module):
+class NormTransformer(HookedMixin, nn.Module):
     def __init__(self, cfg: ModelConfig, plan: ModelPlan | None = None) -> None:
         super().__init__()
         self.cfg = cfg

@@ -102,6 +102,10 @@ class ModelPlan:
     init: str
     constants: dict[str, float] = field(default_factory=dict)
 
+    def __str__(self) -> str:
+        """`print(plan)` shows the readable `describe()`; `repr(plan)` keeps the fields."""
+        return self.describe()
+
     def describe(self) -> str:
         lines = [f"placement {self.placement}, {len(self.blocks)} blocks, init {self.init}"]
         if self.constants:

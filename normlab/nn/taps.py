@@ -13,12 +13,14 @@ merge test use this on `branch_in`).
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+Hook = Callable[..., object]
 
 
 class Tap(nn.Module):
@@ -77,6 +79,28 @@ def capture(
         handles.append(modules[name].register_forward_hook(hook))
     try:
         yield cap
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def hooked(model: nn.Module, forward: Mapping[str, Hook] | None = None,
+           pre: Mapping[str, Hook] | None = None) -> Iterator[None]:
+    """Register forward hooks (`forward`) and forward pre-hooks (`pre`) on modules by name;
+    all are removed on exit, also after an exception. Several hooks per module: pass a list."""
+    handles = []
+    try:
+        for table, register in ((forward, "register_forward_hook"),
+                                (pre, "register_forward_pre_hook")):
+            for name, fns in (table or {}).items():
+                try:
+                    module = model.get_submodule(name)
+                except AttributeError:
+                    raise KeyError(f"no module named {name!r} in the model") from None
+                for fn in fns if isinstance(fns, (list, tuple)) else [fns]:
+                    handles.append(getattr(module, register)(fn))
+        yield
     finally:
         for h in handles:
             h.remove()

@@ -4,16 +4,19 @@ Probes observe, never modify (DESIGN.md principle 4): they read tap points throu
 (a hook that returns a tensor replaces the value for that forward only, which is how the
 interventions work), compute gradients with `torch.autograd.grad` (parameters' `.grad` stay as
 they were), and run in eval mode (dropout off), restoring every module's flag afterwards.
+`hooked` lives with the taps (`normlab.nn.taps`), where the model's own `run_with_hooks` uses it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from torch import nn
 
-Hook = Callable[..., object]
+from normlab.nn.taps import Hook, hooked
+
+__all__ = ["Hook", "eval_mode", "hooked", "hooks_left"]
 
 
 @contextmanager
@@ -30,28 +33,6 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     finally:
         for m in training:
             object.__setattr__(m, "training", True)
-
-
-@contextmanager
-def hooked(model: nn.Module, forward: Mapping[str, Hook] | None = None,
-           pre: Mapping[str, Hook] | None = None) -> Iterator[None]:
-    """Register forward hooks (`forward`) and forward pre-hooks (`pre`) on modules by name;
-    all are removed on exit, also after an exception. Several hooks per module: pass a list."""
-    handles = []
-    try:
-        for table, register in ((forward, "register_forward_hook"),
-                                (pre, "register_forward_pre_hook")):
-            for name, fns in (table or {}).items():
-                try:
-                    module = model.get_submodule(name)
-                except AttributeError:
-                    raise KeyError(f"no module named {name!r} in the model") from None
-                for fn in fns if isinstance(fns, (list, tuple)) else [fns]:
-                    handles.append(getattr(module, register)(fn))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def hooks_left(model: nn.Module) -> list[str]:

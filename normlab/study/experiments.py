@@ -175,8 +175,8 @@ class StudyContext:
 
     def _execute(self, todo: list[RunConfig]) -> None:
         from normlab.sweep.executors import default_threads, run_local
-        from normlab.sweep.ray_executor import run_ray
         from normlab.sweep.grouping import RunTask, plan_tasks
+        from normlab.sweep.ray_executor import run_ray
         from normlab.sweep.spec import PlannedRun
 
         finished: list[str] = []

@@ -31,7 +31,7 @@ import torch
 from normlab.config import RunConfig
 from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
-from normlab.nn import build_model
+from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
 from normlab.train.checkpoint import save_checkpoint
@@ -42,6 +42,8 @@ from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
 from normlab.train.trainer import (
     _StopFlag,
+    block_stat_tensors,
+    block_stats_due,
     check_run_folder,
     checkpoint_state,
     eval_due,
@@ -53,16 +55,15 @@ from normlab.train.trainer import (
     restore_checkpoint,
     run_meta,
     run_summary,
+    throughput,
     write_run_config,
 )
 
 # Train settings every member of a group must share (the rest may differ per member).
-SHARED_TRAIN = ("batch_size", "grad_accum", "eval_batches", "block_stats_every", "device",
-                "precision")
+SHARED_TRAIN = ("batch_size", "grad_accum", "eval_batches", "device", "precision")
 # Options of a run that the stacked engine does not implement: name -> (what, the value that
 # means "off").
 UNSUPPORTED_TRAIN = {"grad_accum": ("gradient accumulation", 1),
-                     "block_stats_every": ("per-block statistics", 0),
                      "compile": ("torch.compile", False),
                      "activation_checkpointing": ("activation checkpointing", False)}
 
@@ -131,6 +132,7 @@ def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device, repairs: l
     write_run_config(run_dir, cfg, run_meta(cfg, model, data, device))
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
+    metrics.write_config(cfg.to_yaml(), restored.step)
     names = {p: n for n, p in model.named_parameters()}
     state = {names[p]: s for p, s in optimizer.state.items() if s}
     return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
@@ -234,6 +236,8 @@ class _GroupLoop:
         total = max(m.cfg.train.steps for m in members)
         self.bar = Progress(total, min(m.step for m in members),
                             f"{len(members)} stacked runs", every=tc.log_every, enabled=progress)
+        # fed the time per member-step, so its tokens/s and MFU are those of the whole stack
+        self.speed = throughput(members[0].cfg, self.tokens_per_step, device, progress)
         self.t_start = time.perf_counter()
 
     # -- member records ---------------------------------------------------------------------------
@@ -257,6 +261,7 @@ class _GroupLoop:
         summary = run_summary(m.cfg, outcome, m.step, m.best_val, m.final, reason,
                               engine="stacked", group_size=self.group_size, **extra)
         write_json_atomic(m.run_dir / "summary.json", summary)
+        m.metrics.write_hparams(m.cfg.to_dict(), summary)
         m.metrics.close()
         self.summaries[m.run_id] = summary
 
@@ -315,9 +320,12 @@ class _GroupLoop:
         t0 = time.perf_counter()
         hyper = [m.hyper() for m in self.active]
         x, y = self.batch()
-        with self.autocast:
+        stats_due = [block_stats_due(m.cfg.train, m.step + 1) for m in self.active]
+        with (capture(self.model, "blocks.*.mlp.stream_out") if any(stats_due)
+              else contextlib.nullcontext()) as cap, self.autocast:
             losses = self.model(x, y).loss
         losses.sum().backward()  # each member's gradient is that of its own loss
+        stats = self.block_stats(cap) if any(stats_due) else None
         grads = self.optim.gather_grads()
         # one device-to-host copy for the losses and gradient norms of all members
         loss_list, norms = torch.stack([losses.detach().float(),
@@ -335,6 +343,8 @@ class _GroupLoop:
                 self.finish(m, "diverged", reason=reason)
                 diverged.append(r)
             else:
+                if stats_due[r]:  # gradients as computed, before clipping, as train_run
+                    record.update(stats[r])
                 records.append(record)
         if diverged:
             keep = self.drop(diverged)
@@ -347,6 +357,12 @@ class _GroupLoop:
         self.optim.zero_grad()
         dt = time.perf_counter() - t0
         self.after_step(records, dt)
+
+    def block_stats(self, cap) -> list[dict[str, float]]:
+        """`normlab.train.trainer.block_stats` of each member, in one host sync."""
+        names, grads, streams = block_stat_tensors(self.model, cap, members=True)
+        columns = torch.cat([grads, streams]).t().tolist()
+        return [dict(zip(names, col, strict=True)) for col in columns]
 
     def after_step(self, records: list[dict[str, Any]], dt: float) -> None:
         """Evaluation, logging, checkpoints and completion of each member after a step."""
@@ -361,7 +377,8 @@ class _GroupLoop:
                 m.best_val = min(m.best_val, val[r])
                 m.final["val_loss"] = val[r]
             m.final["train_loss"] = record["train_loss"]
-            if m.step % tc.log_every == 0 or last[r] or "val_loss" in record:
+            if (m.step % tc.log_every == 0 or last[r] or "val_loss" in record
+                    or block_stats_due(tc, m.step)):
                 m.metrics.write(record | {"time_s": dt, "tokens_per_s": self.tokens_per_step / dt})
             if last[r] or (tc.checkpoint_every and m.step % tc.checkpoint_every == 0):
                 self.checkpoint(r)
@@ -371,8 +388,11 @@ class _GroupLoop:
                             tokens_per_s=self.tokens_per_step * (m.step - m.start) / elapsed)
                 done.append(r)
         n = len(self.active)
+        self.speed.update(dt / n)
+        losses = [r["train_loss"] for r in records]
         self.bar.update(max(m.step for m in self.active),
-                        f"{n} runs, {n * self.tokens_per_step / dt:,.0f} tok/s in all")
+                        f"{n} runs, loss {min(losses):.4f}-{max(losses):.4f}, "
+                        f"{self.speed.describe()} in all")
         self.drop(done)
 
     @torch.no_grad()

@@ -1,5 +1,6 @@
-"""Run records: metrics.jsonl (appended and flushed), TensorBoard events, atomic JSON writes,
-and the progress display (a bar on a terminal, plain lines otherwise)."""
+"""Run records: metrics.jsonl (appended and flushed), TensorBoard events (scalars, the run's
+config as text and as hparams), atomic JSON writes, and the progress display (a bar on a terminal,
+plain lines otherwise) with a smoothed throughput."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def _clean(value: Any) -> Any:
     return value
 
 
+# What the HParams tab shows next to a run's config (keys of the run's summary.json).
+FINAL_METRICS = ("train_loss", "val_loss", "best_val_loss", "step", "tokens_per_s")
+
+
 class MetricsLog:
     """One JSON object per logged step; on resume, lines past the checkpoint step are dropped so
     the file continues exactly as an uninterrupted run's would. A disabled log (a rank other than
@@ -63,6 +68,16 @@ class MetricsLog:
             return [], None
         return cut_metrics_after(self.path, step)
 
+    def _writer(self):
+        """The TensorBoard writer, opened on first use; None when there is no TensorBoard log."""
+        if not self.enabled or self._tb_dir is None:
+            return None
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self._tb_dir))
+        return self._tb
+
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
@@ -70,15 +85,41 @@ class MetricsLog:
             self._file = self.path.open("a")
         self._file.write(json.dumps({k: _clean(v) for k, v in record.items()}) + "\n")
         self._file.flush()
-        if self._tb_dir is not None:
-            if self._tb is None:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self._tb_dir))
+        tb = self._writer()
+        if tb is not None:
             step = record["step"]
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._tb.add_scalar(key.replace(".", "/"), value, step)
+                    tb.add_scalar(key.replace(".", "/"), value, step)
+
+    def write_config(self, config_yaml: str, step: int) -> None:
+        """The run's resolved config as a TensorBoard text entry (tab TEXT, tag `config`)."""
+        tb = self._writer()
+        if tb is not None:
+            # indented four spaces: TensorBoard renders text as Markdown, this keeps it verbatim
+            tb.add_text("config", "".join("    " + line + "\n"
+                                          for line in config_yaml.splitlines()), step)
+
+    def write_hparams(self, config: dict[str, Any], summary: dict[str, Any]) -> None:
+        """The run's config as hyperparameters with its final metrics, for TensorBoard's HParams
+        tab (one row per run, comparable across runs): nested config keys flattened to
+        `train.lr`; `FINAL_METRICS` from the run's summary as scalars under `final/`, at the
+        summary's step; the outcome as an hparam and as the session's status."""
+        tb = self._writer()
+        if tb is None:
+            return
+        from torch.utils.tensorboard.summary import hparams
+
+        metrics = {f"final/{k}": float(v) for k in FINAL_METRICS
+                   if isinstance(v := summary.get(k), (int, float)) and math.isfinite(v)}
+        outcome, step = summary["outcome"], summary["step"]
+        exp, ssi, _ = hparams(flat_hparams(config) | {"outcome": outcome}, metrics)
+        tb.file_writer.add_summary(exp, step)
+        tb.file_writer.add_summary(ssi, step)
+        tb.file_writer.add_summary(_session_end(outcome), step)
+        for key, value in metrics.items():
+            tb.add_scalar(key, value, step)
+        tb.flush()
 
     def close(self) -> None:
         if self._file is not None:
@@ -87,6 +128,101 @@ class MetricsLog:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+
+
+def flat_hparams(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as TensorBoard hyperparameters: dotted keys, values that are numbers,
+    strings or booleans (None and lists become their text)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_hparams(value, name + "."))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            out[name] = json.dumps(value)
+    return out
+
+
+def _session_end(outcome: str):
+    """The HParams session-end summary with the run's outcome as its status (torch's `hparams`
+    always writes success)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.plugins.hparams.api_pb2 import Status
+    from tensorboard.plugins.hparams.metadata import (
+        PLUGIN_DATA_VERSION,
+        PLUGIN_NAME,
+        SESSION_END_INFO_TAG,
+    )
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
+
+    status = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
+              "failed": "STATUS_FAILURE"}.get(outcome, "STATUS_UNKNOWN")
+    content = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)),
+                                version=PLUGIN_DATA_VERSION)
+    meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
+        plugin_name=PLUGIN_NAME, content=content.SerializeToString()))
+    return Summary(value=[Summary.Value(tag=SESSION_END_INFO_TAG, metadata=meta)])
+
+
+class Throughput:
+    """Step time and tokens/s smoothed as nanoGPT smooths its MFU: an exponential moving average
+    (weight `1 - decay` on the newest step) that starts after the first `skip` steps of a
+    (re)start, whose time goes to allocation, lazy compilation and cold caches. Single steps on a
+    shared CPU vary by more than 10x; the average is what a reader can extrapolate from.
+
+    MFU is the share of `peak_tflops` (a measured GEMM peak, see `normlab.perf`) that the model's
+    own matrix work (`flops_per_token` per trained token) takes at the smoothed rate."""
+
+    def __init__(self, tokens_per_step: int, *, flops_per_token: float | None = None,
+                 peak_tflops: float | None = None, skip: int = 3, decay: float = 0.9) -> None:
+        self.tokens_per_step = tokens_per_step
+        self.flops_per_token = flops_per_token
+        self.peak_tflops = peak_tflops
+        self.skip, self.decay = skip, decay
+        self.steps = 0
+        self.step_s: float | None = None
+
+    def update(self, seconds: float) -> None:
+        self.steps += 1
+        if self.steps <= self.skip:
+            return
+        self.step_s = seconds if self.step_s is None else (
+            self.decay * self.step_s + (1 - self.decay) * seconds)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return None if self.step_s is None else self.tokens_per_step / self.step_s
+
+    @property
+    def mfu(self) -> float | None:
+        if self.step_s is None or not self.flops_per_token or not self.peak_tflops:
+            return None
+        return self.tokens_per_s * self.flops_per_token / (self.peak_tflops * 1e12)
+
+    def describe(self) -> str:
+        """`182 ms, 45.1k tok/s, mfu 12.3%`, or `warm-up` before the average starts."""
+        if self.step_s is None:
+            return "warm-up"
+        out = f"{self.step_s * 1e3:,.0f} ms, {_si(self.tokens_per_s)} tok/s"
+        return out + (f", mfu {self.mfu:.1%}" if self.mfu is not None else "")
+
+
+def _si(x: float) -> str:
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def progress_info(train_loss: float, lr: float, grad_norm: float, val_loss: float | None,
+                  speed: Throughput) -> str:
+    """The progress line after a step, as nanoGPT prints it: `loss 2.431, val 2.502, lr 1.00e-03,
+    grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any)."""
+    val = f", val {val_loss:.4f}" if val_loss is not None else ""
+    return (f"loss {train_loss:.4f}{val}, lr {lr:.2e}, grad norm {grad_norm:.3g}, "
+            f"{speed.describe()}")
 
 
 class Progress:

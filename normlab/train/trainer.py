@@ -37,6 +37,7 @@ from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
+from normlab.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train import distributed
 from normlab.train.checkpoint import (
     CheckpointError,
@@ -45,7 +46,13 @@ from normlab.train.checkpoint import (
     save_checkpoint,
 )
 from normlab.train.divergence import SpikeDetector, divergence_reason
-from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.logging import (
+    MetricsLog,
+    Progress,
+    Throughput,
+    progress_info,
+    write_json_atomic,
+)
 from normlab.train.rundir import (
     FINISHED,
     RunFolderError,
@@ -247,6 +254,39 @@ def eval_due(tc: TrainConfig, step: int) -> bool:
     return bool(tc.eval_every and step % tc.eval_every == 0) or step == tc.steps
 
 
+# The default cadence of per-block statistics: on logged steps, at most once in this many steps.
+# A statistics step costs 0.7% more than a plain step at the default shape, 13% at 24 blocks of
+# width 64 and 37% of a 2.7 ms step (benchmarks/bench_logging.py, docs/performance.md); once in
+# 10 steps keeps the overhead under 5% at all of them.
+BLOCK_STATS_MIN_EVERY = 10
+
+
+def block_stats_every(tc: TrainConfig) -> int:
+    """The steps between per-block statistics (0: none): `block_stats_every` when set, else the
+    smallest multiple of `log_every` that is at least `BLOCK_STATS_MIN_EVERY`."""
+    if tc.block_stats_every is not None:
+        return tc.block_stats_every
+    return tc.log_every * -(-BLOCK_STATS_MIN_EVERY // tc.log_every)
+
+
+def block_stats_due(tc: TrainConfig, step: int) -> bool:
+    """Whether per-block statistics are recorded at `step` (see `block_stats_every`)."""
+    every = block_stats_every(tc)
+    return bool(every) and step % every == 0
+
+
+def throughput(cfg: RunConfig, tokens_per_step: int, device: torch.device, measure_peak: bool,
+               devices: int = 1) -> Throughput:
+    """The smoothed throughput of the progress line; with `measure_peak`, also MFU against the
+    GEMM peak of `devices` devices (measured once per process, about 0.2 s)."""
+    peak = None
+    if measure_peak:
+        dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+        peak = quick_peak_tflops(dtype, device.type) * devices
+    return Throughput(tokens_per_step, peak_tflops=peak,
+                      flops_per_token=train_flops_per_token(cfg.model, cfg.data.seq_len))
+
+
 def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
     """Around forward passes: bf16 autocast (matrix work in bfloat16, fp32 weights), or nothing."""
     if precision == "bf16":
@@ -383,6 +423,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                                   threads=threads, device=device)
     start, best_val = restored.step, restored.best_val
     repairs = repairs + restored.repairs
+    metrics.write_config(cfg.to_yaml(), start)
 
     def checkpoint(step: int) -> None:
         if dist.main:
@@ -396,6 +437,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                               world_size=dist.world_size, **extra)
         if dist.main:
             write_json_atomic(run_dir / "summary.json", summary)
+            metrics.write_hparams(cfg.to_dict(), summary)
         if outcome != "failed":  # ranks in step: none returns before the folder is complete
             dist.barrier()  # (after a failure the others may be inside another collective)
         return summary
@@ -403,6 +445,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     final: dict[str, Any] = dict(restored.final)
     bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
+    speed = throughput(cfg, tokens_per_step, device, progress and dist.main, dist.world_size)
     autocast = precision_context(tc.precision, device)
     if dist.main:
         write_json_atomic(run_dir / "summary.json", {
@@ -424,7 +467,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 lr = lr_at(step, tc)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                stats_now = tc.block_stats_every and (step + 1) % tc.block_stats_every == 0
+                stats_now = block_stats_due(tc, step + 1)
                 loss_sum = torch.zeros((), device=device)
                 cap_ctx = (capture(model, "blocks.*.mlp.stream_out") if stats_now
                            else contextlib.nullcontext())
@@ -469,8 +512,9 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                     metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0 and not last:
                     checkpoint(step)
-                bar.update(step, f"loss {train_loss:.3f} lr {lr:.2e} "
-                                 f"{tokens_per_step / dt:,.0f} tok/s")
+                speed.update(dt)
+                bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
+                                               speed))
             checkpoint(step)
             elapsed = time.perf_counter() - t_run
             done = step - start
@@ -505,16 +549,36 @@ def block_stats(model: NormTransformer, cap,
                 dist: distributed.Dist = distributed.SINGLE) -> dict[str, float]:
     """Per block: gradient norm of the attention and MLP parameters, stream norm after the block
     (mean over tokens of the per-token L2 norm; over all ranks' tokens in a process group)."""
-    out = {}
+    names, grads, streams = block_stat_tensors(model, cap, members=False)
+    values = torch.cat([grads, dist.mean(streams)]).squeeze(1).tolist()  # one host sync
+    return dict(zip(names, values, strict=True))
+
+
+def block_stat_tensors(model: NormTransformer, cap, *, members: bool
+                       ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """The per-block statistics of `block_stats` as tensors still on the device, without a
+    host sync: their names (gradient norms first), gradient norms [G, M] and stream norms [S, M],
+    M the members of a stacked model (`members=True`: weights and stream carry a leading member
+    dimension) or 1. Computed from the gradients and the captured `blocks.*.mlp.stream_out`
+    the step already has; nothing runs the model again."""
+    grad_names, grads, stream_names, streams = [], [], [], []
     for i, block in enumerate(model.blocks):
         for part in ("attn", "mlp"):
-            grads = [p.grad for p in getattr(block, part).parameters() if p.grad is not None]
-            if grads:
-                out[f"blocks.{i}.{part}.grad_norm"] = torch.nn.utils.get_total_norm(grads).item()
+            per_param = [torch.linalg.vector_norm((g if members else g[None]).flatten(1), dim=1)
+                         for p in getattr(block, part).parameters()
+                         if (g := p.grad) is not None]
+            if per_param:
+                grad_names.append(f"blocks.{i}.{part}.grad_norm")
+                grads.append(torch.linalg.vector_norm(torch.stack(per_param), dim=0))
         act = cap.activations.get(f"blocks.{i}.mlp.stream_out") if cap is not None else None
         if act is not None:
-            out[f"blocks.{i}.stream_norm"] = dist.mean(act.float().norm(dim=-1).mean()).item()
-    return out
+            stream_names.append(f"blocks.{i}.stream_norm")
+            norms = act.float().norm(dim=-1)
+            streams.append(norms.flatten(1).mean(1) if members else norms.mean()[None])
+    empty = torch.zeros(0, model.members if members else 1,
+                        device=next(model.parameters()).device)
+    return (grad_names + stream_names, torch.stack(grads) if grads else empty,
+            torch.stack(streams) if streams else empty)
 
 
 def train_many_step(cfg: RunConfig, root: Path | str, **kwargs: Any) -> dict[str, Any]:

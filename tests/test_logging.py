@@ -1,0 +1,147 @@
+"""The training log: a smoothed progress line with val loss, grad norm and MFU; per-block norms by
+default; the run's config in TensorBoard as text and as hparams with its final metrics."""
+
+import re
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams.api_pb2 import Status
+from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+from normlab.config import load_run_config
+from normlab.train import train_run
+from normlab.train.group import train_group
+from normlab.train.logging import Throughput, flat_hparams, progress_info, read_metrics
+from normlab.train.trainer import block_stats_every
+
+TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
+        "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.steps=8",
+        "train.log_every=4", "train.eval_every=4"]
+
+
+def tiny(*extra: str):
+    return load_run_config(None, TINY + list(extra))
+
+
+def test_throughput_skips_warmup_and_smooths():
+    speed = Throughput(1000, flops_per_token=6e6, peak_tflops=1.0, skip=2, decay=0.5)
+    for dt in (5.0, 3.0):  # first calls: allocation, caches; not averaged
+        speed.update(dt)
+        assert speed.tokens_per_s is None and speed.describe() == "warm-up"
+    speed.update(0.1)
+    assert speed.step_s == pytest.approx(0.1)
+    speed.update(0.3)  # one slow step moves the average halfway, not all the way
+    assert speed.step_s == pytest.approx(0.2)
+    assert speed.tokens_per_s == pytest.approx(5000)
+    assert speed.mfu == pytest.approx(5000 * 6e6 / 1e12)
+    assert speed.describe() == "200 ms, 5k tok/s, mfu 3.0%"
+    assert Throughput(1000).mfu is None  # no peak measured: no MFU shown
+
+
+def test_progress_info_reads_like_nanogpt():
+    speed = Throughput(45_100, skip=0)
+    speed.update(1.0)
+    line = progress_info(2.4312, 1e-3, 0.84, 2.5021, speed)
+    assert line == "loss 2.4312, val 2.5021, lr 1.00e-03, grad norm 0.84, 1,000 ms, 45.1k tok/s"
+    assert "val" not in progress_info(2.4, 1e-3, 0.84, None, speed)
+
+
+def test_train_run_prints_the_smoothed_line(tmp_path, capsys):
+    s = train_run(tiny(), tmp_path, progress=True)
+    assert s["outcome"] == "completed"
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if " step " in ln]
+    assert [re.search(r"step (\d+)/8", ln).group(1) for ln in lines] == ["4", "8"]
+    last = lines[-1]
+    val = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")[-1]["val_loss"]
+    assert f"val {val:.4f}" in last and "grad norm" in last
+    mfu = float(re.search(r"mfu ([\d.]+)%", last).group(1))
+    assert 0 < mfu < 100
+    assert re.search(r"[\d.]+k? tok/s", last)
+
+
+def test_group_prints_a_line_for_the_stack(tmp_path, capsys):
+    cfgs = [tiny("train.lr=1e-3"), tiny("train.lr=3e-3", "train.seed=1")]
+    out = train_group(cfgs, tmp_path, progress=True)
+    assert {s["outcome"] for s in out.values()} == {"completed"}
+    last = [ln for ln in capsys.readouterr().err.splitlines() if "step 8/8" in ln][-1]
+    assert "2 runs, loss " in last and "tok/s" in last and "in all" in last
+
+
+def events(run_dir) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0, "scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def test_default_block_stats_cadence():
+    def every(*extra):
+        return block_stats_every(tiny(*extra).train)
+
+    assert every("train.log_every=10") == 10 and every("train.log_every=25") == 25
+    assert every("train.log_every=1") == 10 and every("train.log_every=4") == 12
+    assert every("train.block_stats_every=1") == 1 and every("train.block_stats_every=0") == 0
+
+
+def test_block_norms_are_logged_by_default_at_the_log_cadence(tmp_path):
+    s = train_run(tiny("train.log_every=5", "train.steps=10", "train.eval_every=5"), tmp_path,
+                  progress=False)
+    rows = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [5, 10]
+    assert not any(k.startswith("blocks.") for k in rows[0])  # every 10th step at most
+    for r in rows[1:]:
+        for i in range(2):
+            assert r[f"blocks.{i}.stream_norm"] > 0
+            assert r[f"blocks.{i}.attn.grad_norm"] > 0 and r[f"blocks.{i}.mlp.grad_norm"] > 0
+    scalars = events(tmp_path / s["run_id"]).Tags()["scalars"]
+    assert "blocks/1/stream_norm" in scalars and "blocks/0/mlp/grad_norm" in scalars
+    off = train_run(tiny("train.block_stats_every=0"), tmp_path, progress=False)
+    assert not any(k.startswith("blocks.")
+                   for r in read_metrics(tmp_path / off["run_id"] / "metrics.jsonl") for k in r)
+
+
+def hparams_of(acc: EventAccumulator) -> dict[str, HParamsPluginData]:
+    content = acc.PluginTagToContent("hparams")
+    return {tag: HParamsPluginData.FromString(raw) for tag, raw in content.items()}
+
+
+def test_config_and_hparams_in_tensorboard(tmp_path):
+    cfg = tiny("train.lr=2e-3")
+    s = train_run(cfg, tmp_path, progress=False)
+    acc = events(tmp_path / s["run_id"])
+    text = acc.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "    placement: pre" in text and "    lr: 0.002" in text
+    data = hparams_of(acc)
+    start = data["_hparams_/session_start_info"].session_start_info.hparams
+    assert start["train.lr"].number_value == pytest.approx(2e-3)
+    assert start["model.placement"].string_value == "pre"
+    assert start["outcome"].string_value == "completed"
+    metrics = {m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos}
+    assert {"final/val_loss", "final/train_loss", "final/best_val_loss"} <= metrics
+    assert acc.Scalars("final/val_loss")[-1].value == pytest.approx(s["val_loss"], rel=1e-6)
+    end = data["_hparams_/session_end_info"].session_end_info
+    assert end.status == Status.Value("STATUS_SUCCESS")
+
+
+def test_diverged_run_is_a_failure_in_hparams(tmp_path):
+    cfg = tiny("model.placement=post", "train.steps=60", "train.lr=50", "train.grad_clip=null",
+               "train.schedule=constant")
+    s = train_run(cfg, tmp_path, progress=False)
+    assert s["outcome"] == "diverged"
+    data = hparams_of(events(tmp_path / s["run_id"]))
+    assert data["_hparams_/session_end_info"].session_end_info.status == Status.Value(
+        "STATUS_FAILURE")
+
+
+def test_stacked_members_get_their_own_hparams(tmp_path):
+    cfgs = [tiny("train.lr=1e-3"), tiny("train.lr=3e-3", "train.seed=1")]
+    train_group(cfgs, tmp_path)
+    for cfg in cfgs:
+        start = hparams_of(events(tmp_path / cfg.run_id()))["_hparams_/session_start_info"]
+        assert start.session_start_info.hparams["train.lr"].number_value == cfg.train.lr
+
+
+def test_flat_hparams_keeps_only_scalar_types():
+    flat = flat_hparams({"model": {"n_blocks": 2, "block_placements": None,
+                                   "custom": ["pre", "post"]}, "train": {"compile": False}})
+    assert flat == {"model.n_blocks": 2, "model.block_placements": "null",
+                    "model.custom": '["pre", "post"]', "train.compile": False}
