@@ -200,15 +200,31 @@ def band(series: Sequence[Sequence[float]]) -> tuple[list[float], list[float], l
     return mean, lo, hi
 
 
+def coincides(a: Sequence[float], b: Sequence[float], rtol: float = 0.005) -> bool:
+    """Whether two lines lie on top of each other: equal length, every finite pair within
+    `rtol` of the larger magnitude."""
+    if len(a) != len(b) or not a:
+        return False
+    pairs = [(x, y) for x, y in zip(a, b, strict=True) if math.isfinite(x) and math.isfinite(y)]
+    return bool(pairs) and all(abs(x - y) <= rtol * max(abs(x), abs(y), 1e-12) for x, y in pairs)
+
+
 def mean_band(ax, xs: Sequence[float], series: Sequence[Any], st: Style, label: str, *,
-              order: int = 0, markers: bool = True) -> int:
+              order: int = 0, markers: bool = True, drawn: dict[str, list[float]] | None = None
+              ) -> int:
     """Draw the mean over seeds as a line with the placement's style and, with two or more
     seeds, the min-max band. `order` is the series' position on the axes: later series are drawn
-    thinner and on top, so that one that coincides with an earlier one does not hide it. Returns
-    the number of seeds."""
+    thinner and on top, so that one that coincides with an earlier one does not hide it. With
+    `drawn` (label -> mean of the lines already on these axes), a line that coincides with one
+    of them says so in the legend: "admin (= post)". Returns the number of seeds."""
     seeds = per_seed(list(series))
     mean, lo, hi = band(seeds)
     xs = list(xs)[:len(mean)]
+    if drawn is not None:
+        same = [name for name, other in drawn.items() if coincides(mean, other)]
+        drawn[label] = mean
+        if same and not label.startswith("_"):
+            label = f"{label} (= {same[0]})"
     if len(seeds) > 1:
         ax.fill_between(xs, lo[:len(xs)], hi[:len(xs)], color=st.color, alpha=BAND_ALPHA,
                         linewidth=0)
@@ -232,3 +248,6 @@ def seeds_text(counts: Sequence[int]) -> str:
         return "one seed per line (no band)"
     n = str(k[0]) if len(k) == 1 else f"{k[0]} to {k[-1]}"
     return f"line: mean over {n} seeds; {BAND_TEXT}"
+
+
+SAME_TEXT = "a legend entry 'a (= b)' marks a line that lies on top of line b"

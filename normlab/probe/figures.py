@@ -18,6 +18,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from normlab.plotting import (
+    SAME_TEXT,
     mean_band,
     new_figure,
     per_seed,
@@ -99,8 +100,10 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
     fig = new_figure(4.4 * len(depths) + 1.0, 3.7)
     axes = fig.subplots(1, len(depths), squeeze=False)[0]
     counts: list[int] = []
+    same = False
     for ax, L in zip(axes, depths, strict=True):
         log = metric in LOG_Y
+        drawn: dict[str, list[float]] = {}
         for k, placement in enumerate(placements):
             ys = curves[placement].get(str(L), {}).get(metric)
             if not ys:
@@ -108,7 +111,8 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
             log = log and _positive(ys)
             n = max(len(s) for s in per_seed(ys))
             counts.append(mean_band(ax, range(1, n + 1), ys, style(placement), placement,
-                                    order=k))
+                                    order=k, drawn=drawn))
+        same = same or any("(=" in t.get_label() for t in ax.get_lines())
         if log:
             ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -116,12 +120,14 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
         ax.set_title(f"L = {L} blocks", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(label(metric), fontsize=8.5)
-    axes[-1].legend(title="placement", fontsize=8, title_fontsize=8)
+    for ax in axes:
+        ax.legend(title="placement", fontsize=8, title_fontsize=8)
     fig.tight_layout()
     what = WHAT.get(metric, label(metric)[:1].upper() + label(metric)[1:])
     depth_text = ", ".join(str(L) for L in depths)
     caption = (f"{what}, in models of {depth_text} blocks ({'log' if log else 'linear'} scale), "
-               f"one line per placement ({', '.join(placements)}); {seeds_text(counts)}.")
+               f"one line per placement ({', '.join(placements)}); {seeds_text(counts)}"
+               + (f"; {SAME_TEXT}." if same else "."))
     alt = (f"Line chart, one panel per depth ({depth_text} blocks): {label(metric)} against "
            f"block index for {', '.join(placements)}.")
     return save_figure(fig, path, alt=alt, caption=caption)
@@ -186,11 +192,12 @@ def plot_update(series: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
     ax = fig.subplots()
     labels = sorted(series, key=placement_order)
     styles = styles_for(labels)
-    counts = []
+    counts: list[int] = []
+    drawn: dict[str, list[float]] = {}
     for k, name in enumerate(labels):
         ys = series[name]
         n = max(len(s) for s in per_seed(ys))
-        counts.append(mean_band(ax, range(n), ys, styles[name], name, order=k))
+        counts.append(mean_band(ax, range(n), ys, styles[name], name, order=k, drawn=drawn))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("mean token ||f(x; theta_t) - f(x; theta_0)||", fontsize=8.5)
     ax.legend(fontsize=8)

@@ -36,6 +36,7 @@ def plot_curves(runs_root: Path, runs: Mapping[str, str | Sequence[str]], path: 
     ax = fig.subplots()
     styles = styles_for(list(runs))
     counts, drawn = [], []
+    on_axes: dict[str, list[float]] = {}
     for k, (label, ids) in enumerate(runs.items()):
         ids = [ids] if isinstance(ids, str) else list(ids)
         rows = [read_metrics(runs_root / run_id / "metrics.jsonl") for run_id in ids]
@@ -43,7 +44,7 @@ def plot_curves(runs_root: Path, runs: Mapping[str, str | Sequence[str]], path: 
         if not steps:
             continue
         st = styles[label]
-        counts.append(mean_band(ax, steps, train, st, label, order=k))
+        counts.append(mean_band(ax, steps, train, st, label, order=k, drawn=on_axes))
         vsteps, val = _aligned([_points(r, "val_loss") for r in rows])
         if vsteps:
             means = [sum(v) / len(v) for v in zip(*val, strict=True)]
