@@ -122,7 +122,7 @@ def figure_from_bytes(data: bytes, prefix: str, *, alt: str = "", caption: str =
     """A Figure from SVG or PNG bytes; the caption and alt text stored in the file win over
     the given ones (which stand in for files that carry none)."""
     stored_alt, stored_caption = figure_text(data)
-    alt, caption = stored_alt or alt, stored_caption or caption
+    alt, caption = stored_alt or alt, stored_caption or stored_alt or caption
     if is_png(data):
         if not _decodes(data):
             return Figure(caption, alt, problem="a corrupted PNG", name=name)

@@ -96,8 +96,8 @@ _UNITS = (
     (re.compile(r"(^|_)(kl)(_|$)"), "nats"),
     (re.compile(r"dloss|lens_gap"), "nats"),
     (re.compile(r"(^|_)loss(_|$)|lens_(raw|normed)"), "nats/byte"),
+    (re.compile(r"per_s$"), ""),  # a rate: its label says per what
     (re.compile(r"(^|_)elapsed(_s)?$|_s$"), "s"),
-    (re.compile(r"tokens_per_s"), "tokens/s"),
     (re.compile(r"^warmup$|warmup_steps"), "steps"),
 )
 
@@ -111,10 +111,7 @@ def label(key: str) -> str:
 
 
 def unit(key: str) -> str:
-    for pattern, u in _UNITS:
-        if pattern.search(key):
-            return u
-    return ""
+    return next((u for pattern, u in _UNITS if pattern.search(key)), "")
 
 
 def heading(key: str) -> str:
@@ -326,7 +323,7 @@ def table_of(v: Any, depth: int = 1) -> Table | None:
             fields = list(dict.fromkeys(k for x in items for k in x))
             cols = [Column(heading(f)) for f in fields]
             rows = [Row(None, [cell(x.get(f), f, depth) for f in fields]) for x in items]
-            return _mark_numeric(Table(cols, rows, kind))
+            return mark_numeric(Table(cols, rows, kind))
         rows = [Row(str(i + 1), [cell(x, "", depth)]) for i, x in enumerate(items)]
         return Table([Column("#"), Column("value")], rows, kind)
     if not isinstance(v, dict):
@@ -341,12 +338,12 @@ def table_of(v: Any, depth: int = 1) -> Table | None:
             parts = [_part_cell(p) for p in _grid_key(str(k), len(split))] if split else []
             rows.append(Row(None if split else label(str(k)),
                             parts + [cell(rec.get(f), f, depth) for f in fields]))
-        return _mark_numeric(Table(cols, rows, kind))
+        return mark_numeric(Table(cols, rows, kind))
     rows = [Row(heading(str(k)), [cell(x, str(k), depth)]) for k, x in v.items()]
     return Table([Column("value")], rows, kind)
 
 
-def _mark_numeric(table: Table) -> Table:
+def mark_numeric(table: Table) -> Table:
     """Right-align the columns whose cells are all numbers."""
     for i, col in enumerate(table.columns):
         cells = [r.cells[i] for r in table.rows if i < len(r.cells)]

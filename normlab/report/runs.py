@@ -21,6 +21,7 @@ from normlab.report.numbers import (
     fmt,
     heading,
     is_number,
+    mark_numeric,
     nonfinite_text,
 )
 
@@ -183,12 +184,20 @@ class RunLine:
     cells: list[Cell]
 
 
+# Shared settings shown first; the others are behind a toggle, one table per config section.
+KEY_SETTINGS = ("model.placement", "model.norm", "model.n_blocks", "model.d_model",
+                "model.n_heads", "data.seq_len", "train.steps", "train.batch_size", "train.lr",
+                "train.warmup", "train.schedule", "train.precision", "train.seed")
+
+
 @dataclass
 class RunsView:
     config_columns: list[Column]
     result_columns: list[Column]
     lines: list[RunLine]
-    shared: Table                 # the settings every run shares
+    shared: Table                         # the key settings every run shares
+    sections: list[tuple[str, Table]]     # all shared settings, by config section
+    n_shared: int
     counts: dict[str, int]
 
 
@@ -201,10 +210,18 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     flats = [r.flat for r in rows]
     varying = varying_paths(flats)
     columns = list(dict.fromkeys([*ALWAYS, *varying]))
-    shared_paths = sorted({k for f in flats for k in f} - set(columns))
-    shared = Table([Column("value")], [
-        Row(path_label(p), [_config_cell(rows[0].get(p)) if rows else Cell("empty", text="-")])
-        for p in shared_paths if len({repr(r.get(p)) for r in rows}) == 1], "settings")
+    shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
+                    if len({repr(r.get(p)) for r in rows}) == 1]
+
+    def settings(paths: list[str], names: dict[str, str]) -> Table:
+        return mark_numeric(Table([Column("value")], [
+            Row(names.get(p, p), [_config_cell(rows[0].get(p))]) for p in paths], "settings"))
+
+    shared = settings([p for p in KEY_SETTINGS if p in shared_paths], _PATH_LABELS)
+    sections = []
+    for section in dict.fromkeys(p.split(".", 1)[0] for p in shared_paths):
+        paths = [p for p in shared_paths if p.split(".", 1)[0] == section]
+        sections.append((section, settings(paths, {p: p.split(".", 1)[-1] for p in paths})))
     lines = []
     counts: dict[str, int] = {}
     for r in rows:
@@ -229,4 +246,5 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     config_columns = [Column(path_label(p), numeric=all(
         is_number(r.get(p)) or r.get(p) is None for r in rows)) for p in columns]
     result_columns = [Column(heading(k), numeric=True) for k in RESULTS]
-    return RunsView(config_columns, result_columns, lines, shared, counts)
+    return RunsView(config_columns, result_columns, lines, shared, sections,
+                    len(shared_paths), counts)
