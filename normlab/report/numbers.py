@@ -360,10 +360,11 @@ def numbers_blocks(numbers: dict[str, Any]) -> list[Block]:
     blocks = []
     if flat:
         blocks.append(Block("", table=table_of(flat)))
-    for k, v in numbers.items():
-        if k in flat:
-            continue
-        table = table_of(v)
-        blocks.append(Block(heading(k), table=table) if table is not None
-                      else Block(heading(k), cell=cell(v, k)))
-    return blocks
+    return blocks + [block(k, v) for k, v in numbers.items() if k not in flat]
+
+
+def block(key: str, value: Any) -> Block:
+    """One value under its heading: a table, or a single cell."""
+    table = table_of(value)
+    return Block(heading(key), table=table) if table is not None \
+        else Block(heading(key), cell=cell(value, key))

@@ -19,20 +19,36 @@ from normlab.report.numbers import (
     Interval,
     Row,
     Table,
+    as_interval,
+    block,
     cell,
     fmt,
     fmt_seconds,
-    heading,
     label,
     numbers_blocks,
     table_of,
 )
 from normlab.report.runs import RunsView, find_folders, href, read_runs, runs_view
-from normlab.report.study import Study
+from normlab.report.study import ClaimView, Study
 from normlab.study.schema import VERDICTS, Effect
 
 # Extra claim fields with a place of their own on the page (see ClaimView.extra).
-PAPER_FIELDS = ("paper", "predictions", "power")
+PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled")
+
+
+@dataclass
+class PredictionRow:
+    """One prediction of a claim (`normlab.study.verdict.Prediction` as written to study.json):
+    what the paper predicts for a placement or a comparison, what we measured, its verdict."""
+    subject: str
+    quantity: str
+    paper: str
+    measured: Interval | None
+    expected: str
+    verdict: str
+    power: str        # the smallest effect this test could detect vs the one the claim means
+    rule: str
+    diagnosis: str
 
 
 @dataclass
@@ -52,8 +68,11 @@ class ClaimPage:
     caveat: str
     note: str
     paper: Cell | None = None
-    predictions: Table | None = None
+    prediction_rows: list[PredictionRow] | None = None
+    predictions: Table | None = None     # predictions in a shape this report does not know
     power: Cell | None = None
+    diagnosis: str = ""                  # why an inconclusive verdict is inconclusive
+    stalled: list[str] = field(default_factory=list)  # sides that did not train: not compared
     extra: list[Block] = field(default_factory=list)
 
 
@@ -63,7 +82,7 @@ def effect_interval(e: Effect | None) -> Interval | None:
     return Interval(fmt(e.estimate), fmt(e.ci_low), fmt(e.ci_high), str(e.n))
 
 
-def _figures(study: Study, view, number: int) -> list[tuple[Figure, str]]:
+def _figures(study: Study, view: ClaimView, number: int) -> list[tuple[Figure, str]]:
     c = view.claim
     out = []
     for i, rel in enumerate(c.figures):
@@ -74,19 +93,31 @@ def _figures(study: Study, view, number: int) -> list[tuple[Figure, str]]:
     return out
 
 
-def _extra_blocks(extra: dict[str, Any]) -> list[Block]:
-    blocks = []
-    for k, v in extra.items():
-        if k in PAPER_FIELDS:
-            continue
-        table = table_of(v)
-        blocks.append(Block(heading(k), table=table) if table is not None
-                      else Block(heading(k), cell=cell(v, k)))
-    return blocks
+def prediction_rows(v: Any) -> list[PredictionRow] | None:
+    """The rows of a list of predictions; None if `v` is not one (it is then shown as a generic
+    table)."""
+    if not (isinstance(v, list) and v and all(isinstance(p, dict) and "subject" in p
+                                              for p in v)):
+        return None
+    rows = []
+    for p in v:
+        effect = p.get("effect") if isinstance(p.get("effect"), dict) else {}
+        mde, meaningful = p.get("mde"), p.get("meaningful")
+        power = ""
+        if mde is not None:
+            power = f"detects {fmt(mde)}"
+            if meaningful:
+                power += f"; the claim means {fmt(meaningful)}"
+        rows.append(PredictionRow(
+            subject=str(p.get("subject", "")), quantity=str(p.get("quantity", "")),
+            paper=str(p.get("paper", "")), measured=as_interval(effect),
+            expected=str(effect.get("expected", "")), verdict=str(p.get("verdict", "")),
+            power=power, rule=str(p.get("rule", "")), diagnosis=str(p.get("diagnosis", ""))))
+    return rows
 
 
 def _predictions(v: Any) -> Table | None:
-    if v is None:
+    if not v or prediction_rows(v) is not None:
         return None
     table = table_of(v)
     if table is None:
@@ -98,7 +129,7 @@ def _predictions(v: Any) -> Table | None:
     return table
 
 
-def claim_page(study: Study, view, number: int) -> ClaimPage:
+def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
     c = view.claim
     texts = [(name, getattr(c, key)) for key, name in (
         ("statement", "Claim"), ("source", "Source"), ("method", "Method"),
@@ -110,10 +141,14 @@ def claim_page(study: Study, view, number: int) -> ClaimPage:
         figures=_figures(study, view, number), numbers=numbers_blocks(c.numbers),
         effect=effect_interval(c.effect), effect_name=c.effect.name if c.effect else "",
         expected=c.effect.expected if c.effect else "", caveat=c.caveat, note=c.note,
-        paper=cell(extra["paper"], "paper") if extra.get("paper") is not None else None,
+        paper=cell(extra["paper"], "paper") if extra.get("paper") else None,
+        prediction_rows=prediction_rows(extra.get("predictions")),
         predictions=_predictions(extra.get("predictions")),
         power=cell(extra["power"], "power") if extra.get("power") is not None else None,
-        extra=_extra_blocks(extra))
+        diagnosis=str(extra.get("diagnosis") or ""),
+        stalled=[str(x) for x in extra.get("stalled") or []]
+        if isinstance(extra.get("stalled"), list) else [],
+        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS])
 
 
 _HEADER = (("profile", "profile"), ("created", "date"), ("elapsed_s", "elapsed"),

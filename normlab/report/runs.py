@@ -87,9 +87,9 @@ def _outcome(run_dir: Path, summary: dict[str, Any] | None, exists: bool) -> str
     return outcome
 
 
-def one_line(text: str, limit: int = 200) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+def one_line(text: str) -> str:
+    """Whitespace (a traceback's line breaks) folded to single spaces; nothing is cut."""
+    return " ".join(text.split())
 
 
 def read_run(run_dir: Path, base: Path) -> RunRow:
