@@ -63,7 +63,7 @@ def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str 
     ax_ang.set_ylabel("arccos(cos(x_l, x_{l+1})) (fraction of pi)")
     ax_ang.set_ylim(bottom=0)
     ax_loss.set_title("layer drop: loss increase when the block is skipped")
-    ax_loss.set_ylabel("loss increase (nats)")
+    ax_loss.set_ylabel("skipped - original (nats)")
     ax_loss.set_yscale("symlog", linthresh=0.1)
     for name in no_head:
         ax_loss.plot([], [], " ", label=f"{name}: no LM head in the checkpoint (see right)")

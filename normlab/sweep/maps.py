@@ -329,7 +329,7 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
         fig.legend(*grid[0][0].get_legend_handles_labels(), loc="lower center",
                    ncol=len(panels), frameon=False, fontsize=8, title=_label(panel),
                    title_fontsize=8)
-    fig.suptitle(f"{table.name}: {key.replace('_', ' ')} per cell", fontsize=9.5)
+    fig.suptitle(f"{table.name}: one plot per cell of the map", fontsize=9.5)
     fig.tight_layout(rect=(0, 0.06 if panel else 0, 1, 1))
     what = key.replace("_", " ")
     caption = (f"{what[:1].upper() + what[1:]} (nats/byte) against step in each cell of the "
