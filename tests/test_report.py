@@ -427,6 +427,21 @@ def test_runs_report_static(runs_dir, runs_html):
     assert "line: mean over 2 seeds" in captions and "Stability map of sweep tiny" in captions
 
 
+def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
+    """pre and post are drawn in their colours from normlab.plotting in every figure of both
+    pages (study figures, runs loss curves, sweep cell curves), never in matplotlib's cycle."""
+    from normlab.plotting import PLACEMENT_STYLES
+
+    svgs = re.findall(r"<svg .*?</svg>", study_html + runs_html, flags=re.S)
+    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s]
+    assert len(with_lines) >= 4
+    for svg in with_lines:
+        strokes = set(re.findall(r"stroke: (#[0-9a-f]{6})", svg))
+        assert {PLACEMENT_STYLES["pre"].color.lower(), PLACEMENT_STYLES["post"].color.lower()} \
+            <= strokes
+        assert not strokes & {"#1f77b4", "#ff7f0e"}  # matplotlib's C0 and C1
+
+
 def test_report_of_a_single_run_folder_and_out_option(runs_dir, tmp_path):
     run = next(p for p in runs_dir.iterdir() if (p / "config.yaml").exists())
     out = render(run, tmp_path / "sub" / "r.html")
