@@ -20,6 +20,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def git_commit() -> str | None:
+    """The git commit of the normlab source that runs (with "+dirty" when tracked files differ
+    from it), or None when normlab is not run from a git checkout or git is not available."""
+    import subprocess
+
+    src = Path(__file__).resolve().parent
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], cwd=src, capture_output=True, text=True,
+                                  timeout=5, check=True).stdout.strip()
+
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "") if commit else None
+
+
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
 _allocator_tuned: bool | None = None
 

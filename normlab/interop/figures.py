@@ -14,12 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:orange")
+from normlab.plotting import new_figure, save_figure, styles_for
 
 
 def _label(res: dict[str, Any]) -> str:
@@ -30,30 +25,34 @@ def _label(res: dict[str, Any]) -> str:
 
 def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str | None = None
                       ) -> Path:
-    """Write the 2x2 comparison of `run_hf_probe` results to `path` (PNG)."""
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    """Write the 2x2 comparison of `run_hf_probe` results to `path` (.svg or .png); each model
+    in the style of its placement."""
+    fig = new_figure(12, 8.5)
+    axes = fig.subplots(2, 2)
     ax_norm, ax_ang, ax_loss, ax_hid = axes.flat
     no_head = []
+    styles = styles_for([f"{r['model']['placement']} {k}" for k, r in enumerate(results)])
     for k, res in enumerate(results):
-        c = COLORS[k % len(COLORS)]
+        st = styles[f"{res['model']['placement']} {k}"]
+        c, mk = st.color, st.marker
         x = res["relative_depth"]
         pb = res["per_block"]
         label = _label(res)
-        ax_norm.plot([0.0, *x], [res["summary"]["embed_norm"], *pb["norm"]], "-o", ms=3,
+        ax_norm.plot([0.0, *x], [res["summary"]["embed_norm"], *pb["norm"]], "-", marker=mk, ms=4,
                      color=c, label=f"{label}: mean token")
         ax_norm.plot(x, pb["norm_median"], "--", color=c, alpha=0.7, label="median token")
-        ax_ang.plot(x, pb["ang_prev"], "-o", ms=3, color=c, label=label)
+        ax_ang.plot(x, pb["ang_prev"], "-", marker=mk, ms=4, color=c, label=label)
         drop = res.get("drop") or {}
         if drop:
             L = res["model"]["n_blocks"]
             dx = [(i + 1) / L for i in drop["drop_blocks"]]
             if "drop_dloss" in drop:
                 what = "masked-token" if res["model"]["objective"] == "masked_lm" else "next-token"
-                ax_loss.plot(dx, drop["drop_dloss"], "-o", ms=3, color=c,
+                ax_loss.plot(dx, drop["drop_dloss"], "-", marker=mk, ms=4, color=c,
                              label=f"{label}: {what} loss")
             else:
                 no_head.append(res["checkpoint"]["name"])
-            ax_hid.plot(dx, drop["drop_hidden_cos"], "-o", ms=3, color=c, label=label)
+            ax_hid.plot(dx, drop["drop_hidden_cos"], "-", marker=mk, ms=4, color=c, label=label)
             if "drop_pooled_cos" in drop:
                 ax_hid.plot(dx, drop["drop_pooled_cos"], ":", color=c, alpha=0.8,
                             label=f"{res['checkpoint']['name']}: mean-pooled embedding")
@@ -61,10 +60,10 @@ def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str 
     ax_norm.set_title("stream norm after each block")
     ax_norm.set_ylabel("token norm ||x_l||")
     ax_ang.set_title("angular distance between consecutive blocks")
-    ax_ang.set_ylabel("arccos(cos(x_l, x_{l+1})) / pi")
+    ax_ang.set_ylabel("arccos(cos(x_l, x_{l+1})) (fraction of pi)")
     ax_ang.set_ylim(bottom=0)
     ax_loss.set_title("layer drop: loss increase when the block is skipped")
-    ax_loss.set_ylabel("loss increase (nats)")
+    ax_loss.set_ylabel("skipped - original (nats)")
     ax_loss.set_yscale("symlog", linthresh=0.1)
     for name in no_head:
         ax_loss.plot([], [], " ", label=f"{name}: no LM head in the checkpoint (see right)")
@@ -80,7 +79,13 @@ def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str 
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    names = "; ".join(_label(r) for r in results)
+    caption = ("Real checkpoints side by side against relative depth (l+1)/L: the stream norm "
+               "after each block (log scale; solid: mean token, dashed: median token, the "
+               "marker at depth 0 is the embedding output), the angular distance between "
+               "consecutive blocks, the loss increase in nats when each block is skipped "
+               "(models with an LM head) and the change of the final hidden state when it is "
+               f"skipped. One forward pass per model on the same text: no seeds, no band. "
+               f"Models: {names}.")
+    alt = f"Four line charts comparing {names} block by block."
+    return save_figure(fig, path, alt=alt, caption=caption)

@@ -1,6 +1,8 @@
-"""PNG figures of the probes (matplotlib, Agg backend: no display needed).
+"""Figures of the probes, in the placement styles of `normlab.plotting` (matplotlib's Agg canvas, no
+pyplot; the format follows the file suffix, .svg or .png).
 
-    block_<metric>.png   metric against block index, one line per placement, one panel per depth
+    block_<metric>.png   metric against block index, one line per placement (mean over seeds,
+                         min-max band), one panel per depth
     depth_<metric>.png   metric against depth on log-log axes: one point per seed, the fitted
                          line per placement, slopes with 95% intervals in the legend
     update_size.png      output change against optimizer step (when the update probe ran)
@@ -11,107 +13,154 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter  # noqa: E402
+from normlab.plotting import (
+    SAME_TEXT,
+    mean_band,
+    new_figure,
+    per_seed,
+    placement_order,
+    save_figure,
+    seeds_text,
+    style,
+    styles_for,
+)
 
+# What each metric is, as an axis label with its unit (losses and KL divergences in nats: the
+# models are byte-level, so a loss is nats per byte).
 LABELS = {
-    "norm": "mean token norm of the stream after the block",
-    "norm_attn": "stream norm after the attention sublayer",
-    "rel_update": "relative update ||x_{l+1}-x_l|| / ||x_l||",
+    "norm": "mean token norm ||x_l|| after the block",
+    "norm_attn": "mean token norm after the attention sublayer",
+    "rel_update": "relative update ||x_{l+1} - x_l|| / ||x_l||",
     "cos_prev": "cos(x_l, x_{l+1})",
-    "ang_prev": "angular distance to the previous block",
+    "ang_prev": "angular distance to the previous block (fraction of pi)",
     "cos_last": "cos(x_{l+1}, x_L)",
-    "ang_last": "angular distance to the last block",
-    "branch_attn": "attention branch / stream norm",
-    "branch_mlp": "MLP branch / stream norm",
+    "ang_last": "angular distance to the last block (fraction of pi)",
+    "branch_attn": "attention branch norm / stream norm",
+    "branch_mlp": "MLP branch norm / stream norm",
     "dual_norm": "ResiDual second-stream norm",
     "attn_grad": "attention weights gradient norm",
     "mlp_grad": "MLP weights gradient norm",
     "stream_grad": "stream gradient norm",
-    "merge_dloss": "merge test: loss change (block t+1 on block t's input)",
-    "merge_kl": "merge test: KL(original || merged)",
-    "drop_dloss": "layer drop: loss increase",
-    "drop_kl": "layer drop: KL(original || dropped)",
-    "lens_normed": "logit lens loss, through a norm",
-    "lens_raw": "logit lens loss, no norm",
-    "last_fc_out_grad": "last MLP output weight gradient norm (Xiong Thm 1)",
+    "merge_dloss": "loss change when merged (nats)",
+    "merge_kl": "KL(original || merged) (nats)",
+    "drop_dloss": "loss increase when skipped (nats)",
+    "drop_kl": "KL(original || block skipped) (nats)",
+    "lens_normed": "logit-lens loss through a norm (nats/byte)",
+    "lens_raw": "logit-lens loss without a norm (nats/byte)",
+    "last_fc_out_grad": "gradient norm of the last MLP output weight",
     "last_norm": "stream norm after the last block",
     "total_grad": "total gradient norm",
     "perturb_change": "output change under weight perturbation",
-    "effective_depth": "effective depth (participation ratio, loss)",
-    "effective_depth_kl": "effective depth (participation ratio, KL)",
+    "effective_depth": "effective depth (participation ratio of loss increases, blocks)",
+    "effective_depth_kl": "effective depth (participation ratio of KLs, blocks)",
     "update_size_final": "output change after the update steps",
+}
+# What each per-block metric measures, for captions.
+WHAT = {
+    "norm": "The mean token norm of the residual stream after each block",
+    "ang_prev": "The angular distance between the streams of consecutive blocks",
+    "mlp_grad": "The gradient norm of each block's MLP weights",
+    "attn_grad": "The gradient norm of each block's attention weights",
+    "merge_kl": "Merge test: the KL divergence of the output distribution when block t+1 runs "
+                "on block t's input instead of its own",
+    "merge_dloss": "Merge test: the loss change when block t+1 runs on block t's input",
+    "drop_dloss": "Layer drop: the loss increase when each block is skipped",
+    "drop_kl": "Layer drop: the KL divergence of the output distribution when each block is "
+               "skipped",
+    "lens_raw": "Logit lens: the loss of the LM head read at each block's stream, without a norm",
+    "lens_normed": "Logit lens: the loss of the LM head read at each block's stream through the "
+                   "final norm",
 }
 LOG_Y = {"norm", "norm_attn", "rel_update", "branch_attn", "branch_mlp", "dual_norm",
          "attn_grad", "mlp_grad", "stream_grad", "merge_kl", "drop_kl"}
 
 
-def _positive(values: Sequence[float]) -> bool:
-    return all(v is not None and math.isfinite(v) and v > 0 for v in values)
+def label(metric: str) -> str:
+    return LABELS.get(metric, metric.replace("_", " "))
 
 
-def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[float]]]],
+def _positive(series: Sequence[Any]) -> bool:
+    flat = [v for s in series for v in (s if isinstance(s, list | tuple) else [s])]
+    return all(isinstance(v, int | float) and math.isfinite(v) and v > 0 for v in flat)
+
+
+def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]]],
                    metric: str, path: Path) -> Path | None:
-    """`curves[placement][depth][metric]` -> one panel per depth, one line per placement."""
-    depths = sorted({int(L) for by_L in curves.values() for L in by_L
-                     if metric in by_L[L]})
+    """`curves[placement][depth][metric]` -> one panel per depth, one line per placement. A
+    value is one list (a single seed, or a mean computed elsewhere) or a list of per-seed lists,
+    drawn as their mean with a min-max band."""
+    depths = sorted({int(L) for by_L in curves.values() for L in by_L if metric in by_L[L]})
     if not depths:
         return None
-    fig, axes = plt.subplots(1, len(depths), figsize=(4.2 * len(depths) + 0.8, 3.6),
-                             squeeze=False)
-    for ax, L in zip(axes[0], depths, strict=True):
+    placements = sorted(curves, key=placement_order)
+    fig = new_figure(4.4 * len(depths) + 1.0, 3.7)
+    axes = fig.subplots(1, len(depths), squeeze=False)[0]
+    counts: list[int] = []
+    same = False
+    for ax, L in zip(axes, depths, strict=True):
         log = metric in LOG_Y
-        for placement, by_L in curves.items():
-            ys = by_L.get(str(L), {}).get(metric)
+        drawn: dict[str, list[float]] = {}
+        for k, placement in enumerate(placements):
+            ys = curves[placement].get(str(L), {}).get(metric)
             if not ys:
                 continue
-            xs = list(range(1, len(ys) + 1))
             log = log and _positive(ys)
-            ax.plot(xs, ys, marker="." if len(ys) <= 48 else None, label=placement)
+            n = max(len(s) for s in per_seed(ys))
+            counts.append(mean_band(ax, range(1, n + 1), ys, style(placement), placement,
+                                    order=k, drawn=drawn))
+        same = same or any("(=" in t.get_label() for t in ax.get_lines())
         if log:
             ax.set_yscale("log")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("block index l" + (" (pair t, t+1)" if metric.startswith("merge") else ""))
-        ax.set_title(f"L = {L}", fontsize=10)
+        ax.set_xlabel("block t (pair t, t+1)" if metric.startswith("merge") else "block l")
+        ax.set_title(f"L = {L} blocks", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(LABELS.get(metric, metric), fontsize=8)
-    axes[0][-1].legend(fontsize=8)
-    fig.suptitle(LABELS.get(metric, metric), fontsize=10)
+    axes[0].set_ylabel(label(metric), fontsize=8.5)
+    for ax in axes:
+        ax.legend(title="placement", fontsize=8, title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    what = WHAT.get(metric, label(metric)[:1].upper() + label(metric)[1:])
+    depth_text = ", ".join(str(L) for L in depths)
+    caption = (f"{what}, in models of {depth_text} blocks ({'log' if log else 'linear'} scale), "
+               f"one line per placement ({', '.join(placements)}); {seeds_text(counts)}"
+               + (f"; {SAME_TEXT}." if same else "."))
+    alt = (f"Line chart, one panel per depth ({depth_text} blocks): {label(metric)} against "
+           f"block index for {', '.join(placements)}.")
+    return save_figure(fig, path, alt=alt, caption=caption)
 
 
 def plot_vs_depth(runs: Sequence[Mapping], fits: Mapping[str, Mapping[str, Mapping]],
                   metric: str, path: Path) -> Path | None:
     """Per-seed points and the fitted power law per placement, log-log axes."""
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
-    drawn = False
-    for i, placement in enumerate(dict.fromkeys(r["placement"] for r in runs)):
+    fig = new_figure(5.8, 4.2)
+    ax = fig.subplots()
+    drawn = []
+    placements = sorted(dict.fromkeys(r["placement"] for r in runs), key=placement_order)
+    for k, placement in enumerate(placements):
         pts = [(r["n_blocks"], r["result"]["summary"].get(metric)) for r in runs
                if r["placement"] == placement]
-        pts = [(x, y) for x, y in pts if isinstance(y, (int, float)) and math.isfinite(y) and y > 0]
+        pts = [(x, y) for x, y in pts if isinstance(y, int | float) and math.isfinite(y) and y > 0]
         if not pts:
             continue
-        color = f"C{i}"
-        ax.scatter([x for x, _ in pts], [y for _, y in pts], color=color, s=14, alpha=0.7)
+        st = style(placement)
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], color=st.color, marker=st.marker,
+                   s=22, alpha=0.75, zorder=3 + k)
         fit = fits.get(placement, {}).get(metric)
-        label = placement
-        if fit and math.isfinite(fit.get("slope", math.nan)):
+        text = placement
+        if fit and math.isfinite(fit.get("slope") or math.nan):
             xs = sorted({x for x, _ in pts})
             ax.plot(xs, [math.exp(fit["intercept"]) * x ** fit["slope"] for x in xs],
-                    color=color)
+                    color=st.color, linestyle=st.linestyle, linewidth=max(1.0, 2.2 - 0.4 * k),
+                    zorder=3 + k)
             lo, hi = fit["ci95_t"]
-            label = f"{placement}: slope {fit['slope']:.2f} [{lo:.2f}, {hi:.2f}]"
-        ax.plot([], [], color=color, label=label)
-        drawn = True
+            text = f"{placement}: slope {fit['slope']:.2f} [{lo:.2f}, {hi:.2f}]"
+        ax.plot([], [], label=text, **st.line())
+        drawn.append(placement)
     if not drawn:
-        plt.close(fig)
         return None
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -120,53 +169,77 @@ def plot_vs_depth(runs: Sequence[Mapping], fits: Mapping[str, Mapping[str, Mappi
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("depth L (blocks)")
-    ax.set_ylabel(LABELS.get(metric, metric), fontsize=8)
-    ax.set_title(f"{LABELS.get(metric, metric)}\nat init, fitted log-log slope (95% t-interval)",
-                 fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_ylabel(label(metric), fontsize=8.5)
+    ax.legend(fontsize=8, title="placement: fitted slope [95% t-interval]", title_fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    n_seeds = len({r.get("seed") for r in runs})
+    caption = (f"{label(metric)[:1].upper() + label(metric)[1:]} at initialization against "
+               f"depth ({', '.join(map(str, depths))} blocks) on log-log axes: one marker per "
+               f"model and seed ({n_seeds} seed(s)), the fitted power law per placement as a "
+               "line; the legend gives each fitted slope with its 95% t-interval.")
+    alt = (f"Log-log scatter plot with fitted lines: {label(metric)} against depth for "
+           f"{', '.join(drawn)}.")
+    return save_figure(fig, path, alt=alt, caption=caption)
 
 
-def plot_update(series: Mapping[str, Sequence[float]], path: Path) -> Path | None:
-    """`series[label]` = update sizes per step -> one line per model."""
+def plot_update(series: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
+    """`series[label]` = update sizes per step (one list, or per-seed lists drawn as their mean
+    with a min-max band) -> one line per label, in the style of the placement it names."""
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    for label, ys in series.items():
-        ax.plot(range(len(ys)), ys, label=label)
+    fig = new_figure(5.8, 4.0)
+    ax = fig.subplots()
+    labels = sorted(series, key=placement_order)
+    styles = styles_for(labels)
+    counts: list[int] = []
+    drawn: dict[str, list[float]] = {}
+    for k, name in enumerate(labels):
+        ys = series[name]
+        n = max(len(s) for s in per_seed(ys))
+        counts.append(mean_band(ax, range(n), ys, styles[name], name, order=k, drawn=drawn))
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("mean token ||f(x; theta_t) - f(x; theta_0)||", fontsize=8)
-    ax.set_title("update size (DeepNet)", fontsize=10)
+    ax.set_ylabel("mean token ||f(x; theta_t) - f(x; theta_0)||", fontsize=8.5)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    caption = ("How far the model's output moves from its initial output over the first "
+               f"optimizer steps (DeepNet's model update), one line per setting; "
+               f"{seeds_text(counts)}.")
+    alt = f"Line chart: output change against optimizer step for {', '.join(labels)}."
+    return save_figure(fig, path, alt=alt, caption=caption)
+
+
+def per_seed_block_curves(runs: Sequence[Mapping]) -> dict[str, dict[str, dict[str, list]]]:
+    """`{placement: {depth: {metric: [per-seed list, ...]}}}` from a list of probe runs."""
+    out: dict[str, dict[str, dict[str, list]]] = {}
+    for r in runs:
+        by_metric = out.setdefault(r["placement"], {}).setdefault(str(r["n_blocks"]), {})
+        for metric, values in r["result"].get("per_block", {}).items():
+            by_metric.setdefault(metric, []).append(values)
+    return out
 
 
 def write_figures(runs: Sequence[Mapping], out: Path,
                   fits: Mapping[str, Mapping[str, Mapping]] | None = None,
-                  per_block_mean: Mapping | None = None) -> list[Path]:
-    """All figures for a list of runs (`{"placement", "n_blocks", "seed", "result"}`)."""
+                  per_block_mean: Mapping | None = None, suffix: str = ".png") -> list[Path]:
+    """All figures for a list of runs (`{"placement", "n_blocks", "seed", "result"}`). Per-block
+    lines are the mean over the runs' seeds with a min-max band; `per_block_mean` is drawn only
+    when the runs carry no per-block values."""
     out.mkdir(parents=True, exist_ok=True)
-    if per_block_mean is None:
-        per_block_mean = {}
-        for r in runs:
-            per_block_mean.setdefault(r["placement"], {})[str(r["n_blocks"])] = \
-                r["result"]["per_block"]
-    metrics = list(dict.fromkeys(k for by_L in per_block_mean.values() for pb in by_L.values()
+    curves = per_seed_block_curves(runs)
+    if not any(curves.values()) and per_block_mean:
+        curves = dict(per_block_mean)
+    metrics = list(dict.fromkeys(k for by_L in curves.values() for pb in by_L.values()
                                  for k in pb))
-    written = [plot_per_block(per_block_mean, m, out / f"block_{m}.png") for m in metrics]
+    written = [plot_per_block(curves, m, out / f"block_{m}{suffix}") for m in metrics]
     if fits and len({r["n_blocks"] for r in runs}) >= 2:
         for metric in dict.fromkeys(m for f in fits.values() for m in f):
-            written.append(plot_vs_depth(runs, fits, metric, out / f"depth_{metric}.png"))
-    series = {f"{r['placement']} L={r['n_blocks']} seed={r['seed']}":
-              r["result"]["series"]["update_size"] for r in runs
-              if "update_size" in r["result"].get("series", {})}
-    written.append(plot_update(series, out / "update_size.png"))
+            written.append(plot_vs_depth(runs, fits, metric, out / f"depth_{metric}{suffix}"))
+    series: dict[str, list] = {}
+    for r in runs:
+        if "update_size" in r["result"].get("series", {}):
+            series.setdefault(f"{r['placement']} L={r['n_blocks']}", []).append(
+                r["result"]["series"]["update_size"])
+    written.append(plot_update(series, out / f"update_size{suffix}"))
     return [p for p in written if p is not None]

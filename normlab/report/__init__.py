@@ -4,6 +4,7 @@
     render("runs", out="r.html")   # runs table, loss curves by placement, stability maps
 """
 
-from normlab.report.html import ReportError, build_html, render
+from normlab.report.html import build_html, render
+from normlab.report.study import ReportError
 
 __all__ = ["ReportError", "build_html", "render"]

@@ -1,15 +1,12 @@
-"""PNG figures for the report, drawn on matplotlib's Agg canvas directly (no pyplot, so importing
-or calling this module never changes the caller's backend or global figure state).
+"""Figures of a runs report, drawn as SVG in the styles of `normlab.plotting`:
 
-    loss_curves_png(runs)      train and val loss of many runs, one colour per placement
-    sweep_map_pngs(root)       the sweep package's stability map (+ per-cell curves), if present
-    png_data_uri(data)         `data:image/png;base64,...` for embedding in the HTML
+    loss_curves_svg(groups)    train and val loss, one line per group of runs (mean over its
+                               seeds, min-max band), one colour per placement
+    sweep_map_svgs(root)       the sweep package's stability map and per-cell curves, if present
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import math
 import tempfile
 from collections.abc import Sequence
@@ -17,46 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normlab.config import PLACEMENTS
+from normlab.plotting import (
+    figure_bytes,
+    mean_band,
+    new_figure,
+    placement_order,
+    seeds_text,
+    styles_for,
+)
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # A byte-level LM starts near ln(256) = 5.55; a diverged curve is clipped a little above that.
 _LOSS_CEILING = math.log(256) + 1.0
-_DPI = 100
-
-
-def is_png(data: bytes) -> bool:
-    return data[:8] == PNG_MAGIC
-
-
-def png_data_uri(data: bytes) -> str:
-    if not is_png(data):
-        raise ValueError("not a PNG image")
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
-def new_figure(width: float, height: float, dpi: int = _DPI):
-    """A Figure bound to an Agg canvas (no pyplot)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=dpi)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def figure_png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI)
-    return buf.getvalue()
 
 
 @dataclass
 class Curve:
     """One run's loss curves, as (step, value) pairs with finite values only."""
 
-    label: str                 # the run's name in the legend/table
-    group: str                 # runs of one group share a colour (the placement)
+    label: str                 # the run's name
+    group: str                 # runs of one group (its seeds) share a line: "pre, lr 0.004"
     train: list[tuple[int, float]] = field(default_factory=list)
     val: list[tuple[int, float]] = field(default_factory=list)
     diverged: bool = False
@@ -77,59 +53,57 @@ def curve_from_metrics(label: str, group: str, metrics: Sequence[dict[str, Any]]
                  diverged=diverged)
 
 
-def _placement_order(name: str) -> tuple[int, str]:
-    """Placements in the order of `normlab.config.PLACEMENTS` (post before pre), whatever order
-    the runs were found in; unknown groups after them, by name."""
-    return (PLACEMENTS.index(name), "") if name in PLACEMENTS else (len(PLACEMENTS), name)
-
-
-def loss_curves_png(curves: Sequence[Curve], title: str = "") -> bytes | None:
-    """Two panels (train loss, val loss); every run a line, coloured by its group so that runs of
-    one placement overlay each other; an x marks the last point of a diverged run. None when no
-    run has a single finite point."""
+def loss_curves_svg(curves: Sequence[Curve]) -> bytes | None:
+    """Two panels (train loss, val loss); one line per group: the mean over its runs (seeds)
+    with a min-max band; an x marks the last point of a diverged run. None when no run has a
+    single finite point."""
     if not any(c.train or c.val for c in curves):
         return None
-    groups = sorted(dict.fromkeys(c.group for c in curves), key=_placement_order)
-    colors = {g: f"C{i % 10}" for i, g in enumerate(groups)}
-    fig = new_figure(10.0, 3.8)
+
+    groups = sorted(dict.fromkeys(c.group for c in curves), key=placement_order)
+    styles = styles_for(groups)
+    fig = new_figure(10.0, 4.0)
     axes = fig.subplots(1, 2, sharey=True)
     values: list[float] = []
-    for ax, key, name in ((axes[0], "train", "train loss"), (axes[1], "val", "val loss")):
-        per_group = {g: 0 for g in groups}
-        for c in curves:
-            pts = getattr(c, key)
-            if not pts:
+    counts: list[int] = []
+    for ax, key, name in ((axes[0], "train", "training loss"),
+                          (axes[1], "val", "validation loss")):
+        drawn: dict[str, list[float]] = {}
+        for k, g in enumerate(groups):
+            runs = [dict(getattr(c, key)) for c in curves if c.group == g and getattr(c, key)]
+            if not runs:
                 continue
-            steps, ys = zip(*pts, strict=True)
-            values.extend(ys)
-            n = per_group[c.group]
-            per_group[c.group] += 1
-            ax.plot(steps, ys, color=colors[c.group], linewidth=1.1,
-                    alpha=0.9 if n == 0 else 0.55, marker="o" if len(pts) < 4 else None,
-                    markersize=3,
-                    label=c.group if n == 0 else None)
-            if c.diverged:
-                ax.plot(steps[-1], ys[-1], "x", color=colors[c.group], markersize=8,
-                        markeredgewidth=2)
+            steps = sorted({s for r in runs for s in r})
+            series = [[r.get(s, math.nan) for s in steps] for r in runs]
+            values.extend(v for r in runs for v in r.values())
+            n = mean_band(ax, steps, series, styles[g], g, order=k, drawn=drawn)
+            if key == "train":
+                counts.append(n)
+            for c in curves:
+                pts = getattr(c, key)
+                if c.group == g and c.diverged and pts:
+                    ax.plot(*pts[-1], "x", color=styles[g].color, markersize=9,
+                            markeredgewidth=2, zorder=20)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(title="placement", fontsize=8, title_fontsize=8)
     axes[0].set_ylabel("loss (nats/byte)")
+    axes[1].legend(fontsize=8)
     lo, hi = min(values), max(values)
-    if hi > _LOSS_CEILING and lo < _LOSS_CEILING:
+    if hi > _LOSS_CEILING > lo:
         hi = _LOSS_CEILING
     pad = max(0.05, 0.05 * (hi - lo))
     axes[0].set_ylim(lo - pad, hi + pad)
-    if title:
-        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return figure_png(fig)
+    caption = (f"Training loss (left) and validation loss (right) against step, one line per "
+               f"configuration ({'; '.join(groups)}), in the colour and marker of its placement; "
+               f"{seeds_text(counts)}; x: the last finite loss of a run that diverged.")
+    alt = f"Two line charts of loss in nats/byte against step for {'; '.join(groups)}."
+    return figure_bytes(fig, "svg", alt=alt, caption=caption)
 
 
-def _map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
-              ) -> tuple[str, str, str | None]:
+def map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
+             ) -> tuple[str, str, str | None]:
     """x, y and panel for a sweep's map: warmup x lr by placement when the sweep varies those,
     otherwise its first varying axes (seeds are pooled, never an axis of the map)."""
     from normlab.sweep.summarize import varying_paths
@@ -149,10 +123,10 @@ def _map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
     return "train.warmup", "train.lr", panel
 
 
-def sweep_map_pngs(root: Path) -> tuple[list[tuple[str, bytes]], str | None]:
-    """The stability map and per-cell loss curves of the sweep at `root`, drawn by
+def sweep_map_svgs(root: Path) -> tuple[list[bytes], str | None]:
+    """The stability map and per-cell loss curves of the sweep at `root` as SVG, drawn by
     `normlab.sweep.maps` (written to a temporary folder, never into the sweep). Returns
-    ([(caption, png)], note): the note says why there is no map, if there is none."""
+    ([svg], note): the note says why there is no map, if there is none."""
     try:
         from normlab.sweep.maps import loss_curves, stability_map
         from normlab.sweep.state import read_sweep_file
@@ -161,16 +135,10 @@ def sweep_map_pngs(root: Path) -> tuple[list[tuple[str, bytes]], str | None]:
         return [], f"stability map unavailable: normlab.sweep cannot be imported ({e})"
     try:
         table = collect(root)
-        x, y, panel = _map_axes(read_sweep_file(root), table.configs)
-        out: list[tuple[str, bytes]] = []
+        x, y, panel = map_axes(read_sweep_file(root), table.configs)
         with tempfile.TemporaryDirectory(prefix="normlab-report-") as tmp:
-            info = stability_map(table, Path(tmp) / "map.png", x=x, y=y, panel=panel)
-            out.append((f"stability map: {y} (rows) x {x} (columns)"
-                        + (f", one panel per {panel}" if panel else ""),
-                        info.path.read_bytes()))
-            curves = loss_curves(table, Path(tmp) / "curves.png", x=x, y=y, panel=panel)
-            out.append(("training loss of every run, one plot per map cell",
-                        curves.path.read_bytes()))
-        return out, None
+            m = stability_map(table, Path(tmp) / "map.svg", x=x, y=y, panel=panel)
+            c = loss_curves(table, Path(tmp) / "curves.svg", x=x, y=y, panel=panel)
+            return [m.path.read_bytes(), c.path.read_bytes()], None
     except Exception as e:  # a map is a bonus: its failure must not cost the whole report
         return [], f"stability map unavailable: {type(e).__name__}: {e}"

@@ -10,7 +10,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from normlab.probe.figures import plot_per_block, plot_update, plot_vs_depth
+from normlab.probe.figures import (
+    per_seed_block_curves,
+    plot_per_block,
+    plot_update,
+    plot_vs_depth,
+)
 from normlab.probe.fits import loglog_fit, mean_ci
 from normlab.study.experiments import StudyContext
 from normlab.study.figures import plot_bars, plot_curves
@@ -81,9 +86,9 @@ def _rel(ctx: StudyContext, path) -> list[str]:
 def _init_block_figure(ctx: StudyContext, metric: str, placements: Sequence[str], name: str
                        ) -> list[str]:
     sweep = ctx.init_sweep()
-    curves = {p: sweep[p]["per_block_mean"][p] for p in placements}
-    deepest = str(max(ctx.profile.init_depths))
-    curves = {p: {deepest: c[deepest]} for p, c in curves.items() if deepest in c}
+    deepest = max(ctx.profile.init_depths)
+    curves = per_seed_block_curves([r for p in placements for r in sweep[p]["runs"]
+                                    if r["n_blocks"] == deepest])
     return _rel(ctx, plot_per_block(curves, metric, ctx.fig_dir / name))
 
 
@@ -157,7 +162,7 @@ def c1(ctx: StudyContext) -> ClaimResult:
         {"increment_per_block_over_d": {"pre": mean_ci(per_block_increment),
                                         "xiong_band_for_his_block": [0.5, 1.5]},
          "growth_exponent_trained": trained_exp},
-        _init_block_figure(ctx, "norm", ("pre", "post", "admin", "deepnorm"), "c1_norm.png"),
+        _init_block_figure(ctx, "norm", ("pre", "post", "admin", "deepnorm"), "c1_norm.svg"),
         caveat=SCALE + " normlab's block (attention plus a 4d GELU MLP) is not the lemma's "
                        "(a width-d ReLU FFN), so the per-block increment is reported, not "
                        "tested against the lemma's 0.5d-1.5d; its linear growth is.")
@@ -183,7 +188,7 @@ def c4(ctx: StudyContext) -> ClaimResult:
         "seed; tolerance +-0.15 around each predicted slope.",
         predictions, "Xiong Theorem 1: post flat in L, pre falls like 1/sqrt(L).",
         {"slopes": _fits(ctx, "last_fc_out_grad", ("pre", "post", "admin", "deepnorm"))},
-        _init_depth_figure(ctx, "last_fc_out_grad", ("pre", "post"), "c4_last_grad.png"))
+        _init_depth_figure(ctx, "last_fc_out_grad", ("pre", "post"), "c4_last_grad.svg"))
 
 
 def _grad_trend(result: dict[str, Any]) -> float:
@@ -221,7 +226,7 @@ def c5(ctx: StudyContext) -> ClaimResult:
         predictions, "Xiong Fig. 3 (6-layer, at init): post's gradient norm rises toward the "
         "top layers; pre's stays about level.",
         {"trend": {"pre": mean_ci(t_pre), "post": mean_ci(t_post)}},
-        _init_block_figure(ctx, "mlp_grad", ("pre", "post"), "c5_block_grads.png"))
+        _init_block_figure(ctx, "mlp_grad", ("pre", "post"), "c5_block_grads.svg"))
 
 
 def c7(ctx: StudyContext) -> ClaimResult:
@@ -250,7 +255,7 @@ def c7(ctx: StudyContext) -> ClaimResult:
     mean_series = {label: [sum(col) / len(col) for col in zip(*runs, strict=True)]
                    for label, runs in series.items()}
     saturated = max(mean_series["post, no warmup"]) > 0.5 * init_dist["mean"]
-    fig = plot_update(mean_series, ctx.fig_dir / "c7_update_size.png")
+    fig = plot_update(series, ctx.fig_dir / "c7_update_size.svg")
     return make_claim(
         "C7", "DeepNet: Post-LN's early model update explodes without warmup",
         "Post-LN without warmup makes a large change of the model output in the first steps, "
@@ -294,7 +299,7 @@ def c8(ctx: StudyContext) -> ClaimResult:
         "pre's grows slowly, Admin's stays flat.",
         {"slopes": _fits(ctx, "perturb_change", ("pre", "post", "admin", "deepnorm"))},
         _init_depth_figure(ctx, "perturb_change", ("pre", "post", "admin"),
-                           "c8_perturbation.png"))
+                           "c8_perturbation.svg"))
 
 
 # -- claims on trained models --------------------------------------------------------------------
@@ -330,9 +335,10 @@ def c6(ctx: StudyContext) -> ClaimResult:
                           0.1),
     ]
     curves = {f"{pl}, {'warmup ' + str(p.warmup) if w else 'no warmup'}":
-              (with_w if w else without)[pl][0]["run_id"] for pl in tuned for w in (1, 0)}
-    fig = plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6_warmup_curves.png",
-                      title="each placement at its tuned lr, seed 0")
+              [r["run_id"] for r in (with_w if w else without)[pl]]
+              for pl in tuned for w in (1, 0)}
+    fig = plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6_warmup_curves.svg",
+                      title="each placement at its tuned lr, all seeds")
     return make_claim(
         "C6", "Post-LN needs learning-rate warmup; Pre-LN does not",
         "Trained with Adam at a high learning rate, Post-LN without warmup fails or ends much "
@@ -379,7 +385,7 @@ def c9(ctx: StudyContext) -> ClaimResult:
                                     "post, GPT-2 scaled": mean_ci(_val(post_g))}
     bars = {f"{pl} lr {lr}": mean_ci(_val(rs)) for pl, t in tuned.items()
             for lr, rs in t["records"].items() if not any(r["failed"] for r in rs)}
-    fig = plot_bars(bars, ctx.fig_dir / "c9_val_loss.png", ylabel="final validation loss (nats)",
+    fig = plot_bars(bars, ctx.fig_dir / "c9_val_loss.svg", ylabel="final validation loss (nats)",
                     title=f"{p.train_blocks} blocks, warmup {p.warmup}, {p.seeds} seeds")
     return make_claim(
         "C9", "Post-LN ends better when it trains (shallow models)",
@@ -405,7 +411,7 @@ def c11(ctx: StudyContext) -> ClaimResult:
         "GPT-2 / Xiong: pre needs the final norm", diff, ">", 0.0, 0.05)]
     bars = {"with final norm": mean_ci(_val(on["best"])),
             "without final norm": mean_ci(_val(off["best"]))}
-    fig = plot_bars(bars, ctx.fig_dir / "c11_final_norm.png",
+    fig = plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
                     ylabel="final validation loss (nats)",
                     title=f"pre, each at its tuned lr, {p.seeds} seeds")
     return make_claim(
@@ -422,10 +428,10 @@ def c11(ctx: StudyContext) -> ClaimResult:
 
 def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]
                       ) -> dict[str, Any]:
-    """Per-block curves of the trained probes averaged over seeds, shaped for plot_per_block."""
+    """Per-block curves of the trained probes, one list per seed, shaped for plot_per_block
+    (drawn as the mean over seeds with a min-max band)."""
     return {p: {str(ctx.profile.train_blocks): {
-        m: [sum(c) / len(c) for c in zip(*[s["per_block"][m] for s in tp[p]["seeds"]],
-                                         strict=True)] for m in metrics}}
+        m: [s["per_block"][m] for s in tp[p]["seeds"]] for m in metrics}}
         for p in ("pre", "post")}
 
 
@@ -499,7 +505,7 @@ def c2(ctx: StudyContext) -> ClaimResult:
         "deep consecutive layers falls below 0.2 (DeepSeek-7B after layer 18).",
         {"late_angle_trained": {p: mean_ci(v) for p, v in late.items()},
          "late_angle_init": init, "matched_pair": tp["pair"]},
-        _rel(ctx, plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.png")),
+        _rel(ctx, plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.svg")),
         note=_pair_note(tp["pair"]))
 
 
@@ -520,8 +526,8 @@ def c3(ctx: StudyContext) -> ClaimResult:
         "seed argument: merging deep consecutive blocks changes pre little, post much",
         values, ">", 0.0, math.log(2))]
     curves = _seed_mean_curves(ctx, tp, ("merge_kl", "drop_dloss"))
-    figs = _rel(ctx, plot_per_block(curves, "merge_kl", ctx.fig_dir / "c3_merge.png"))
-    figs += _rel(ctx, plot_per_block(curves, "drop_dloss", ctx.fig_dir / "c3_drop.png"))
+    figs = _rel(ctx, plot_per_block(curves, "merge_kl", ctx.fig_dir / "c3_merge.svg"))
+    figs += _rel(ctx, plot_per_block(curves, "drop_dloss", ctx.fig_dir / "c3_drop.svg"))
     return make_claim(
         "C3", title,
         "Running block t+1 on block t's input (merge test) or skipping block t changes a "
@@ -558,8 +564,8 @@ def c13(ctx: StudyContext) -> ClaimResult:
         "seed guidance: without a norm at the extraction point the lens is much worse",
         gaps["pre"], ">", 0.1, 0.1)]
     curves = _seed_mean_curves(ctx, tp, ("lens_raw", "lens_normed"))
-    figs = _rel(ctx, plot_per_block(curves, "lens_raw", ctx.fig_dir / "c13_lens_raw.png"))
-    figs += _rel(ctx, plot_per_block(curves, "lens_normed", ctx.fig_dir / "c13_lens_normed.png"))
+    figs = _rel(ctx, plot_per_block(curves, "lens_raw", ctx.fig_dir / "c13_lens_raw.svg"))
+    figs += _rel(ctx, plot_per_block(curves, "lens_normed", ctx.fig_dir / "c13_lens_normed.svg"))
     return make_claim(
         "C13", title,
         "Post-LN's block outputs are normalized already; Pre-LN's are not, so a head read at an "

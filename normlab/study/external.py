@@ -39,7 +39,7 @@ def c10(ctx: StudyContext) -> ClaimResult:
     bars = {f"{pl} fine-tuned": mean_ci(v) for pl, v in acc.items()}
     bars["char-trigram naive Bayes"] = {"mean": baseline["test_accuracy"], "ci95": [
         baseline["test_accuracy"], baseline["test_accuracy"]]}
-    fig = plot_bars(bars, ctx.fig_dir / "c10_transfer.png", ylabel="genre test accuracy",
+    fig = plot_bars(bars, ctx.fig_dir / "c10_transfer.svg", ylabel="genre test accuracy",
                     title=f"{passage}-byte passages, chance {baseline['chance']:.2f}")
     return _claim(
         "C10", "Post-LN transfers better after fine-tuning",
@@ -87,7 +87,7 @@ def c12(ctx: StudyContext) -> ClaimResult:
     name = "mean drop cost, deeper half: MiniLM (post) - SmolLM2 (pre)"
     verdict = decide_interval(diff, low, high, ">", 0.0)
     fig = comparison_figure([results["minilm"], results["smollm2"]],
-                            ctx.fig_dir / "c12_real_models.png")
+                            ctx.fig_dir / "c12_real_models.svg")
     return ClaimResult(
         id="C12", title=title, statement=statement, source=source,
         method="Layer drop on real checkpoints with their own tokenizers, on Shakespeare "

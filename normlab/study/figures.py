@@ -1,74 +1,119 @@
-"""Study figures not covered by the probe figures: loss curves of runs and bar charts of
-means with 95% intervals (matplotlib, Agg)."""
+"""Study figures not covered by the probe figures: loss curves of runs (mean over seeds with a
+min-max band) and bar charts of means with 95% intervals, in the placement styles of
+`normlab.plotting` (Agg canvas, no pyplot; the format follows the file suffix, .svg or .png)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+from normlab.plotting import mean_band, new_figure, save_figure, seeds_text, styles_for
+from normlab.train.logging import read_metrics
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from normlab.train.logging import read_metrics  # noqa: E402
+LOSS_UNIT = "nats/byte"  # byte-level models: cross-entropy per byte
 
 
-def plot_curves(runs_root: Path, runs: Mapping[str, str], path: Path, title: str = ""
-                ) -> Path | None:
-    """Training loss (and validation points) of each `label -> run_id`."""
-    fig, ax = plt.subplots(figsize=(6.0, 4.0))
-    drawn = False
-    for i, (label, run_id) in enumerate(runs.items()):
-        rows = read_metrics(runs_root / run_id / "metrics.jsonl")
-        pts = [(r["step"], r["train_loss"]) for r in rows
-               if isinstance(r.get("train_loss"), float) and math.isfinite(r["train_loss"])]
-        if not pts:
+def _points(rows: Sequence[Mapping], key: str) -> dict[int, float]:
+    return {r["step"]: float(r[key]) for r in rows
+            if isinstance(r.get(key), int | float) and math.isfinite(r[key])
+            and isinstance(r.get("step"), int)}
+
+
+def _aligned(per_run: list[dict[int, float]]) -> tuple[list[int], list[list[float]]]:
+    """Steps logged by any run, and each run's values at those steps (NaN where it has none, e.g.
+    after it diverged)."""
+    steps = sorted({s for pts in per_run for s in pts})
+    return steps, [[pts.get(s, math.nan) for s in steps] for pts in per_run]
+
+
+def plot_curves(runs_root: Path, runs: Mapping[str, str | Sequence[str]], path: Path,
+                title: str = "") -> Path | None:
+    """Training loss of each `label -> run_id` (or `label -> [run_id per seed]`: the mean over
+    the seeds with a min-max band); validation points as hollow markers, an x where a run
+    diverged."""
+    fig = new_figure(6.4, 4.2)
+    ax = fig.subplots()
+    styles = styles_for(list(runs))
+    counts, drawn = [], []
+    on_axes: dict[str, list[float]] = {}
+    for k, (label, ids) in enumerate(runs.items()):
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        rows = [read_metrics(runs_root / run_id / "metrics.jsonl") for run_id in ids]
+        steps, train = _aligned([_points(r, "train_loss") for r in rows])
+        if not steps:
             continue
-        ax.plot([s for s, _ in pts], [v for _, v in pts], color=f"C{i}", label=label, lw=1.2)
-        val = [(r["step"], r["val_loss"]) for r in rows if isinstance(r.get("val_loss"), float)]
-        if val:
-            ax.scatter([s for s, _ in val], [v for _, v in val], color=f"C{i}", s=18, zorder=3)
-        diverged = [r for r in rows if r.get("diverged")]
-        if diverged:
-            ax.axvline(diverged[-1]["step"], color=f"C{i}", ls=":", lw=1)
-        drawn = True
+        st = styles[label]
+        counts.append(mean_band(ax, steps, train, st, label, order=k, drawn=on_axes))
+        vsteps, val = _aligned([_points(r, "val_loss") for r in rows])
+        if vsteps:
+            means = [sum(v) / len(v) for v in zip(*val, strict=True)]
+            ax.plot(vsteps, means, linestyle="none", marker=st.marker, markersize=7,
+                    markerfacecolor="white", markeredgecolor=st.color, zorder=10)
+        for r in rows:
+            div = [m for m in r if m.get("diverged")]
+            if div:
+                last = [m for m in r if isinstance(m.get("train_loss"), float)
+                        and math.isfinite(m["train_loss"])]
+                if last:
+                    ax.plot(last[-1]["step"], last[-1]["train_loss"], "x", color=st.color,
+                            markersize=9, markeredgewidth=2, zorder=11)
+        drawn.append(label)
     if not drawn:
-        plt.close(fig)
         return None
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/byte); dots: validation")
-    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(f"loss ({LOSS_UNIT})")
+    if title:
+        ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    caption = (f"Training loss against step{' (' + title + ')' if title else ''}, one line per "
+               f"setting ({'; '.join(drawn)}); {seeds_text(counts)}. Hollow markers: validation "
+               "loss at the evaluation steps (mean over the seeds); x: the last finite loss of a "
+               "run that diverged.")
+    alt = f"Line chart: training loss in {LOSS_UNIT} against step for {'; '.join(drawn)}."
+    return save_figure(fig, path, alt=alt, caption=caption)
+
+
+def _with_unit(ylabel: str) -> str:
+    return f"{ylabel} ({LOSS_UNIT})" if "loss" in ylabel and "(" not in ylabel else ylabel
 
 
 def plot_bars(values: Mapping[str, Mapping], path: Path, ylabel: str, title: str = ""
               ) -> Path | None:
-    """`label -> {"mean", "ci95": [lo, hi]}` as bars with interval whiskers."""
+    """`label -> {"mean", "ci95": [lo, hi], "n"}` as bars with 95% interval whiskers, coloured by
+    the placement each label names."""
     labels = [k for k, v in values.items() if math.isfinite(v.get("mean", math.nan))]
     if not labels:
         return None
     means = [values[k]["mean"] for k in labels]
-    err = [[max(0.0, m - (values[k]["ci95"][0] if math.isfinite(values[k]["ci95"][0]) else m))
-            for k, m in zip(labels, means, strict=True)],
-           [max(0.0, (values[k]["ci95"][1] if math.isfinite(values[k]["ci95"][1]) else m) - m)
-            for k, m in zip(labels, means, strict=True)]]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(labels) + 1.5), 3.8))
-    ax.bar(range(len(labels)), means, yerr=err, capsize=4,
-           color=[f"C{0 if 'pre' in k else 1}" for k in labels])
+
+    def bound(k: str, i: int, m: float) -> float:
+        ci = values[k].get("ci95") or [m, m]
+        return ci[i] if isinstance(ci[i], int | float) and math.isfinite(ci[i]) else m
+
+    err = [[max(0.0, m - bound(k, 0, m)) for k, m in zip(labels, means, strict=True)],
+           [max(0.0, bound(k, 1, m) - m) for k, m in zip(labels, means, strict=True)]]
+    styles = styles_for(labels)
+    fig = new_figure(max(4.2, 1.2 * len(labels) + 1.6), 3.9)
+    ax = fig.subplots()
+    for i, k in enumerate(labels):
+        st = styles[k]
+        ax.bar(i, means[i], yerr=[[err[0][i]], [err[1][i]]], capsize=4,
+               color="white" if st.hollow else st.color, edgecolor=st.color, linewidth=1.5,
+               hatch="//" if st.hollow else None)
     ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
     low = min(m - e for m, e in zip(means, err[0], strict=True))
     ax.set_ylim(bottom=max(0.0, low - 0.2 * (max(means) - low + 0.1)))
-    ax.set_ylabel(ylabel, fontsize=9)
-    ax.set_title(title, fontsize=10)
+    ax.set_ylabel(_with_unit(ylabel), fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ns = sorted({values[k].get("n") for k in labels if isinstance(values[k].get("n"), int)})
+    n_text = f" over {'/'.join(map(str, ns))} seeds" if ns else ""
+    caption = (f"{_with_unit(ylabel)[:1].upper() + _with_unit(ylabel)[1:]}: bar = mean{n_text}, "
+               f"whisker = 95% t-interval{'; ' + title if title else ''}.")
+    alt = f"Bar chart of {ylabel} for {'; '.join(labels)}."
+    return save_figure(fig, path, alt=alt, caption=caption)

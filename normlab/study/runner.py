@@ -18,7 +18,7 @@ import torch
 
 import normlab
 from normlab.config import ConfigError
-from normlab.machine import cpu_model
+from normlab.machine import cpu_model, git_commit
 from normlab.study.claims import CLAIMS
 from normlab.study.experiments import StudyContext
 from normlab.study.profiles import PROFILES, Profile
@@ -66,8 +66,9 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
             f"({ctx.profile.workers} workers; measured from a few training steps)")
     funcs = claim_functions()
     study: dict[str, Any] = {
-        "normlab": normlab.__version__, "torch": str(torch.__version__),
-        "created": time.strftime("%Y-%m-%d %H:%M"), "profile": profile,
+        "normlab": normlab.__version__, "git_commit": git_commit(),
+        "torch": str(torch.__version__), "created": time.strftime("%Y-%m-%d %H:%M"),
+        "profile": profile,
         "profile_settings": ctx.profile.to_dict(), "machine": _machine(), "claims": []}
     t0 = time.perf_counter()
     for cid in selected:

@@ -6,11 +6,12 @@ loss spike > failed > not finished > completed. Its text is the mean final valid
 completed runs and, where some diverged, `k/n div`; where none completed, the reason and median
 step of divergence. The best cell of each panel has a heavy border.
 
-`loss_curves` draws one small plot per cell with the training loss of every run in it, the panel
-values in different colours, so pre and post can be compared cell by cell.
+`loss_curves` draws one small plot per cell with the training loss of the runs in it: per panel
+value (placement, in its style from `normlab.plotting`) the mean over the cell's seeds with a
+min-max band, so pre and post can be compared cell by cell.
 
 Matplotlib is used through its Agg canvas directly: importing this module does not change the
-caller's backend.
+caller's backend. The format follows the file suffix (.png or .svg).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from normlab.plotting import (
+    mean_band,
+    new_figure,
+    save_figure,
+    seeds_text,
+    styles_for,
+)
 from normlab.sweep.spec import format_value
 from normlab.sweep.summarize import SweepTable, collect, varying_paths
 from normlab.train.logging import read_metrics
@@ -148,8 +156,6 @@ def _load(source: SweepTable | Path | str) -> SweepTable:
 
 
 def _figure(width: float, height: float):
-    from normlab.report.figures import new_figure
-
     return new_figure(width, height, dpi=110)  # small panels: a little sharper than the report's
 
 
@@ -249,9 +255,16 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
     fixed = _fixed_text(table, {x, y, panel or ""})
     fig.suptitle(head + (f"\n{fixed}" if fixed else ""), fontsize=9.5)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    panel_text = f", one panel per {_label(panel)}" if panel else ""
+    caption = (f"Stability map of sweep {table.name}: {_label(y)} (rows) by {_label(x)} "
+               f"(columns){panel_text}. A cell pools up to {n_seeds} run(s) (seeds and any axis "
+               f"not on the map); its colour is the worst outcome among them, its number the "
+               f"mean final {metric_name} (nats/byte) of the completed runs (darker green: "
+               "lower), 'k/n div' counts diverged runs; a heavy border marks each panel's best "
+               f"cell.{' Fixed: ' + fixed + '.' if fixed else ''}")
+    alt = (f"Heatmap{'s' if len(panels) > 1 else ''} of {_label(y)} by {_label(x)}"
+           f"{panel_text}: outcome and final {metric_name} of each cell.")
+    out = save_figure(fig, out, alt=alt, caption=caption)
     return MapInfo(path=out, x=x, y=y, panel=panel, x_values=xs, y_values=ys, panels=panels,
                    cells=cells, n_axes=len(fig.axes))
 
@@ -259,8 +272,9 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
 def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "train.warmup",
                 y: str = "train.lr", panel: str | None = "model.placement",
                 key: str = "train_loss") -> MapInfo:
-    """One small plot per (y, x) cell with the `key` curve of every run in it; panel values in
-    different colours (solid: one seed, lighter: the others); an x marks where a run diverged."""
+    """One small plot per (y, x) cell with the `key` curve of its runs: per panel value the mean
+    over the runs it pools (seeds) with a min-max band, in the style of the placement it names;
+    an x marks where a run diverged."""
     table = _load(source)
     cells = aggregate(table, x, y, panel)
     panels = sorted({k[0] for k in cells}, key=_sort_key) if panel else [None]
@@ -271,34 +285,41 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
     ys = sorted({k[1] for k in cells}, key=_sort_key, reverse=True)  # largest y on top
     fig = _figure(2.3 * len(xs) + 0.6, 1.8 * len(ys) + 0.9)
     grid = fig.subplots(len(ys), len(xs), squeeze=False, sharex=True, sharey=True)
-    colors = [f"C{i}" for i in range(10)]
-    lows, highs, ends = [], [], []
+    names = [format_value(pv) for pv in panels]
+    styles = styles_for(names)
+    lows, highs, ends, counts = [], [], [], []
     for r, yv in enumerate(ys):
         for c, xv in enumerate(xs):
             ax = grid[r][c]
-            for p, pv in enumerate(panels):
+            for p, (pv, name) in enumerate(zip(panels, names, strict=True)):
                 cell = cells.get((pv, yv, xv))
-                for j, i in enumerate(cell.runs if cell else []):
+                series: list[dict[int, float]] = []
+                for i in cell.runs if cell else []:
                     rows = read_metrics(table.root / table.rows[i]["run_id"] / "metrics.jsonl")
-                    pts = [(m["step"], m[key]) for m in rows
-                           if isinstance(m.get(key), int | float) and math.isfinite(m[key])]
+                    pts = {m["step"]: float(m[key]) for m in rows
+                           if isinstance(m.get(key), int | float) and math.isfinite(m[key])}
                     if not pts:
                         continue
-                    steps, values = zip(*pts, strict=True)
-                    lows.append(min(values))
-                    highs.append(values[0])
-                    ax.plot(steps, values, color=colors[p % 10], linewidth=0.9,
-                            alpha=1.0 if j == 0 else 0.45,
-                            label=format_value(pv) if (j == 0 and r == 0 and c == 0) else None)
+                    series.append(pts)
+                    lows.append(min(pts.values()))
+                    highs.append(pts[min(pts)])
                     if table.rows[i]["outcome"] == "diverged":
-                        ends.append((ax, steps[-1], values[-1], colors[p % 10]))
+                        last = max(pts)
+                        ends.append((ax, last, pts[last], styles[name].color))
+                if not series:
+                    continue
+                steps = sorted({s for pts in series for s in pts})
+                counts.append(mean_band(ax, steps, [[pts.get(s, math.nan) for s in steps]
+                                                    for pts in series],
+                                        styles[name], name if (r == 0 and c == 0) else "_",
+                                        order=p, markers=False))
             ax.set_title(f"{_short(y)}={format_value(yv)}, {_short(x)}={format_value(xv)}",
                          fontsize=7.5)
             ax.tick_params(labelsize=7)
             if r == len(ys) - 1:
                 ax.set_xlabel("step", fontsize=7.5)
             if c == 0:
-                ax.set_ylabel(key.replace("_", " "), fontsize=7.5)
+                ax.set_ylabel(f"{key.replace('_', ' ')} (nats/byte)", fontsize=7.5)
     if lows:
         top = max(min(max(highs), math.log(256) + 0.6), min(lows) + 0.5)
         grid[0][0].set_ylim(min(lows) - 0.1, top)
@@ -308,11 +329,16 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
         fig.legend(*grid[0][0].get_legend_handles_labels(), loc="lower center",
                    ncol=len(panels), frameon=False, fontsize=8, title=_label(panel),
                    title_fontsize=8)
-    fig.suptitle(f"{table.name}: {key.replace('_', ' ')} per cell", fontsize=9.5)
+    fig.suptitle(f"{table.name}: one plot per cell of the map", fontsize=9.5)
     fig.tight_layout(rect=(0, 0.06 if panel else 0, 1, 1))
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
+    what = key.replace("_", " ")
+    caption = (f"{what[:1].upper() + what[1:]} (nats/byte) against step in each cell of the "
+               f"stability map ({_label(y)} by {_label(x)})"
+               + (f", one line per {_label(panel)}" if panel else "")
+               + f"; {seeds_text(counts)}; x: where a run diverged.")
+    alt = (f"Grid of {len(ys)} by {len(xs)} line charts of {what} against step"
+           + (f" for {', '.join(names)}." if panel else "."))
+    out = save_figure(fig, out, alt=alt, caption=caption)
     return MapInfo(path=out, x=x, y=y, panel=panel, x_values=xs, y_values=ys, panels=panels,
                    cells=cells, n_axes=len(fig.axes))
 

@@ -1,0 +1,238 @@
+"""What each page shows, as plain data for its template (`templates/study.html`,
+`templates/runs.html`): no markup is written here, except the inline SVG of figures (sanitized in
+`normlab.report.embed`) and the prose filter that turns `backticks` into <code>."""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from normlab.report.embed import Figure, figure_from_bytes, load_figure
+from normlab.report.figures import loss_curves_svg, sweep_map_svgs
+from normlab.report.numbers import (
+    Block,
+    Cell,
+    Column,
+    Interval,
+    Row,
+    Table,
+    as_interval,
+    block,
+    cell,
+    fmt,
+    fmt_seconds,
+    label,
+    numbers_blocks,
+    table_of,
+)
+from normlab.report.runs import RunsView, find_folders, href, read_runs, runs_view
+from normlab.report.study import ClaimView, Study
+from normlab.study.schema import VERDICTS, Effect
+
+# Extra claim fields with a place of their own on the page (see ClaimView.extra).
+PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled")
+
+
+@dataclass
+class PredictionRow:
+    """One prediction of a claim (`normlab.study.verdict.Prediction` as written to study.json):
+    what the paper predicts for a placement or a comparison, what we measured, its verdict."""
+    subject: str
+    quantity: str
+    paper: str
+    measured: Interval | None
+    expected: str
+    verdict: str
+    power: str        # the smallest effect this test could detect vs the one the claim means
+    rule: str
+    diagnosis: str
+
+
+@dataclass
+class ClaimPage:
+    id: str
+    title: str
+    verdict: str
+    anchor: str
+    rule: str
+    elapsed: str
+    texts: list[tuple[str, str]]
+    figures: list[tuple[Figure, str]]
+    numbers: list[Block]
+    effect: Interval | None
+    effect_name: str
+    expected: str
+    caveat: str
+    note: str
+    paper: Cell | None = None
+    prediction_rows: list[PredictionRow] | None = None
+    predictions: Table | None = None     # predictions in a shape this report does not know
+    power: Cell | None = None
+    diagnosis: str = ""                  # why an inconclusive verdict is inconclusive
+    stalled: list[str] = field(default_factory=list)  # sides that did not train: not compared
+    extra: list[Block] = field(default_factory=list)
+
+
+def effect_interval(e: Effect | None) -> Interval | None:
+    if e is None:
+        return None
+    return Interval(fmt(e.estimate), fmt(e.ci_low), fmt(e.ci_high), str(e.n))
+
+
+def _figures(study: Study, view: ClaimView, number: int) -> list[tuple[Figure, str]]:
+    c = view.claim
+    out = []
+    for i, rel in enumerate(c.figures):
+        stand_in = f"{c.id}: {c.title} (figure {i + 1} of {len(c.figures)})"
+        fig = load_figure(study.folder, rel, f"{view.anchor}-f{i + 1}-", alt=stand_in,
+                          caption=stand_in)
+        out.append((fig, f"{number}.{i + 1}"))
+    return out
+
+
+def prediction_rows(v: Any) -> list[PredictionRow] | None:
+    """The rows of a list of predictions; None if `v` is not one (it is then shown as a generic
+    table)."""
+    if not (isinstance(v, list) and v and all(isinstance(p, dict) and "subject" in p
+                                              for p in v)):
+        return None
+    rows = []
+    for p in v:
+        effect = p.get("effect") if isinstance(p.get("effect"), dict) else {}
+        mde, meaningful = p.get("mde"), p.get("meaningful")
+        power = ""
+        if mde is not None:
+            power = f"detects {fmt(mde)}"
+            if meaningful:
+                power += f"; the claim means {fmt(meaningful)}"
+        rows.append(PredictionRow(
+            subject=str(p.get("subject", "")), quantity=str(p.get("quantity", "")),
+            paper=str(p.get("paper", "")), measured=as_interval(effect),
+            expected=str(effect.get("expected", "")), verdict=str(p.get("verdict", "")),
+            power=power, rule=str(p.get("rule", "")), diagnosis=str(p.get("diagnosis", ""))))
+    return rows
+
+
+def _predictions(v: Any) -> Table | None:
+    if not v or prediction_rows(v) is not None:
+        return None
+    table = table_of(v)
+    if table is None:
+        return None
+    if not table.has_row_heads:
+        return table
+    table.columns.insert(0, Column("placement"))  # a dict keyed by placement
+    table.rows = [Row(None, [Cell("text", text=r.head or ""), *r.cells]) for r in table.rows]
+    return table
+
+
+def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
+    c = view.claim
+    texts = [(name, getattr(c, key)) for key, name in (
+        ("statement", "Claim"), ("source", "Source"), ("method", "Method"),
+        ("rule", "Decision rule")) if getattr(c, key)]
+    extra = view.extra
+    return ClaimPage(
+        id=c.id, title=c.title, verdict=c.verdict, anchor=view.anchor, rule=c.rule,
+        elapsed=fmt_seconds(c.elapsed_s) if c.elapsed_s else "", texts=texts,
+        figures=_figures(study, view, number), numbers=numbers_blocks(c.numbers),
+        effect=effect_interval(c.effect), effect_name=c.effect.name if c.effect else "",
+        expected=c.effect.expected if c.effect else "", caveat=c.caveat, note=c.note,
+        paper=cell(extra["paper"], "paper") if extra.get("paper") else None,
+        prediction_rows=prediction_rows(extra.get("predictions")),
+        predictions=_predictions(extra.get("predictions")),
+        power=cell(extra["power"], "power") if extra.get("power") is not None else None,
+        diagnosis=str(extra.get("diagnosis") or ""),
+        stalled=[str(x) for x in extra.get("stalled") or []]
+        if isinstance(extra.get("stalled"), list) else [],
+        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS])
+
+
+_HEADER = (("profile", "profile"), ("created", "date"), ("elapsed_s", "elapsed"),
+           ("normlab", "normlab"), ("git_commit", "git commit"), ("torch", "torch"),
+           ("machine", "machine"))
+
+
+def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
+    h = study.header
+    header = []
+    for key, name in _HEADER:
+        v = h.get(key)
+        if key == "elapsed_s":
+            header.append((name, fmt_seconds(v)))
+        elif key == "git_commit":
+            header.append((name, v or "not recorded"))
+        else:
+            header.append((name, fmt(v)))
+    known = {k for k, _ in _HEADER} | {"profile_settings"}
+    header += [(label(k), fmt(v)) for k, v in h.items()
+               if k not in known and (v is None or isinstance(v, str | int | float | bool))]
+    settings = h.get("profile_settings")
+    settings_table = table_of({k: v for k, v in settings.items() if k != "name"}) \
+        if isinstance(settings, dict) and settings else None
+    runs_dir = study.folder / "runs"
+    runs = None
+    if runs_dir.is_dir():
+        folders, _ = find_folders(runs_dir)
+        runs = runs_view(read_runs(runs_dir, folders), page_dir) if folders else None
+    counts = [(v, sum(c.claim.verdict == v for c in study.claims)) for v in VERDICTS]
+    return {
+        "title": f"normlab study ({h['profile']})" if h.get("profile") else "normlab study",
+        "header": header, "counts": [(v, n) for v, n in counts if n],
+        "settings": settings_table,
+        "claims": [claim_page(study, v, i + 1) for i, v in enumerate(study.claims)],
+        "runs": runs, "runs_href": href(runs_dir, page_dir), "runs_dir": str(runs_dir),
+        "commit": h.get("git_commit") or ""}
+
+
+@dataclass
+class SweepPage:
+    name: str
+    figures: list[tuple[Figure, str]]
+    note: str | None
+
+
+def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_dir: Path
+                 ) -> dict[str, Any]:
+    rows = read_runs(root, run_folders)
+    view: RunsView | None = runs_view(rows, page_dir) if rows else None
+    counts = view.counts if view else {}
+    svg = loss_curves_svg([r.curve for r in rows if r.curve is not None]) if rows else None
+    curves = figure_from_bytes(svg, "loss-") if svg else None
+    number = 2 if curves else 1
+    sweep_pages = []
+    for i, s in enumerate(sweeps):
+        images, note = sweep_map_svgs(s)
+        figs = []
+        for j, data in enumerate(images):
+            figs.append((figure_from_bytes(data, f"sweep{i + 1}-{j + 1}-"), str(number)))
+            number += 1
+        sweep_pages.append(SweepPage(str(s.relative_to(root)) if s != root else s.name, figs,
+                                     note))
+    from normlab.machine import git_commit
+
+    header = [("folder", str(root)),
+              ("runs", f"{len(rows)}" + (" (" + ", ".join(
+                  f"{k} {v}" for k, v in sorted(counts.items())) + ")" if counts else "")),
+              ("sweeps", str(len(sweeps))),
+              ("rendered on", f"{platform.node()} ({platform.machine()}, {platform.system()})")]
+    return {"title": f"normlab runs: {root.name}", "header": header, "runs": view,
+            "curves": curves, "sweeps": sweep_pages, "commit": git_commit() or ""}
+
+
+_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def prose(value: str):
+    """Escaped text in which `backticks` become <code> (a Jinja filter)."""
+    from markupsafe import Markup, escape
+
+    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(value))))
+
+
+def slug(value: str) -> str:
+    """A CSS class suffix: 'not supported' -> 'not-supported'."""
+    return re.sub(r"[^a-z]+", "-", str(value).lower()).strip("-") or "x"

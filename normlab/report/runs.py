@@ -1,0 +1,228 @@
+"""Run folders as the report shows them: every run below a folder (a folder with `config.yaml`),
+its outcome and losses, the settings all runs share, the ones in which they differ, and links to
+each run's folder and TensorBoard log.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from normlab.report.figures import Curve, curve_from_metrics
+from normlab.report.numbers import (
+    Cell,
+    Column,
+    Row,
+    Table,
+    fmt,
+    heading,
+    is_number,
+    mark_numeric,
+    nonfinite_text,
+)
+
+# Config paths shown as columns whether or not they vary, and short names for group labels.
+ALWAYS = ("model.placement", "train.seed")
+SHORT = {"model.placement": "", "train.lr": "lr", "train.warmup": "warmup",
+         "model.n_blocks": "L", "model.d_model": "d", "model.final_norm": "final norm",
+         "train.seed": "seed"}
+_PATH_LABELS = {"model.placement": "placement", "model.n_blocks": "blocks",
+                "model.d_model": "width", "model.n_heads": "heads", "train.lr": "learning rate",
+                "train.warmup": "warmup (steps)", "train.seed": "seed", "train.steps": "steps",
+                "train.batch_size": "batch size", "data.seq_len": "sequence length",
+                "model.final_norm": "final norm", "model.norm": "norm",
+                "train.precision": "precision", "train.schedule": "lr schedule"}
+
+
+def path_label(path: str) -> str:
+    """'train.lr' -> 'learning rate'; other paths keep their section: 'model.mlp'."""
+    return _PATH_LABELS.get(path, path)
+
+
+@dataclass
+class RunRow:
+    folder: Path
+    name: str                       # path relative to the report folder
+    config: dict[str, Any] = field(default_factory=dict)
+    flat: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    outcome: str = "pending"
+    problem: str = ""               # why the config could not be read, if it could not
+    curve: Curve | None = None
+
+    def get(self, dotted: str) -> Any:
+        return self.flat.get(dotted)
+
+
+def find_folders(root: Path) -> tuple[list[Path], list[Path]]:
+    """(run folders, sweep roots) below `root`, sorted; run folders are not searched inside."""
+    runs, sweeps = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))  # .git, .venv...
+        here = Path(dirpath)
+        if "sweep.json" in filenames:
+            sweeps.append(here)
+        if "config.yaml" in filenames:
+            runs.append(here)
+            dirnames[:] = []
+    return runs, sweeps
+
+
+def one_line(text: str) -> str:
+    """Whitespace (a traceback's line breaks) folded to single spaces; nothing is cut."""
+    return " ".join(text.split())
+
+
+def read_run(run_dir: Path, base: Path) -> RunRow:
+    """One row of the runs table, read by the run-folder reader: a damaged folder is a row
+    `damaged` with why, and never stops the report."""
+    from normlab.train.listing import flatten
+    from normlab.train.logging import read_metrics
+    from normlab.train.rundir import read_run_folder
+
+    name = str(run_dir.relative_to(base)) if run_dir != base else run_dir.name
+    folder = read_run_folder(run_dir)
+    row = RunRow(folder=run_dir, name=name, summary=folder.summary or {},
+                 outcome=folder.outcome, problem="; ".join(one_line(p) for p in folder.problems))
+    # validated when this normlab can; the raw YAML otherwise (an older or newer run)
+    row.config = dict(folder.config.to_dict() if folder.config is not None
+                      else (folder.raw_config or {}))
+    row.config.pop("meta", None)
+    row.flat = flatten(row.config)
+    row.curve = curve_from_metrics(name, "?", read_metrics(run_dir / "metrics.jsonl"),
+                                   diverged=row.outcome == "diverged")
+    return row
+
+
+def read_runs(root: Path, folders: list[Path]) -> list[RunRow]:
+    """Every run, its curve labelled by the group of runs it belongs to (the settings in which
+    the runs differ, but the seed: its seeds are one line of the loss figure)."""
+    from normlab.sweep.summarize import varying_paths
+
+    rows = [read_run(f, root) for f in folders]
+    varying = [p for p in varying_paths([r.flat for r in rows]) if p != "train.seed"]
+    for r in rows:
+        if r.curve is not None:
+            r.curve.group = group_label(r, varying)
+    return rows
+
+
+def group_label(row: RunRow, varying: list[str]) -> str:
+    placement = row.get("model.placement")
+    parts = [str(placement) if placement else "?"]
+    for p in varying:
+        if p == "model.placement":
+            continue
+        short = SHORT.get(p, p.rsplit(".", 1)[-1])
+        parts.append(f"{short} {fmt(row.get(p))}")
+    return ", ".join(parts)
+
+
+def href(target: Path, page_dir: Path) -> str:
+    """A link from the page to a local folder, relative so that the report folder can move."""
+    try:
+        rel = os.path.relpath(target, page_dir)
+    except ValueError:  # another drive (Windows)
+        return target.resolve().as_uri()
+    return quote(Path(rel).as_posix()) + "/"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _config_cell(v: Any) -> Cell:
+    if isinstance(v, tuple):
+        return Cell("text", text=", ".join(fmt(x) for x in v))
+    if is_number(v):
+        return Cell("num", text=f"{v:g}" if isinstance(v, float) else fmt(v))
+    return Cell("empty", text="-") if v is None else Cell("text", text=fmt(v))
+
+
+def _loss_cell(v: Any) -> Cell:
+    if is_number(v):
+        return Cell("num", text=f"{v:.4f}" if math.isfinite(v) else fmt(v))
+    if nonfinite_text(v):
+        return Cell("num", text=fmt(v))
+    return Cell("empty", text="-")
+
+
+@dataclass
+class RunLine:
+    """One row of the runs table: the link cells and the rest."""
+    name: str
+    folder_href: str
+    tb_href: str
+    problem: str
+    outcome: str
+    outcome_detail: str
+    cells: list[Cell]
+
+
+# Shared settings shown first; the others are behind a toggle, one table per config section.
+KEY_SETTINGS = ("model.placement", "model.norm", "model.n_blocks", "model.d_model",
+                "model.n_heads", "data.seq_len", "train.steps", "train.batch_size", "train.lr",
+                "train.warmup", "train.schedule", "train.precision", "train.seed")
+
+
+@dataclass
+class RunsView:
+    config_columns: list[Column]
+    result_columns: list[Column]
+    lines: list[RunLine]
+    shared: Table                         # the key settings every run shares
+    sections: list[tuple[str, Table]]     # all shared settings, by config section
+    n_shared: int
+    counts: dict[str, int]
+
+
+RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
+
+
+def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
+    from normlab.sweep.summarize import varying_paths
+
+    flats = [r.flat for r in rows]
+    varying = varying_paths(flats)
+    columns = list(dict.fromkeys([*ALWAYS, *varying]))
+    shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
+                    if len({repr(r.get(p)) for r in rows}) == 1]
+
+    def settings(paths: list[str], names: dict[str, str]) -> Table:
+        return mark_numeric(Table([Column("value")], [
+            Row(names.get(p, p), [_config_cell(rows[0].get(p))]) for p in paths], "settings"))
+
+    shared = settings([p for p in KEY_SETTINGS if p in shared_paths], _PATH_LABELS)
+    sections = []
+    for section in dict.fromkeys(p.split(".", 1)[0] for p in shared_paths):
+        paths = [p for p in shared_paths if p.split(".", 1)[0] == section]
+        sections.append((section, settings(paths, {p: p.split(".", 1)[-1] for p in paths})))
+    lines = []
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.outcome] = counts.get(r.outcome, 0) + 1
+        s = r.summary
+        detail = []
+        if s.get("reason"):
+            detail.append(str(s["reason"]))
+        if s.get("step") is not None:
+            planned = s.get("steps_planned") or r.get("train.steps")
+            detail.append(f"step {fmt(s['step'])}" + (f" of {fmt(planned)}" if planned else ""))
+        if s.get("message") and (r.outcome == "failed" or s.get("outcome") == "failed"):
+            detail.append(one_line(str(s["message"])))
+        cells = [_config_cell(r.get(p)) for p in columns]
+        cells += [_loss_cell(s.get(k)) if k != "tokens_per_s" else
+                  (Cell("num", text=f"{s[k]:,.0f}") if is_number(s.get(k)) else
+                   Cell("empty", text="-")) for k in RESULTS]
+        tb = r.folder / "tb"
+        lines.append(RunLine(r.name, href(r.folder, page_dir),
+                             href(tb, page_dir) if tb.is_dir() else "", r.problem, r.outcome,
+                             ", ".join(detail), cells))
+    config_columns = [Column(path_label(p), numeric=all(
+        is_number(r.get(p)) or r.get(p) is None for r in rows)) for p in columns]
+    result_columns = [Column(heading(k), numeric=True) for k in RESULTS]
+    return RunsView(config_columns, result_columns, lines, shared, sections,
+                    len(shared_paths), counts)
