@@ -31,7 +31,7 @@ except ImportError:  # Windows: no advisory locks; a sweep there must not share 
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = "sweep.lock"
 # Outcomes of a run as the sweep reports it: train_run's, plus pending (not started yet).
-OUTCOMES = ("completed", "diverged", "failed", "interrupted", "running", "pending")
+OUTCOMES = ("completed", "stalled", "diverged", "failed", "interrupted", "running", "pending")
 
 
 def write_sweep_file(root: Path, plan: SweepPlan) -> Path:
