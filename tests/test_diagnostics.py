@@ -222,4 +222,5 @@ def test_sweep_table_reports_stalled_runs(tmp_path, corpus):
     assert set(by_outcome) == {"completed", "stalled"}
     for outcome, row in by_outcome.items():
         s = read_summary(tmp_path / row["run_id"])
+        assert s["outcome"] == outcome
         assert row["val_loss"] == s["val_loss"] and row["token_share"] == s["token_share"]
