@@ -1,6 +1,8 @@
 """Training diagnostics: the token-varying share of the final stream and the `stalled` outcome."""
 
 import contextlib
+import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -152,15 +154,20 @@ def test_the_margin_decides_and_names_its_own_run(tmp_path, corpus):
 
 
 def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
-    """A run folder written before `stall_margin` existed (no such key in its config.yaml) is the
-    same run: it is reported, not refused as another run's folder."""
+    """A run recorded before `stall_margin` existed: its id hashed the config without the field
+    (and without the execution options), its config.yaml has no such key. The same config names
+    the same folder today, and the run is reported, not trained again."""
     c = cfg(corpus, *STALLS)
-    run_dir = tmp_path / c.run_id()
-    run_dir.mkdir()
     old = c.to_dict()
-    del old["train"]["stall_margin"]
+    for key in ("stall_margin", "compile", "activation_checkpointing"):
+        del old["train"][key]
+    digest = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12]
+    old_id = f"pre-L2-d32-{digest}"
+    assert c.run_id() == old_id
+    run_dir = tmp_path / old_id
+    run_dir.mkdir()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
-    summary = {"run_id": c.run_id(), "outcome": "completed", "step": 20, "val_loss": 3.0}
+    summary = {"run_id": old_id, "outcome": "completed", "step": 20, "val_loss": 3.0}
     write_json_atomic(run_dir / "summary.json", summary)
     assert train_run(c, tmp_path, progress=False) == summary
 
