@@ -9,10 +9,12 @@ and positions). With the mean vector m = mean_n h_n,
 
 V + |m|^2 is the mean squared norm mean_n |h_n|^2, so the share is the fraction of the stream's
 energy that changes from token to token: 0 when every token maps to the same vector (the
-predictions no longer depend on the input), 1 when the stream has no common component. A healthy
-6-block byte model sits near 0.5; a Post-LN model that collapsed on the unigram plateau falls to
-about 3e-5. The mean, rather than zero, is the reference for V because a
-constant offset (a norm's bias, say) carries no information about the input.
+predictions no longer depend on the input), 1 when the stream has no common component. The mean,
+rather than zero, is the reference for V because a constant offset (a norm's bias, say) carries no
+information about the input. Measured on Shakespeare bytes (6 blocks, width 64, batch 16 x 64,
+lr 3e-3, 600 cosine steps): Pre-LN rises from 0.15 (step 50) through 0.56 (step 150) to 0.71;
+Post-LN with 300 warmup steps passes 0.08 on the plateau (step 100) and ends at 0.76; Post-LN
+without warmup collapses: 2e-11 at step 50, 6e-14 at the end, with the loss stuck at 3.324.
 
 **Stalled.** A run that completes with a final validation loss not below the unigram entropy of
 its training bytes minus `train.stall_margin` has learned nothing a context-free predictor would
