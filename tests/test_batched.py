@@ -22,12 +22,13 @@ from normlab.train.trainer import param_groups
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
         "train.eval_every=4", "train.steps=12", "train.checkpoint_every=5"]
+# Runs this short end above the byte unigram entropy: they come out `stalled`, not `completed`.
 # members differing in lr, warmup, schedule, seed, clipping and weight decay
 MEMBERS = [["train.lr=3e-3", "train.warmup=2"],
            ["train.lr=1e-3", "train.seed=1", "train.schedule=linear"],
            ["train.lr=1e-2", "train.warmup=5", "train.seed=2", "train.grad_clip=null",
             "train.weight_decay=0"]]
-COMPARED = ("train_loss", "grad_norm", "lr", "val_loss")
+COMPARED = ("train_loss", "grad_norm", "lr", "val_loss", "token_share")
 
 
 def configs(*extra: str, members=MEMBERS):
@@ -170,7 +171,7 @@ def test_group_matches_separate_runs(tmp_path, placement):
     for cfg in cfgs:
         alone = train_run(cfg, tmp_path / "alone", progress=False)
         s = group[cfg.run_id()]
-        assert s["outcome"] == alone["outcome"] == "completed"
+        assert s["outcome"] == alone["outcome"] == "stalled"
         assert s["engine"] == "stacked" and s["group_size"] == 3
         assert s["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-5)
         run_dir = tmp_path / "group" / cfg.run_id()
@@ -207,11 +208,11 @@ def test_group_resumes_and_members_continue_alone(tmp_path):
     assert state["step"] == 7
     # member 0 continues alone (as `normlab train --resume` would), the others as a group
     alone = train_run(cfgs[0], tmp_path / "part", resume="require", progress=False)
-    assert alone["outcome"] == "completed" and alone["step"] == 12
+    assert alone["outcome"] == "stalled" and alone["step"] == 12
     rest = train_group(cfgs, tmp_path / "part")
     assert rest[cfgs[0].run_id()] == alone  # finished: skipped
     for cfg in cfgs:
-        assert full[cfg.run_id()]["outcome"] == rest[cfg.run_id()]["outcome"] == "completed"
+        assert full[cfg.run_id()]["outcome"] == rest[cfg.run_id()]["outcome"] == "stalled"
         assert_same_run(tmp_path / "full" / cfg.run_id(), tmp_path / "part" / cfg.run_id())
     # the resumed group continues the uninterrupted group's curves bit for bit
     for cfg in cfgs[1:]:
@@ -233,14 +234,14 @@ def test_members_at_different_steps_and_a_broken_checkpoint(tmp_path):
     assert out[cfgs[2].run_id()]["outcome"] == "failed"
     assert out[cfgs[2].run_id()]["reason"] == "CheckpointError"
     for cfg in cfgs[:2]:
-        assert out[cfg.run_id()]["outcome"] == "completed"
+        assert out[cfg.run_id()]["outcome"] == "stalled"
         train_run(cfg, tmp_path / "alone", progress=False)
         assert_same_run(tmp_path / "alone" / cfg.run_id(), tmp_path / cfg.run_id())
 
 
 def test_a_failure_after_a_member_finished_leaves_its_result(tmp_path, monkeypatch):
-    """Member 0 completes at step 5; in the same step member 1's checkpoint fails: member 0
-    stays completed, member 1 records the failure."""
+    """Member 0 ends at step 5; in the same step member 1's checkpoint fails: member 0 keeps its
+    outcome (stalled, at 5 steps), member 1 records the failure."""
     from normlab.train import group
 
     cfgs = configs(members=[["train.steps=5"], ["train.lr=1e-3", "train.steps=12"]])
@@ -253,11 +254,11 @@ def test_a_failure_after_a_member_finished_leaves_its_result(tmp_path, monkeypat
 
     monkeypatch.setattr(group._GroupLoop, "checkpoint", checkpoint)
     out = train_group(cfgs, tmp_path)
-    assert out[cfgs[0].run_id()]["outcome"] == "completed" and out[cfgs[0].run_id()]["step"] == 5
+    assert out[cfgs[0].run_id()]["outcome"] == "stalled" and out[cfgs[0].run_id()]["step"] == 5
     assert (out[cfgs[1].run_id()]["outcome"], out[cfgs[1].run_id()]["reason"]) == (
         "failed", "OSError")
     on_disk = json.loads((tmp_path / cfgs[0].run_id() / "summary.json").read_text())
-    assert on_disk["outcome"] == "completed"
+    assert on_disk["outcome"] == "stalled"
 
 
 # -- sweeps ----------------------------------------------------------------------------------
@@ -325,7 +326,7 @@ axes:
 """)
     result = run_sweep(plan, tmp_path, workers=1, progress=False)
     outcomes = {r.config.train.lr: result.outcomes[r.run_id] for r in plan.runs}
-    assert outcomes == {3e-3: "completed", 50: "diverged", 1e-3: "completed"}
+    assert outcomes == {3e-3: "stalled", 50: "diverged", 1e-3: "stalled"}
     for run in plan.runs:
         summary = read_summary(tmp_path / run.run_id)
         assert summary["engine"] == "stacked" and summary["group_size"] == 3

@@ -122,7 +122,7 @@ def test_bf16_run_trains_and_tracks_fp32(tmp_path):
     for precision in ("fp32", "bf16"):
         s = train_run(_cfg("train.steps=40", f"train.precision={precision}", "train.lr=3e-3"),
                       tmp_path / precision, progress=False)
-        assert s["outcome"] == "completed"
+        assert s["outcome"] == "stalled"  # 40 steps: above the unigram entropy
         curves[precision] = _losses(tmp_path / precision, s)
     fp32, bf16 = curves["fp32"], curves["bf16"]
     assert sum(bf16[-5:]) / 5 < bf16[0] - 1.0  # it learns
@@ -137,7 +137,7 @@ def test_checkpointed_run_resumes_without_checkpointing(tmp_path):
                       tmp_path / "b", progress=False, interrupt_at=3)
     assert first["outcome"] == "interrupted"
     done = train_run(_cfg("train.steps=6"), tmp_path / "b", progress=False)
-    assert done["outcome"] == "completed" and done["run_id"] == plain["run_id"]
+    assert done["outcome"] == plain["outcome"] == "stalled" and done["run_id"] == plain["run_id"]
     assert _losses(tmp_path / "b", done) == _losses(tmp_path / "a", plain)
 
 
@@ -146,7 +146,7 @@ def test_compiled_run_matches_eager(tmp_path):
     for compiled in (False, True):
         s = train_run(_cfg("train.steps=4", f"train.compile={compiled}"),
                       tmp_path / str(compiled), progress=False)
-        assert s["outcome"] == "completed", s
+        assert s["outcome"] == "stalled", s
         losses[compiled] = _losses(tmp_path / str(compiled), s)
     assert losses[True] == pytest.approx(losses[False], rel=1e-4)
 

@@ -41,7 +41,7 @@ def tiny_run(tmp_path_factory):
         "data.seq_len=64", "train.batch_size=8", "train.steps=20", "train.eval_every=0",
         "train.eval_batches=2", "train.device=cpu"])
     summary = train_run(cfg, root, progress=False)
-    assert summary["outcome"] == "completed"
+    assert summary["outcome"] == "stalled" and summary["step"] == 20  # short: no context learned
     return root / summary["run_id"]
 
 

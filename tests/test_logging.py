@@ -48,7 +48,7 @@ def test_progress_info_reads_like_nanogpt():
 
 def test_train_run_prints_the_smoothed_line(tmp_path, capsys):
     s = train_run(tiny(), tmp_path, progress=True)
-    assert s["outcome"] == "completed"
+    assert s["outcome"] in ("completed", "stalled")
     lines = [ln for ln in capsys.readouterr().err.splitlines() if " step " in ln]
     assert [re.search(r"step (\d+)/8", ln).group(1) for ln in lines] == ["4", "8"]
     last = lines[-1]
@@ -62,7 +62,7 @@ def test_train_run_prints_the_smoothed_line(tmp_path, capsys):
 def test_group_prints_a_line_for_the_stack(tmp_path, capsys):
     cfgs = [tiny("train.lr=1e-3"), tiny("train.lr=3e-3", "train.seed=1")]
     out = train_group(cfgs, tmp_path, progress=True)
-    assert {s["outcome"] for s in out.values()} == {"completed"}
+    assert {s["outcome"] for s in out.values()} <= {"completed", "stalled"}
     last = [ln for ln in capsys.readouterr().err.splitlines() if "step 8/8" in ln][-1]
     assert "2 runs, loss " in last and "tok/s" in last and "in all" in last
 
@@ -114,12 +114,14 @@ def test_config_and_hparams_in_tensorboard(tmp_path):
     start = data["_hparams_/session_start_info"].session_start_info.hparams
     assert start["train.lr"].number_value == pytest.approx(2e-3)
     assert start["model.placement"].string_value == "pre"
-    assert start["outcome"].string_value == "completed"
+    assert start["outcome"].string_value == s["outcome"]
     metrics = {m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos}
     assert {"final/val_loss", "final/train_loss", "final/best_val_loss"} <= metrics
     assert acc.Scalars("final/val_loss")[-1].value == pytest.approx(s["val_loss"], rel=1e-6)
     end = data["_hparams_/session_end_info"].session_end_info
-    assert end.status == Status.Value("STATUS_SUCCESS")
+    # a stalled run (a tiny one ends above the unigram entropy) is a failure, like a divergence
+    expected = "STATUS_SUCCESS" if s["outcome"] == "completed" else "STATUS_FAILURE"
+    assert end.status == Status.Value(expected)
 
 
 def test_diverged_run_is_a_failure_in_hparams(tmp_path):

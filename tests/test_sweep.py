@@ -32,6 +32,7 @@ base:
           checkpoint_every: 5, schedule: constant, grad_clip: null}
 """
 # 2 placements x 2 learning rates x 2 warmups; lr 50 without clipping diverges within ~12 steps.
+# The others end above the byte unigram entropy after 20 steps: they are `stalled`.
 # Separate runs, so the Ray executor (always separate) can be compared with it bit for bit; the
 # stacked engine is tested in test_batched.py (and by the SIGKILL test below, under auto).
 GRID = BASE.replace("STEPS", "20") + """
@@ -219,7 +220,7 @@ def test_local_grid_runs_everything_and_tables_it(grid, tmp_path):
         if run.run_id == broken:
             expected[run.run_id] = "failed"  # failure is data; the sweep went on
         else:
-            expected[run.run_id] = "completed" if run.config.train.lr < 1 else "diverged"
+            expected[run.run_id] = "stalled" if run.config.train.lr < 1 else "diverged"
     assert result.outcomes == expected and not result.ok
     assert read_summary(root / broken)["reason"] == "CheckpointError"
 
@@ -238,7 +239,7 @@ def test_local_grid_runs_everything_and_tables_it(grid, tmp_path):
         if outcome == "diverged":
             assert row["reason"] in ("nonfinite_loss", "nonfinite_grad", "loss_spike")
             assert 1 <= int(row["diverged_step"]) < 20 and row["val_loss"] == ""
-        if outcome == "completed":
+        if outcome == "stalled":
             assert float(row["val_loss"]) < 5.5 and float(row["tokens_per_s"]) > 0
             assert row["step"] == "20" and row["diverged_step"] == ""
 
@@ -287,7 +288,7 @@ def test_stability_map_panels_and_cells(grid, tmp_path):
     cats = {k: c.category for k, c in info.cells.items()}
     assert all(cats[(p, 50.0, w)] in ("diverged", "loss spike") for p in info.panels
                for w in (0, 5))
-    assert sorted(c for k, c in cats.items() if k[1] == 3e-3) == ["completed"] * 3 + ["failed"]
+    assert sorted(c for k, c in cats.items() if k[1] == 3e-3) == ["failed"] + ["stalled"] * 3
     curves = loss_curves(result.root, tmp_path / "curves.png")
     assert curves.n_axes == 4 and (tmp_path / "curves.png").exists()  # 2 lrs x 2 warmups
     # depth x lr or one panel: any config path; a missing one is named
@@ -387,15 +388,17 @@ def _checkpoint_steps(root: Path) -> dict[str, int]:
 
 def _wait_for(root: Path, completed: int, checkpointed: int, since: dict[str, int] | None = None,
               timeout: float = 60) -> None:
-    """Until `completed` runs have completed and `checkpointed` unfinished runs have written a
-    checkpoint (one later than in `since`, when given)."""
+    """Until `completed` runs have trained all their steps (completed or stalled) and
+    `checkpointed` unfinished runs have written a checkpoint (one later than in `since`, when
+    given)."""
     since = since or {}
     deadline = time.time() + timeout
     while time.time() < deadline:
         dirs = run_dirs(root) if root.exists() else []
         outcomes = [(read_summary(p) or {}).get("outcome") for p in dirs]
         busy = [r for r, s in _checkpoint_steps(root).items() if since.get(r, 0) < s < 40]
-        if outcomes.count("completed") >= completed and len(busy) >= checkpointed:
+        ended = sum(o in ("completed", "stalled") for o in outcomes)
+        if ended >= completed and len(busy) >= checkpointed:
             return
         time.sleep(0.05)
     raise AssertionError(f"sweep did not get far enough in {timeout}s")
@@ -415,7 +418,8 @@ def test_sweep_killed_and_rerun_completes_every_run_once(tmp_path):
     while time.time() < deadline and "running" in [run_state(root / r)[0] for r in plan.run_ids]:
         time.sleep(0.05)
     states = [run_state(root / r)[0] for r in plan.run_ids]
-    assert states.count("completed") < 8 and "interrupted" in states, states
+    assert sum(s in ("completed", "stalled") for s in states) < 8, states
+    assert "interrupted" in states, states
     left_running = [r for r in plan.run_ids if (read_summary(root / r) or {}).get(
         "outcome") == "running"]
     assert left_running  # summary says running, the lock says nobody is: interrupted
@@ -435,13 +439,13 @@ def test_sweep_killed_and_rerun_completes_every_run_once(tmp_path):
     states = [run_state(root / r)[0] for r in plan.run_ids]
     assert "running" not in states
 
-    # 3. run to the end: every run completed exactly once, nothing duplicated or lost
+    # 3. run to the end: every run trained exactly once, nothing duplicated or lost
     result = run_sweep(plan, root, workers=2, progress=False)
-    assert result.ok and set(result.outcomes.values()) == {"completed"}
+    assert result.ok and set(result.outcomes.values()) <= {"completed", "stalled"}
     assert sorted(p.name for p in run_dirs(root)) == sorted(plan.run_ids)
     for run_id in plan.run_ids:
         summary = read_summary(root / run_id)
-        assert summary["outcome"] == "completed" and summary["step"] == 40
+        assert summary["outcome"] in ("completed", "stalled") and summary["step"] == 40
         assert steps_of(root / run_id) == list(range(1, 41)), run_id
 
 
@@ -459,7 +463,7 @@ def test_ray_executor_fills_the_same_folders(grid, tmp_path):
     result = run_sweep(plan, root, workers=2, executor="ray", progress=False)
     assert result.skipped == 8 - len(removed)
     assert sorted(p.name for p in run_dirs(root)) == sorted(plan.run_ids)
-    assert result.outcomes[broken] == "completed"  # trained afresh this time
+    assert result.outcomes[broken] == "stalled"  # trained afresh this time (20 steps)
     for run_id in removed[1:]:  # bit for bit the runs the local workers produced
         a, b = read_summary(local.root / run_id), read_summary(root / run_id)
         keys = ("outcome", "step", "reason", "val_loss", "train_loss")

@@ -20,6 +20,8 @@ from normlab.train.schedules import lr_at
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1"]
+# Runs this short end above the byte unigram entropy of Shakespeare (3.33 nats): they come out
+# `stalled` (trained every step, learned no context), never `completed`.
 TIMING = ("time_s", "tokens_per_s")
 
 
@@ -37,7 +39,7 @@ def test_trains_and_lowers_loss(tmp_path, placement):
     cfg = tiny(f"model.placement={placement}", "train.steps=40", "train.lr=3e-3",
                "train.warmup=5", "train.eval_every=20")
     s = train_run(cfg, tmp_path, progress=False)
-    assert s["outcome"] == "completed" and s["step"] == 40
+    assert s["outcome"] == "stalled" and s["step"] == 40
     rows = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")
     first, last = rows[0]["train_loss"], rows[-1]["train_loss"]
     assert last < first - 0.8, (first, last)
@@ -71,7 +73,7 @@ def test_resume_is_bit_exact(tmp_path):
     with (run_b / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 11, "train_loss": 0.0}) + "\n")
     resumed = train_run(tiny(*args), tmp_path / "b", progress=False)
-    assert resumed["outcome"] == "completed"
+    assert resumed["outcome"] == full["outcome"] == "stalled"
     a, b = losses(tmp_path / "a" / full["run_id"]), losses(run_b)
     assert len(a) == len(b) == 24
     assert a == b  # every loss, lr, grad norm, val loss and block statistic identical
@@ -127,7 +129,7 @@ def test_spike_detector_fires_on_plateau_not_on_noise():
 def test_bf16_autocast_trains(tmp_path):
     s = train_run(tiny("train.steps=10", "train.precision=bf16", "train.lr=3e-3"), tmp_path,
                   progress=False)
-    assert s["outcome"] == "completed" and s["train_loss"] < math.log(256)
+    assert s["outcome"] == "stalled" and s["train_loss"] < math.log(256)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -178,5 +180,5 @@ def test_cli_diverged_exits_0_and_sigterm_checkpoints(tmp_path):
 def test_grad_accum_matches_larger_batch_in_expectation(tmp_path):
     # two micro-batches of 8 give one step over 16 sequences: loss is their mean
     s = train_run(tiny("train.steps=3", "train.grad_accum=2"), tmp_path, progress=False)
-    assert s["outcome"] == "completed"
+    assert s["outcome"] == "stalled" and s["step"] == 3
     assert torch.isfinite(torch.tensor(s["train_loss"]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -78,6 +79,14 @@ class TokenArray:
 
     def __len__(self) -> int:
         return int(self.data.shape[0])
+
+    @cached_property
+    def unigram_entropy(self) -> float:
+        """Entropy in nats of the byte frequencies of this array (computed once): the loss of the
+        best predictor that ignores context, the plateau a language model starts from."""
+        counts = np.bincount(self.data)
+        p = counts[counts > 0] / len(self)
+        return float(-(p * np.log(p)).sum())
 
     def __repr__(self) -> str:
         return f"TokenArray({self.label!r}, {len(self)} bytes, {len(self.spans)} works)"

@@ -28,7 +28,7 @@ from normlab.probe.sweep import depth_sweep
 from normlab.study.profiles import Profile
 from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
-from normlab.train.trainer import train_many_step
+from normlab.train.trainer import FINISHED, train_many_step
 
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
@@ -355,4 +355,4 @@ def _finished(run_dir: Path) -> bool:
     from normlab.train import read_summary
 
     s = read_summary(run_dir)
-    return bool(s and s.get("outcome") in ("completed", "diverged", "stalled"))
+    return bool(s and s.get("outcome") in FINISHED)

@@ -2,9 +2,10 @@
 
 Each cell pools the runs that share its x, y and panel values (seeds, and any other axis not on
 the map). Its colour is the worst outcome among them: diverged (non-finite loss or gradient) >
-loss spike > failed > not finished > completed. Its text is the mean final validation loss of the
-completed runs and, where some diverged, `k/n div`; where none completed, the reason and median
-step of divergence. The best cell of each panel has a heavy border.
+loss spike > failed > stalled > not finished > completed. Its text is the mean final validation
+loss of the completed runs and, where some diverged or stalled, `k/n div` or `k/n stalled`; where
+none completed, the reason and median step of divergence, or `stalled` (a stalled run's loss is
+never shown as a trained one). The best cell of each panel has a heavy border.
 
 `loss_curves` draws one small plot per cell with the training loss of the runs in it: per panel
 value (placement, in its style from `normlab.plotting`) the mean over the cell's seeds with a
@@ -33,9 +34,9 @@ from normlab.sweep.spec import format_value
 from normlab.sweep.summarize import SweepTable, collect, varying_paths
 from normlab.train.logging import read_metrics
 
-CATEGORIES = ("completed", "loss spike", "diverged", "failed", "not finished")
-COLORS = {"completed": "#9ed7a5", "loss spike": "#f7b267", "diverged": "#e4646b",
-          "failed": "#5b5b5b", "not finished": "#e3e3e3"}
+CATEGORIES = ("completed", "stalled", "loss spike", "diverged", "failed", "not finished")
+COLORS = {"completed": "#9ed7a5", "stalled": "#b7a9d6", "loss spike": "#f7b267",
+          "diverged": "#e4646b", "failed": "#5b5b5b", "not finished": "#e3e3e3"}
 _SHORT_REASON = {"loss_spike": "spike", "nonfinite_loss": "nan loss",
                  "nonfinite_grad": "nan grad"}
 
@@ -52,6 +53,7 @@ class Cell:
     spike: int = 0
     nonfinite: int = 0
     failed: int = 0
+    stalled: int = 0
     losses: list[float] = field(default_factory=list)
     div_steps: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -68,6 +70,8 @@ class Cell:
             return "loss spike"
         if self.failed:
             return "failed"
+        if self.stalled:
+            return "stalled"
         if self.completed < self.n:
             return "not finished"
         return "completed"
@@ -89,9 +93,12 @@ class Cell:
                 lines.append(f"{self.diverged}/{self.n} div")
         elif self.failed:
             lines.append(f"failed {self.failed}/{self.n}")
+        elif self.stalled:
+            lines.append(f"{self.stalled}/{self.n} stalled" if self.losses else "stalled")
         elif not self.losses:
             lines.append("-")
-        if self.completed < self.n and not self.diverged and not self.failed and self.losses:
+        if (self.completed + self.stalled < self.n and not self.diverged and not self.failed
+                and self.losses):
             lines.append(f"{self.completed}/{self.n} done")
         return "\n".join(lines)
 
@@ -148,6 +155,8 @@ def aggregate(table: SweepTable, x: str, y: str, panel: str | None, metric: str 
             cell.reasons.append(str(row.get("reason")))
         elif outcome == "failed":
             cell.failed += 1
+        elif outcome == "stalled":
+            cell.stalled += 1
     return cells
 
 

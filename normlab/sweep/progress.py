@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
+from normlab.train.trainer import FINISHED
+
 
 def _duration(seconds: float | None) -> str:
     if seconds is None:
@@ -67,6 +69,7 @@ class SweepProgress:
     def _counts_text(self) -> str:
         c = self.counts
         return (f"completed {c['completed']}, diverged {c['diverged']}, failed {c['failed']}"
+                + (f", stalled {c['stalled']}" if c["stalled"] else "")
                 + (f", interrupted {c['interrupted']}" if c["interrupted"] else ""))
 
     def info(self) -> str:
@@ -81,7 +84,7 @@ class SweepProgress:
         self.running.discard(run_id)
         outcome = str(summary.get("outcome", "failed"))
         self.counts[outcome] += 1
-        if wall_s > 0 and outcome in ("completed", "diverged"):
+        if wall_s > 0 and outcome in FINISHED:
             self._walls.append(wall_s)
         if self._bar is not None:
             self._refresh()

@@ -1,5 +1,6 @@
 """One table of all the runs of a sweep folder: config axes, outcome, divergence step and reason,
-final train/val loss, best val loss, tokens/s. As rows (dicts), CSV, Parquet or a rich table.
+final train/val loss, best val loss, token-varying share of the final stream, tokens/s. As rows
+(dicts), CSV, Parquet or a rich table.
 
 The runs and axes come from `sweep.json`; a folder of runs without one (e.g. several `normlab
 train` runs) works too: the axes are then the config fields that differ between its runs. A run
@@ -24,7 +25,7 @@ from normlab.train.logging import read_metrics
 from normlab.train.rundir import read_run_folder, run_folders
 
 RESULT_COLUMNS = ("outcome", "reason", "step", "steps_planned", "diverged_step", "train_loss",
-                  "val_loss", "best_val_loss", "tokens_per_s")
+                  "val_loss", "best_val_loss", "token_share", "tokens_per_s")
 FORMATS = ("table", "csv", "parquet")
 
 
@@ -96,8 +97,10 @@ def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> di
         "steps_planned": s.get("steps_planned", cfg.get("train.steps")),
         "diverged_step": s.get("step") if outcome == "diverged" else None,
         "train_loss": _float(s.get("train_loss")),
-        "val_loss": _float(s.get("val_loss")) if outcome == "completed" else None,
+        # a stalled run's final loss is a measurement too; its outcome says it learned no context
+        "val_loss": _float(s.get("val_loss")) if outcome in ("completed", "stalled") else None,
         "best_val_loss": _float(s.get("best_val_loss")),
+        "token_share": _float(s.get("token_share")),
         "tokens_per_s": tps,
     })
     return row
@@ -157,8 +160,8 @@ def _cell(v: Any, col: str) -> str:
     return str(v)
 
 
-_STYLE = {"completed": "green", "diverged": "red", "failed": "bold red", "interrupted": "yellow",
-          "running": "cyan", "pending": "dim", "damaged": "bold red"}
+_STYLE = {"completed": "green", "stalled": "magenta", "diverged": "red", "failed": "bold red",
+          "interrupted": "yellow", "running": "cyan", "pending": "dim", "damaged": "bold red"}
 
 
 def to_rich(table: SweepTable):

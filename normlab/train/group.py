@@ -10,8 +10,10 @@ float tolerance.
 Each member keeps the run folder `train_run` writes (config.yaml, metrics.jsonl, summary.json,
 checkpoint/ in the same format, so `train_run` or `normlab train --resume` can continue a member
 alone), its own divergence detection (a diverged member ends `diverged` and leaves the stack; the
-others go on), evaluation at its own steps, and resumes from its own checkpoint. Members already
-finished are skipped; members may resume from different steps.
+others go on), evaluation at its own steps (with the token-varying share of its final stream, and
+`stalled` for a member that ends no better than the unigram entropy, as in `train_run`), and
+resumes from its own checkpoint. Members already finished are skipped; members may resume from
+different steps.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import time
 import traceback
 from collections import Counter
@@ -35,6 +38,7 @@ from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
 from normlab.train.checkpoint import save_checkpoint
+from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, write_json_atomic
 from normlab.train.rundir import hold_run
@@ -108,6 +112,7 @@ class _Member:
     final: dict[str, Any] = field(default_factory=dict)
     repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
     threads: int | None = None  # the CPU thread count its checkpoint recorded
+    unigram_entropy: float = math.nan  # of the training bytes: the stall threshold's reference
 
     @property
     def run_id(self) -> str:
@@ -137,7 +142,8 @@ def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device, repairs: l
     state = {names[p]: s for p, s in optimizer.state.items() if s}
     return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
                    restored.step, restored.best_val, dict(restored.final),
-                   repairs + restored.repairs, restored.threads if restored.step else None)
+                   repairs + restored.repairs, restored.threads if restored.step else None,
+                   unigram_entropy=data.train.unigram_entropy)
 
 
 def check_group(cfgs: list[RunConfig]) -> None:
@@ -265,6 +271,13 @@ class _GroupLoop:
         m.metrics.close()
         self.summaries[m.run_id] = summary
 
+    def finish_trained(self, m: _Member, tokens_per_s: float | None) -> None:
+        """End a member that trained all its steps: `completed`, or `stalled` as `train_run`
+        decides it."""
+        outcome, diagnosis = end_of_run(m.final, m.run_dir, m.unigram_entropy,
+                                        m.cfg.train.stall_margin)
+        self.finish(m, outcome, tokens_per_s=tokens_per_s, **diagnosis)
+
     def drop(self, rows: list[int]) -> list[int]:
         """Remove these members from the stack (they have finished, diverged or stopped);
         returns the rows kept, in order."""
@@ -285,7 +298,7 @@ class _GroupLoop:
         ended = [r for r, m in enumerate(self.active) if m.step >= m.cfg.train.steps]
         for r in ended:  # stopped after its last checkpoint, before its summary was written
             self.checkpoint(r)
-            self.finish(self.active[r], "completed", tokens_per_s=None)
+            self.finish_trained(self.active[r], tokens_per_s=None)
         self.drop(ended)
         try:
             with _StopFlag() as stop:
@@ -368,14 +381,14 @@ class _GroupLoop:
         """Evaluation, logging, checkpoints and completion of each member after a step."""
         last = [m.step == m.cfg.train.steps for m in self.active]
         due = [eval_due(m.cfg.train, m.step) for m in self.active]
-        val = self.evaluate() if any(due) else None
+        val, share = self.evaluate() if any(due) else (None, None)
         done = []
         for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
             tc = m.cfg.train
             if due[r]:
-                record["val_loss"] = val[r]
+                record.update(val_loss=val[r], token_share=share[r])
                 m.best_val = min(m.best_val, val[r])
-                m.final["val_loss"] = val[r]
+                m.final.update(val_loss=val[r], token_share=share[r])
             m.final["train_loss"] = record["train_loss"]
             if (m.step % tc.log_every == 0 or last[r] or "val_loss" in record
                     or block_stats_due(tc, m.step)):
@@ -384,8 +397,7 @@ class _GroupLoop:
                 self.checkpoint(r)
             if last[r]:
                 elapsed = time.perf_counter() - self.t_start
-                self.finish(m, "completed",
-                            tokens_per_s=self.tokens_per_step * (m.step - m.start) / elapsed)
+                self.finish_trained(m, self.tokens_per_step * (m.step - m.start) / elapsed)
                 done.append(r)
         n = len(self.active)
         self.speed.update(dt / n)
@@ -396,15 +408,19 @@ class _GroupLoop:
         self.drop(done)
 
     @torch.no_grad()
-    def evaluate(self) -> list[float]:
-        """Each member's mean validation loss on its own fixed batches."""
+    def evaluate(self) -> tuple[list[float], list[float]]:
+        """Each member's mean validation loss on its own fixed batches, and the token-varying
+        share of its final stream on them (as `normlab.train.trainer.evaluate`)."""
         self.model.eval()
         n = len(self.active[0].val)
         totals = torch.zeros(len(self.active), dtype=torch.float64, device=self.device)
-        for k in range(n):
-            x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
-            y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
-            with self.autocast:
-                totals += self.model(x, y).loss
+        share = TokenShare()
+        with capture(self.model, FINAL_STREAM) as cap:
+            for k in range(n):
+                x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
+                y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
+                with self.autocast:
+                    totals += self.model(x, y).loss
+                share.add(cap[FINAL_STREAM])
         self.model.train()
-        return [t / n for t in totals.tolist()]
+        return [t / n for t in totals.tolist()], share.values()

@@ -157,8 +157,9 @@ def _session_end(outcome: str):
     )
     from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData, SessionEndInfo
 
-    status = {"completed": "STATUS_SUCCESS", "diverged": "STATUS_FAILURE",
-              "failed": "STATUS_FAILURE"}.get(outcome, "STATUS_UNKNOWN")
+    status = {"completed": "STATUS_SUCCESS", "stalled": "STATUS_FAILURE",
+              "diverged": "STATUS_FAILURE", "failed": "STATUS_FAILURE"}.get(outcome,
+                                                                          "STATUS_UNKNOWN")
     content = HParamsPluginData(session_end_info=SessionEndInfo(status=Status.Value(status)),
                                 version=PLUGIN_DATA_VERSION)
     meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(

@@ -31,7 +31,7 @@ except ImportError:  # Windows: no advisory locks; two writers on one folder are
     fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = ".lock"
-FINISHED = ("completed", "diverged")
+FINISHED = ("completed", "stalled", "diverged")  # results: never trained again
 
 
 class RunFolderError(RuntimeError):

@@ -2,7 +2,7 @@
 
     runs/<run_id>/config.yaml      resolved config plus versions, device, dtype
     runs/<run_id>/metrics.jsonl    one JSON object per logged step
-    runs/<run_id>/summary.json     outcome: completed | diverged | failed | interrupted
+    runs/<run_id>/summary.json     outcome: completed | stalled | diverged | failed | interrupted
     runs/<run_id>/checkpoint/      safetensors + JSON (see `normlab.train.checkpoint`)
     runs/<run_id>/tb/              TensorBoard events
 
@@ -13,6 +13,8 @@ CPU threads (recorded in the checkpoint; a resume uses it, see `restore_checkpoi
 torch and the same machine: batches are a function of the step, and the checkpoint holds the RNG,
 optimizer and detector states. The process training a run holds its folder's lock
 (`normlab.train.rundir`); the conditions are listed in docs/reliability.md.
+Each evaluation also records the token-varying share of the final stream, and a run that ends no
+better than the unigram entropy of its data is `stalled` (see `normlab.train.diagnostics`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from normlab.train.checkpoint import (
     recover_checkpoint,
     save_checkpoint,
 )
+from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import (
     MetricsLog,
@@ -219,7 +222,7 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
         restored.repairs.append(note)
         warnings.warn(note, NormlabWarning, stacklevel=2)
     for record in records:
-        for key in ("train_loss", "val_loss"):
+        for key in ("train_loss", "val_loss", "token_share"):
             if key in record:
                 restored.final[key] = record[key]
     return restored
@@ -504,9 +507,9 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
                 if eval_due(tc, step):
-                    record["val_loss"] = evaluate(model, val, autocast, dist)
+                    record.update(evaluate(model, val, autocast, dist))
                     best_val = min(best_val, record["val_loss"])
-                    final["val_loss"] = record["val_loss"]
+                    final.update(val_loss=record["val_loss"], token_share=record["token_share"])
                 final["train_loss"] = train_loss
                 if step % tc.log_every == 0 or last or "val_loss" in record or stats_now:
                     metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
@@ -518,7 +521,9 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
             checkpoint(step)
             elapsed = time.perf_counter() - t_run
             done = step - start
-            return finish("completed", step,
+            outcome, diagnosis = end_of_run(final, run_dir, data.train.unigram_entropy,
+                                            tc.stall_margin)
+            return finish(outcome, step, **diagnosis,
                           tokens_per_s=tokens_per_step * done / elapsed if done else None)
     except Exception as e:  # failure is data: the run folder says what happened
         return finish("failed", locals().get("step", start), reason=type(e).__name__,
@@ -530,19 +535,25 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
 
 @torch.no_grad()
 def evaluate(model: NormTransformer, batches, autocast,
-             dist: distributed.Dist = distributed.SINGLE) -> float:
-    """Mean validation loss; in a process group each rank evaluates its shard of every batch and
-    the result is the mean over ranks, the same number on all of them."""
+             dist: distributed.Dist = distributed.SINGLE) -> dict[str, float]:
+    """`val_loss`, the mean validation loss, and `token_share`, the token-varying share of the
+    stream the head reads (`normlab.train.diagnostics`), from the same forward passes. In a
+    process group each rank evaluates its shard of every batch and both are over all ranks, the
+    same numbers on all of them."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     total = 0.0
-    for batch in batches:
-        x, y = dist.shard(*batch)
-        with autocast:
-            total += model(x.to(device), y.to(device)).loss.item()
+    share = TokenShare()
+    with capture(model, FINAL_STREAM) as cap:
+        for batch in batches:
+            x, y = dist.shard(*batch)
+            with autocast:
+                total += model(x.to(device), y.to(device)).loss.item()
+            share.add(cap[FINAL_STREAM].unsqueeze(0))
     model.train(was_training)
-    return dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
+    loss = dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
+    return {"val_loss": loss, "token_share": share.values(dist)[0]}
 
 
 def block_stats(model: NormTransformer, cap,
