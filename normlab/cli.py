@@ -1,4 +1,7 @@
-"""Command line: thin commands over the library. Bad input exits with status 2 and one message."""
+"""The command line, its top layer: the core commands (plan, demo, train, runs, advise) and the
+import of every other command module, each of which registers itself on `normlab.app.app`.
+Nothing imports this module but the entry points. Bad input exits with status 2 and one message.
+"""
 
 from __future__ import annotations
 
@@ -10,31 +13,15 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from normlab.app import SetOpt, app
 from normlab.config import (
     PLACEMENTS,
     ConfigError,
     ModelConfig,
-    deep_merge,
-    load_yaml,
+    load_model_config,
     parse_config,
-    parse_overrides,
 )
 from normlab.console import console, err_console, fail
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="normlab: where the normalization goes in a Transformer.")
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
-
-
-def model_config_from_cli(config: Path | None, sets: list[str] | None,
-                          shortcuts: dict[str, Any]) -> ModelConfig:
-    data: dict[str, Any] = load_yaml(config) if config is not None else {}
-    data = data.get("model", data)  # accept a run config with a model: section
-    data = deep_merge(data, {k: v for k, v in shortcuts.items() if v is not None})
-    overrides = parse_overrides(sets)
-    data = deep_merge(data, overrides.get("model", overrides))
-    return parse_config(ModelConfig, data)
 
 
 @app.command()
@@ -51,7 +38,7 @@ def plan(
     from normlab.nn.plan import build_plan
 
     try:
-        cfg = model_config_from_cli(config, set_, {
+        cfg = load_model_config(config, set_, {
             "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
     except ConfigError as e:
         fail(str(e))
@@ -310,21 +297,16 @@ def _demo_tokens(seq_len: int, batch: int):
     return BatchSampler(data.train, batch_size=batch, seq_len=seq_len, seed=0).batch(0)
 
 
-from normlab.finetune import finetune_command as _finetune  # noqa: E402
-from normlab.interop.command import probe_hf as _probe_hf  # noqa: E402
-from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
-from normlab.report.command import report as _report  # noqa: E402
-from normlab.study.command import study as _study  # noqa: E402
-
-app.command(name="probe")(_probe)
-app.command(name="probe-hf")(_probe_hf)
-app.command(name="study")(_study)
-app.command(name="report")(_report)
-app.command(name="finetune")(_finetune)
-
-from normlab.sweep.command import sweep_app  # noqa: E402
-
-app.add_typer(sweep_app, name="sweep")
+# The commands kept with their libraries register themselves on `app` when imported; after the
+# core ones above, in the order of `normlab --help`.
+# isort: off
+import normlab.probe.command  # noqa: E402,F401
+import normlab.interop.command  # noqa: E402,F401  (probe-hf)
+import normlab.study.command  # noqa: E402,F401
+import normlab.report.command  # noqa: E402,F401
+import normlab.finetune_command  # noqa: E402,F401
+import normlab.sweep.command  # noqa: E402,F401
+# isort: on
 
 
 def main() -> None:

@@ -409,3 +409,16 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] | None 
     data = load_yaml(Path(path)) if path is not None else {}
     data = deep_merge(data, parse_overrides(overrides))
     return parse_config(RunConfig, data)
+
+
+def load_model_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                      fields: dict[str, Any] | None = None) -> ModelConfig:
+    """A model config from an optional YAML file (its `model:` section, if it is a run config),
+    then `fields` (those that are not None), then `overrides` (`d_model=128` or
+    `model.d_model=128`)."""
+    data = load_yaml(Path(path)) if path is not None else {}
+    data = data.get("model", data)
+    data = deep_merge(data, {k: v for k, v in (fields or {}).items() if v is not None})
+    parsed = parse_overrides(overrides)
+    data = deep_merge(data, parsed.get("model", parsed))
+    return parse_config(ModelConfig, data)

@@ -1,4 +1,4 @@
-"""`normlab probe`: the command over the probe library (register with `app.command()(probe)`).
+"""`normlab probe`: the command over the probe library (registered on `normlab.app.app`).
 
     normlab probe --placement post --blocks 12 --width 64          # one model at init
     normlab probe --placements pre,post --blocks 6,12,24 --seeds 3  # depth sweep with fits
@@ -22,7 +22,9 @@ import torch
 import typer
 from rich.table import Table
 
-from normlab.config import PLACEMENTS, ConfigError, ModelConfig
+from normlab.app import SetOpt, app
+from normlab.config import PLACEMENTS, ConfigError, ModelConfig, load_model_config
+from normlab.console import console, err_console, fail
 from normlab.data import DataError
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
 from normlab.train.checkpoint import CheckpointError
@@ -42,18 +44,6 @@ SWEEP_KEYS = (("loss", "loss"), ("last_norm", "x_L norm"), ("growth_exponent", "
               ("effective_depth", "eff depth"), ("effective_depth_kl", "eff depth KL"),
               ("perturb_change", "perturb"), ("update_size_final", "update"))
 MAX_ROWS = 24
-
-# `normlab.cli` imports this module to register the command, so its helpers are imported where
-# they are used, never at import time (no import cycle, whichever module loads first).
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
-
-
-def _cli():
-    import normlab.cli
-
-    return normlab.cli
-
 
 def split_list(text: str | None, name: str, cast=str) -> list[Any]:
     """`"6,12,24"` -> [6, 12, 24]; errors name the option."""
@@ -158,6 +148,7 @@ def fits_table(fits: dict[str, dict[str, dict]], by_depth: dict[str, dict]) -> T
     return table
 
 
+@app.command()
 def probe(
     checkpoint: Annotated[Path | None, typer.Option(
         help="a trained run folder (runs/<run_id>) to probe instead of a model at init")] = None,
@@ -212,7 +203,7 @@ def probe(
         given = [name for name, value in model_options.items() if value]
         if given or seeds != 1:
             given += ["--seeds"] * (seeds != 1)
-            _cli().fail(f"--hf probes a real checkpoint; {', '.join(given)} choose a normlab "
+            fail(f"--hf probes a real checkpoint; {', '.join(given)} choose a normlab "
                         "model and do not apply to it (drop them, or drop --hf)")
         probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size,
                      seq_len=seq_len or 128, figures=figures)
@@ -224,7 +215,7 @@ def probe(
                                  update_steps=update_steps, update_lr=update_lr,
                                  update_warmup=update_warmup, drop_threshold=drop_threshold))
     except (ConfigError, DataError, CheckpointError) as e:
-        _cli().fail(str(e))
+        fail(str(e))
     _print(report)
     _write(report, out, figures)
 
@@ -268,7 +259,7 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
         shortcuts = {"placement": names[0] if names else None,
                      "n_blocks": depths[0] if depths else None, "d_model": width,
                      "n_heads": heads, "norm": norm, "kind": kind}
-        base = _cli().model_config_from_cli(config, sets, shortcuts)
+        base = load_model_config(config, sets, shortcuts)
         spec.update(target="init", base=base, placements=names or [base.placement],
                     depths=depths or [base.n_blocks], seeds=list(range(seeds)),
                     seq_len=seq_len or min(64, base.max_seq_len),
@@ -314,7 +305,7 @@ def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
 
         def progress(msg: str) -> None:
             if total > 1:
-                _cli().err_console.print(f"probing {msg} ...", highlight=False)
+                err_console.print(f"probing {msg} ...", highlight=False)
 
         sweep = depth_sweep(base, spec["placements"], spec["depths"], spec["seeds"], batches,
                             spec["probes"], progress=progress, train_batches=train, **options)
@@ -337,7 +328,6 @@ def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print(report: dict[str, Any]) -> None:
-    console = _cli().console
     runs = report["runs"]
     if len(runs) == 1:
         r = runs[0]
@@ -367,7 +357,7 @@ def _write(report: dict[str, Any], out: Path, figures: bool) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        _cli().fail(f"--out {out}: cannot create the folder ({e.strerror})")
+        fail(f"--out {out}: cannot create the folder ({e.strerror})")
     path = out / "probe.json"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(finite_or_none(report), indent=1))
@@ -376,5 +366,5 @@ def _write(report: dict[str, Any], out: Path, figures: bool) -> None:
     if figures:
         written += write_figures(report["runs"], out, report.get("fits"),
                                  report.get("per_block_mean"))
-    _cli().console.print(f"wrote {path} and {len(written) - 1} figure(s) to {out}/",
+    console.print(f"wrote {path} and {len(written) - 1} figure(s) to {out}/",
                          highlight=False)

@@ -8,7 +8,11 @@ from typing import Annotated
 
 import typer
 
+from normlab.app import app
+from normlab.console import console, fail
 
+
+@app.command()
 def study(
     profile: Annotated[str, typer.Option(help="tiny | quick (~10 min CPU) | standard (~2 h "
                                               "CPU) | full (GPU)")] = "quick",
@@ -21,7 +25,6 @@ def study(
     """Put the Pre-Norm vs Post-Norm claims to the test; a re-run reuses finished work."""
     from rich.table import Table
 
-    from normlab.cli import console, fail
     from normlab.config import ConfigError
     from normlab.data import DataError
     from normlab.study.runner import run_study

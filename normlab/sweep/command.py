@@ -1,6 +1,6 @@
 """`normlab sweep ...`: plan, run, summarize and map a sweep. Bad input exits 2 with one message.
 
-Registered in `normlab.cli` with `app.add_typer(sweep_app, name="sweep")`; also runnable alone as
+Registered on `normlab.app.app` as the `sweep` group; also runnable alone as
 `python -m normlab.sweep.command`.
 """
 
@@ -13,13 +13,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from normlab.app import app, command_group
 from normlab.config import ConfigError
 from normlab.console import console, fail
 
-sweep_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                        pretty_exceptions_enable=False,
-                        help="Sweeps: many runs from one spec, resumable; tables and stability "
-                             "maps of their outcomes.")
+sweep_app = command_group("Sweeps: many runs from one spec, resumable; tables and stability maps "
+                          "of their outcomes.")
+app.add_typer(sweep_app, name="sweep")
 
 SpecArg = Annotated[Path, typer.Argument(help="sweep spec (YAML: base + axes)")]
 RootOpt = Annotated[Path | None, typer.Option(
