@@ -34,7 +34,8 @@ def plan(
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
     set_: SetOpt = None,
 ) -> None:
-    """Print the resolved per-block plan: each sublayer's formula with its norms and constants."""
+    """Print the resolved per-block plan. Each sublayer's formula, with its norms and
+    constants."""
     from normlab.nn.plan import build_plan
 
     try:
@@ -52,8 +53,8 @@ def demo(
     steps: Annotated[int, typer.Option(help="training steps of the pre/post runs")] = 150,
     out: Annotated[Path, typer.Option(help="folder for the demo's runs")] = Path("demo"),
 ) -> None:
-    """A tour: build every placement and print its plan with one forward/backward on
-    Shakespeare bytes, then train pre and post with and without warmup."""
+    """A tour of every placement. Builds each one and prints its plan with one
+    forward/backward on Shakespeare bytes, then trains pre and post with and without warmup."""
     import torch
 
     from normlab.nn import build_model
@@ -119,10 +120,11 @@ def _demo_training(blocks: int, width: int, steps: int, root: Path) -> None:
 
 @app.command()
 def train(
-    config: Annotated[Path | None, typer.Argument(help="YAML run config (model/data/train)")
-                      ] = None,
+    config: Annotated[Path | None, typer.Argument(
+        metavar="CONFIG", help="YAML run config (model/data/train)")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
+        "--set", metavar="PATH=VALUE",
+        help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
     ] = None,
     root: Annotated[Path, typer.Option(help="folder that holds the run folders")] = Path("runs"),
     resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
@@ -134,7 +136,7 @@ def train(
         min=1, help="torch CPU threads per process [default: CPUs / processes when N > 1]")
     ] = None,
 ) -> None:
-    """Train one run; its folder under ROOT is named by a hash of the resolved config. Under
+    """Train one run. Its folder under ROOT is named by a hash of the resolved config. Under
     torchrun (or with --nproc) the processes train the one run together."""
     import torch
 
@@ -213,7 +215,8 @@ def _rank_args(config: Path | None, sets: list[str] | None, root: Path, resume: 
 
 
 @app.command()
-def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = Path("runs")
+def runs(root: Annotated[Path, typer.Argument(
+        metavar="ROOT", help="folder of run folders")] = Path("runs")
          ) -> None:
     """List the runs under ROOT with their outcome and final losses."""
     from normlab.train import read_run_config, read_summary
@@ -256,7 +259,8 @@ def advise(
     check_steps: Annotated[int, typer.Option(help="steps of each stability-check run")] = 60,
     measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
 ) -> None:
-    """Placement guidance for your shape, each rule shown with what normlab measures there."""
+    """Placement guidance for your shape. Each rule is shown with what normlab measures
+    there."""
     from normlab.advise import advise as run_advise
 
     if heads is not None and width % heads:

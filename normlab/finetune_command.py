@@ -21,7 +21,8 @@ from normlab.train.checkpoint import CheckpointError
 
 @app.command("finetune")
 def finetune_command(
-    run_dir: Annotated[Path, typer.Argument(help="a trained run folder (runs/<run_id>)")],
+    run_dir: Annotated[Path, typer.Argument(
+        metavar="RUN_DIR", help="a trained run folder (runs/<run_id>)")],
     task: Annotated[str, typer.Option(help="genre (3 classes) or play (36 classes)")] = "genre",
     steps: Annotated[int, typer.Option(help="optimizer steps")] = 200,
     lr: Annotated[float, typer.Option(help="peak AdamW learning rate")] = 3e-4,
@@ -42,8 +43,9 @@ def finetune_command(
     baseline: Annotated[bool, typer.Option(help="also print the n-gram naive Bayes baseline")
                         ] = True,
 ) -> None:
-    """Fine-tune a pretrained run on the Shakespeare genre (or play-id) task and print its test
-    accuracy next to a character-trigram naive Bayes baseline; results are cached in the run."""
+    """Fine-tune a trained run on a Shakespeare task. The genre (or play-id) task: prints the
+    test accuracy next to a character-trigram naive Bayes baseline; results are cached in the
+    run."""
     try:
         if device not in ("auto", "cpu", "cuda", "mps"):
             raise FinetuneError(f"--device: one of auto, cpu, cuda, mps, got {device!r}")

@@ -128,8 +128,8 @@ def probe_hf_cli(names: list[str], text: Path | None, out: Path, *, batches: int
 @app.command("probe-hf")
 def probe_hf(
     hf: Annotated[list[str], typer.Option(
-        "--hf", help="checkpoint: minilm, smollm2, a local model folder or a .gguf file "
-        "(repeat to compare)")],
+        "--hf", metavar="NAME", help="checkpoint: minilm, smollm2, a local model folder or a "
+        ".gguf file (repeat to compare)")],
     text: Annotated[Path | None, typer.Option(
         help="a .txt file or folder to probe on (default: Shakespeare validation works)")
     ] = None,
@@ -145,7 +145,7 @@ def probe_hf(
     seed: Annotated[int, typer.Option(help="masked-LM masking seed")] = 0,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
 ) -> None:
-    """Probe real checkpoints offline with their own tokenizers: stream norm by depth, angular
-    distance between consecutive blocks, layer drop (claim C12)."""
+    """Probe real checkpoints (Hugging Face, GGUF) offline. With their own tokenizers: stream
+    norm by depth, angular distance between consecutive blocks, layer drop (claim C12)."""
     probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size, seq_len=seq_len,
                  drop=drop, drop_blocks=drop_blocks, seed=seed, figures=figures)

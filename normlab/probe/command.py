@@ -188,11 +188,12 @@ def probe(
         help="effective depth: a block counts if dropping it costs more (nats)")] = 0.01,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
     hf: Annotated[list[str] | None, typer.Option(
-        "--hf", help="a real checkpoint instead: minilm, smollm2, a local Hugging Face folder "
-        "or .gguf file (repeat to compare; see normlab probe-hf)")] = None,
+        "--hf", metavar="NAME", help="a real checkpoint instead: minilm, smollm2, a local "
+        "Hugging Face folder or .gguf file (repeat to compare; see normlab probe-hf)")] = None,
 ) -> None:
-    """Probe stability and effective depth: stream, gradients, merge test, layer drop, logit
-    lens, perturbation and update size, at init (depth sweeps with log-log fits) or on a run."""
+    """Probe stability and effective depth of a model. Stream, gradients, merge test, layer
+    drop, logit lens, perturbation and update size, at init (depth sweeps with log-log fits) or
+    on a trained run."""
     if hf:
         from normlab.interop.command import probe_hf_cli
 

@@ -18,8 +18,8 @@ def report(
     out: Annotated[Path | None, typer.Option(
         help="HTML file to write (default: DIR/report.html)")] = None,
 ) -> None:
-    """One self-contained HTML report (figures inlined, no network references): the verdicts of
-    a study, or the runs, loss curves and stability maps of a folder of runs."""
+    """Write one self-contained HTML report. Figures are inlined, with no network references:
+    the verdicts of a study, or the runs, loss curves and stability maps of a folder of runs."""
     from normlab.report.html import ReportError, render
 
     try:

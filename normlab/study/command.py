@@ -22,7 +22,7 @@ def study(
                                            "report.html)")] = Path("study"),
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
 ) -> None:
-    """Put the Pre-Norm vs Post-Norm claims to the test; a re-run reuses finished work."""
+    """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""
     from rich.table import Table
 
     from normlab.config import ConfigError

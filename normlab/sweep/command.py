@@ -17,14 +17,15 @@ from normlab.app import app, command_group
 from normlab.config import ConfigError
 from normlab.console import console, fail
 
-sweep_app = command_group("Sweeps: many runs from one spec, resumable; tables and stability maps "
-                          "of their outcomes.")
+sweep_app = command_group("Many runs from one spec, resumable. Tables and stability maps of "
+                          "their outcomes.")
 app.add_typer(sweep_app, name="sweep")
 
-SpecArg = Annotated[Path, typer.Argument(help="sweep spec (YAML: base + axes)")]
+SpecArg = Annotated[Path, typer.Argument(metavar="SPEC", help="sweep spec (YAML: base + axes)")]
 RootOpt = Annotated[Path | None, typer.Option(
     help="folder of the sweep's run folders and sweep.json [default: runs/sweeps/<name>]")]
-DirArg = Annotated[Path, typer.Argument(help="sweep folder (the --root of `sweep run`)")]
+DirArg = Annotated[Path, typer.Argument(metavar="DIR",
+                                        help="sweep folder (the --root of `sweep run`)")]
 
 
 def _plan(spec: Path):
@@ -46,8 +47,8 @@ def sweep_plan(
     engine: Annotated[str | None, typer.Option(
         help="auto | stacked | separate [default: the spec's engine, else auto]")] = None,
 ) -> None:
-    """Print the expanded runs and their count (and their state under ROOT), and how `sweep run`
-    with the local executor would group the pending ones into stacked models; nothing runs."""
+    """Print the runs of a spec; nothing runs. Their count and state under ROOT, and how
+    `sweep run` with the local executor would group the pending ones into stacked models."""
     import torch
 
     from normlab.sweep.executors import default_threads
@@ -109,8 +110,9 @@ def sweep_run(
              "[default: the spec's engine, else auto]")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
 ) -> None:
-    """Run every run of SPEC (skipping finished ones, resuming interrupted ones). Exit status: 0
-    when every run finished (completed or diverged), 1 when some failed, 130 when interrupted."""
+    """Run every run of SPEC. Finished runs are skipped, interrupted ones resumed. Exit status:
+    0 when every run finished (completed or diverged), 1 when some failed, 130 when
+    interrupted."""
     from normlab.sweep.executors import ExecutorError
     from normlab.sweep.runner import run_sweep
 
@@ -141,7 +143,8 @@ def sweep_summarize(
         help="output file for csv/parquet [default: DIR/summary.csv|parquet]; - for stdout "
              "(csv)")] = None,
 ) -> None:
-    """One table of every run: axes, outcome, divergence step and reason, losses, tokens/s."""
+    """One table of every run of a sweep. Axes, outcome, divergence step and reason, losses,
+    tokens/s."""
     from normlab.sweep.summarize import SummaryError, collect, summarize, to_csv, to_rich
 
     try:
@@ -171,7 +174,8 @@ def sweep_map(
     curves: Annotated[bool, typer.Option(
         help="also draw the loss curves of every cell (<out>_curves.png)")] = False,
 ) -> None:
-    """Stability map: cells coloured by outcome, annotated with final loss over seeds."""
+    """Draw the stability map of a sweep. Cells coloured by outcome, annotated with the final
+    loss over seeds."""
     from normlab.sweep.maps import MapError, curves_path, loss_curves, stability_map
     from normlab.sweep.summarize import SummaryError, collect
 
