@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from normlab.app import SetOpt, app
 from normlab.config import (
@@ -43,7 +44,7 @@ def plan(
             "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
     except ConfigError as e:
         fail(str(e))
-    console.print(build_plan(cfg).describe(), markup=False, highlight=False, soft_wrap=True)
+    console.print(build_plan(cfg).describe(), highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -74,8 +75,8 @@ def demo(
         except ConfigError as e:
             fail(str(e))
         model = build_model(cfg, seed=0)
-        console.rule(f"[bold]{name}")
-        console.print(model.plan.describe(), markup=False, highlight=False, soft_wrap=True)
+        console.rule(Text(name, style="bold"))
+        console.print(model.plan.describe(), highlight=False, soft_wrap=True)
         x, y = tokens
         t0 = time.perf_counter()
         result = model(x, y)
@@ -180,7 +181,7 @@ def train(
     if not dist.main:  # rank 0 reports; the others only say why they failed
         if summary["outcome"] == "failed":
             err_console.print(f"rank {dist.rank}: {summary.get('message', '')}",
-                              highlight=False, markup=False)
+                              highlight=False)
         raise typer.Exit(_train_exit_code(summary["outcome"]))
     outcome = summary["outcome"]
     line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
@@ -192,7 +193,7 @@ def train(
     console.print(line, highlight=False)
     console.print(f"run folder: {Path(root) / summary['run_id']}", highlight=False)
     if outcome == "failed":
-        err_console.print(summary.get("message", ""), highlight=False, markup=False)
+        err_console.print(summary.get("message", ""), highlight=False)
     raise typer.Exit(_train_exit_code(outcome))
 
 
@@ -286,7 +287,7 @@ def advise(
                        r["outcome"] + (f" ({r['reason']} @ {r['step']})" if r["reason"] else ""),
                        f"{r['val_loss']:.3f}" if r["val_loss"] is not None else "-")
         console.print(st)
-    console.print(f"[bold]recommendation: {advice.recommendation}[/]")
+    console.print(f"recommendation: {advice.recommendation}", style="bold", highlight=False)
     for reason in advice.reasons:
         console.print(f"  - {reason}", highlight=False)
 

@@ -349,7 +349,7 @@ def _print(report: dict[str, Any]) -> None:
         console.print(fits_table(report["fits"], report.get("by_depth", {})))
     notes = list(dict.fromkeys(n for r in runs for n in r["result"]["notes"]))
     for n in notes:
-        console.print(f"note: {n}", highlight=False, markup=False)
+        console.print(f"note: {n}", highlight=False)
 
 
 def _write(report: dict[str, Any], out: Path, figures: bool) -> None:

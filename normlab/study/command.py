@@ -24,6 +24,7 @@ def study(
 ) -> None:
     """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""
     from rich.table import Table
+    from rich.text import Text
 
     from normlab.config import ConfigError
     from normlab.data import DataError
@@ -32,7 +33,8 @@ def study(
     t0 = time.perf_counter()
 
     def log(message: str) -> None:
-        console.print(f"[dim]{time.perf_counter() - t0:6.0f}s[/] {message}", highlight=False)
+        console.print(Text.assemble((f"{time.perf_counter() - t0:6.0f}s", "dim"), " ", message),
+                      highlight=False)
 
     try:
         result = run_study(out, profile, claims.split(",") if claims else None, log=log)
@@ -48,7 +50,7 @@ def study(
         eff = (f"{e['estimate']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}], n={e['n']}"
                if e else c.get("note", "")[:60])
         v = c["verdict"]
-        table.add_row(c["id"], c["title"], f"[{colours[v]}]{v}[/]", eff)
+        table.add_row(c["id"], c["title"], Text(v, style=colours[v]), eff)
     console.print(table)
     console.print(f"every number: {out / 'study.json'}", highlight=False)
     if report:

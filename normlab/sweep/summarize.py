@@ -178,6 +178,7 @@ _STYLE = {"completed": "green", "diverged": "red", "failed": "bold red", "interr
 
 def to_rich(table: SweepTable):
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"sweep {table.name}: {len(table.rows)} runs ({table.root})")
     short = {a: a.split(".")[-1] for a in table.axes}
@@ -194,7 +195,7 @@ def to_rich(table: SweepTable):
             if c == "outcome":
                 text = row["outcome"] + (f" ({row['reason']})" if row.get("reason") else "")
                 style = _STYLE.get(row["outcome"])
-                cells.append(f"[{style}]{text}[/]" if style else text)
+                cells.append(Text(text, style=style) if style else text)
             elif c == "step":
                 cells.append(f"{_cell(row['step'], c)}/{_cell(row['steps_planned'], c)}")
             else:
