@@ -206,7 +206,25 @@ class ModelConfig(_Frozen):
 
 class YamlLoader(yaml.SafeLoader):
     """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a
-    learning rate written that way means."""
+    learning rate written that way means, and that a key given twice in one mapping is an error
+    (PyYAML would keep the last value silently, so `lr` set twice would hide one setting)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = first_seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the safe loader reports it
+                continue
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (lines "
+                    f"{first.start_mark.line + 1} and {key_node.start_mark.line + 1}); keep one",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 YamlLoader.add_implicit_resolver(
@@ -220,20 +238,51 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def read_yaml_file(path: Path, what: str = "config file",
+                   error: type[ConfigError] = ConfigError) -> Any:
+    """The YAML document in a file. `error` (a `ConfigError`) names the file and says why when
+    it is missing, a folder, unreadable, not UTF-8 text, or not valid YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} {path}: not found") from None
+    except IsADirectoryError:
+        raise error(f"{what} {path}: is a folder; give a YAML file") from None
+    except PermissionError:
+        raise error(f"{what} {path}: cannot be read (permission denied)") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{what} {path}: not a text file (byte {e.start} is not UTF-8); give a "
+                    "YAML file") from None
+    except OSError as e:
+        raise error(f"{what} {path}: cannot be read ({e.strerror or e})") from None
+    return parse_yaml_text(text, f"{what} {path}", error)
+
+
+def parse_yaml_text(text: str, source: str, error: type[ConfigError] = ConfigError) -> Any:
+    """The YAML document in `text`; `error` starts with `source` and gives the line of a
+    problem."""
+    try:
+        return read_yaml(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        context = f" ({e.context})" if e.context else ""
+        raise error(f"{source}: not valid YAML: {where}{e.problem}{context}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{source}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to read") from None
+
+
 def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from a path or a string; errors name the file."""
     is_text = isinstance(text_or_path, str) and "\n" in text_or_path
     path = None if is_text else Path(text_or_path)
-    if path is not None and path.exists():
-        source, text = str(path), path.read_text()
-    elif isinstance(text_or_path, Path):
-        raise ConfigError(f"config file {text_or_path}: not found")
+    if path is not None and (path.exists() or isinstance(text_or_path, Path)):
+        source, data = str(path), read_yaml_file(path)
     else:
-        source, text = "<string>", str(text_or_path)
-    try:
-        data = read_yaml(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        source = "<string>"
+        data = parse_yaml_text(str(text_or_path), source)
     if data is None:
         data = {}
     if not isinstance(data, dict):

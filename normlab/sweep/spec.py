@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from normlab.config import (
@@ -37,7 +36,8 @@ from normlab.config import (
     deep_merge,
     load_yaml,
     parse_config,
-    read_yaml,
+    parse_yaml_text,
+    read_yaml_file,
 )
 
 # Defaults a sweep adds under its base (the base wins): runs checkpoint often, so a killed sweep
@@ -101,15 +101,10 @@ def load_spec(path_or_text: str | Path) -> tuple[dict[str, Any], str]:
     is_text = isinstance(path_or_text, str) and "\n" in path_or_text
     path = None if is_text else Path(path_or_text)
     if path is not None:
-        if not path.exists():
-            raise SpecError(f"sweep spec {path}: not found")
-        text, source, name = path.read_text(), str(path), path.stem
+        spec, source, name = read_yaml_file(path, "sweep spec", SpecError), str(path), path.stem
     else:
-        text, source, name = str(path_or_text), "<string>", "sweep"
-    try:
-        spec = read_yaml(text)
-    except yaml.YAMLError as e:
-        raise SpecError(f"{source}: not valid YAML: {e}") from None
+        source, name = "<string>", "sweep"
+        spec = parse_yaml_text(str(path_or_text), source, SpecError)
     if not isinstance(spec, dict):
         raise SpecError(f"{source}: expected a mapping with base and axes, got "
                         f"{type(spec).__name__}")
