@@ -45,7 +45,10 @@ class ConfigError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: an inf or nan setting (`lr: .inf`) is rejected by name here, not
+    # filed as a divergence at step 1 and then written to config.yaml as null.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              allow_inf_nan=False)
 
 
 class ModelConfig(_Frozen):
@@ -299,10 +302,18 @@ def parse_config(cls: type[BaseModel], data: dict[str, Any]) -> Any:
         raise ConfigError(format_validation_error(cls, e)) from None
 
 
+# The last part of an error location that names a member of a union (`admin_omega.float`), not a
+# field: the errors of one field's members are reported together, under the field's name.
+_UNION_MEMBER = re.compile(r"^(int|float|str|bool|none|literal\[.*\]|tuple\[.*\]|list\[.*\])$")
+
+
 def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
-    lines = []
+    by_loc: dict[str, list[str]] = {}
     for item in err.errors():
-        loc = ".".join(str(p) for p in item["loc"])
+        parts = list(item["loc"])
+        while len(parts) > 1 and isinstance(parts[-1], str) and _UNION_MEMBER.match(parts[-1]):
+            parts.pop()
+        loc = ".".join(str(p) for p in parts)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
             allowed = ", ".join(sorted(_section_class(cls, item["loc"][:-1]).model_fields))
@@ -311,7 +322,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
             msg = f"{msg}, got {item.get('input')!r}"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
-        lines.append(f"{loc}: {msg}" if loc else msg)
+        by_loc.setdefault(loc, []).append(msg)
+    lines = [f"{loc}: {'; or '.join(dict.fromkeys(msgs))}" if loc else "; ".join(msgs)
+             for loc, msgs in by_loc.items()]
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
 
 
@@ -416,6 +429,17 @@ class TrainConfig(_Frozen):
 EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
 
 
+def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:
+    """Why `model` cannot read byte-tokenized text (normlab's data), or None: token ids run to
+    255, so a smaller vocabulary would fail at the first batch with an index error."""
+    from normlab.data.tokens import VOCAB_SIZE  # (lazy: the data package imports torch)
+
+    if model.vocab_size >= VOCAB_SIZE:
+        return None
+    return (f"{field}: {model.vocab_size} is smaller than the byte tokenizer's {VOCAB_SIZE} "
+            f"tokens; use at least {VOCAB_SIZE}")
+
+
 class RunConfig(_Frozen):
     """Everything a training run is a function of."""
 
@@ -425,11 +449,17 @@ class RunConfig(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        problems = []
         if self.data.seq_len > self.model.max_seq_len:
-            raise ValueError(
+            problems.append(
                 f"data.seq_len: {self.data.seq_len} exceeds model.max_seq_len="
                 f"{self.model.max_seq_len}; raise model.max_seq_len or lower data.seq_len"
             )
+        vocab = byte_vocab_problem(self.model, "model.vocab_size")
+        if vocab:
+            problems.append(vocab)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def to_dict(self) -> dict[str, Any]:

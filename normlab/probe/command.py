@@ -23,7 +23,13 @@ import typer
 from rich.table import Table
 
 from normlab.app import SetOpt, app
-from normlab.config import PLACEMENTS, ConfigError, ModelConfig, load_model_config
+from normlab.config import (
+    PLACEMENTS,
+    ConfigError,
+    ModelConfig,
+    byte_vocab_problem,
+    load_model_config,
+)
 from normlab.console import console, err_console, fail
 from normlab.data import DataError
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
@@ -267,6 +273,9 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
                     source=str(text) if text is not None else "shakespeare",
                     val_fraction=0.1, split_seed=0)
     base: ModelConfig = spec["base"]
+    vocab = byte_vocab_problem(base)
+    if vocab:
+        raise ConfigError(vocab)
     if spec["seq_len"] > base.max_seq_len:
         raise ConfigError(f"--seq-len: {spec['seq_len']} exceeds the model's max_seq_len="
                           f"{base.max_seq_len}; lower --seq-len or --set max_seq_len=...")
