@@ -14,8 +14,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from normlab.app import SetOpt, app
+from normlab.app import SetOpt, app, check_output_folder, output_folder
 from normlab.config import (
+    MAX_BLOCKS,
     PLACEMENTS,
     ConfigError,
     ModelConfig,
@@ -28,7 +29,8 @@ from normlab.console import console, err_console, fail
 @app.command()
 def plan(
     placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")] = None,
-    blocks: Annotated[int | None, typer.Option(help="number of blocks L")] = None,
+    blocks: Annotated[int | None, typer.Option(min=1, max=MAX_BLOCKS, help="number of blocks L")
+                      ] = None,
     norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
@@ -49,15 +51,18 @@ def plan(
 
 @app.command()
 def demo(
-    blocks: Annotated[int, typer.Option(help="blocks per model")] = 6,
-    width: Annotated[int, typer.Option(help="d_model")] = 128,
-    steps: Annotated[int, typer.Option(help="training steps of the pre/post runs")] = 150,
-    out: Annotated[Path, typer.Option(help="folder for the demo's runs")] = Path("demo"),
+    blocks: Annotated[int, typer.Option(min=1, max=MAX_BLOCKS, help="blocks per model")] = 6,
+    width: Annotated[int, typer.Option(min=2, help="d_model")] = 128,
+    steps: Annotated[int, typer.Option(min=1, help="training steps of the pre/post runs")
+                     ] = 150,
+    out: Annotated[Path, typer.Option(callback=output_folder, help="folder for the demo's runs")
+                   ] = Path("demo"),
 ) -> None:
     """A tour of every placement. Builds each one and prints its plan with one
     forward/backward on Shakespeare bytes, then trains pre and post with and without warmup."""
     import torch
 
+    from normlab.memory import check_fits, estimate
     from normlab.nn import build_model
 
     tokens = _demo_tokens(seq_len=128, batch=8)
@@ -72,6 +77,7 @@ def demo(
             fields["block_placements"] = tuple(("post", "pre")[i % 2] for i in range(blocks))
         try:
             cfg = parse_config(ModelConfig, fields)
+            check_fits(estimate(cfg, 16, 128), "cpu", "demo", "lower --width or --blocks")
         except ConfigError as e:
             fail(str(e))
         model = build_model(cfg, seed=0)
@@ -142,6 +148,7 @@ def train(
     import torch
 
     from normlab.data import DataError
+    from normlab.memory import check_run_fits
     from normlab.sweep.executors import default_threads
     from normlab.train import (
         CheckpointError,
@@ -161,10 +168,13 @@ def train(
             root = resume.parent
             if cfg.run_id() != resume.name:
                 fail(f"{resume}: folder name does not match its config (run id {cfg.run_id()})")
+            check_output_folder(resume, "--resume")
         else:
             from normlab.config import load_run_config
 
             cfg = load_run_config(config, set_)
+            check_output_folder(root, "--root")
+        check_run_fits(cfg, processes=max(nproc, world))
         if nproc > 1:
             if world > 1:
                 fail("--nproc starts its own processes; under torchrun leave it out")
@@ -248,25 +258,34 @@ def runs(root: Annotated[Path, typer.Argument(
 
 @app.command()
 def advise(
-    blocks: Annotated[int, typer.Option(help="intended number of blocks", min=1)],
+    blocks: Annotated[int, typer.Option(help="intended number of blocks", min=1,
+                                        max=MAX_BLOCKS)],
     width: Annotated[int, typer.Option(help="intended d_model", min=8)],
-    heads: Annotated[int | None, typer.Option(help="attention heads (default width/64)")] = None,
+    heads: Annotated[int | None, typer.Option(min=1, help="attention heads (default width/64)")
+                     ] = None,
     finetune: Annotated[bool, typer.Option(help="you will fine-tune a Post-Norm checkpoint")
                         ] = False,
-    warmup_budget: Annotated[int | None, typer.Option(help="warmup steps you can afford")
+    warmup_budget: Annotated[int | None, typer.Option(min=0, help="warmup steps you can afford")
                              ] = None,
     intermediate_heads: Annotated[bool, typer.Option(help="heads read intermediate blocks")
                                   ] = False,
-    check_steps: Annotated[int, typer.Option(help="steps of each stability-check run")] = 60,
+    check_steps: Annotated[int, typer.Option(min=1, help="steps of each stability-check run")
+                           ] = 60,
     measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
 ) -> None:
     """Placement guidance for your shape. Each rule is shown with what normlab measures
     there."""
     from normlab.advise import advise as run_advise
+    from normlab.memory import check_fits, estimate
 
     if heads is not None and width % heads:
         fail(f"--heads {heads} does not divide --width {width}")
     try:
+        if measure:  # the init measurement builds the model at the full shape
+            shape = parse_config(ModelConfig, {"n_blocks": blocks, "d_model": width,
+                                               "n_heads": heads or max(1, width // 64)})
+            check_fits(estimate(shape, 4, 64, training=False), "cpu", "advise",
+                       "lower --width or --blocks, or use --no-measure")
         advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
                             intermediate_heads=intermediate_heads, check_steps=check_steps,
                             measure=measure)

@@ -35,6 +35,7 @@ BlockPlacement = Literal[
 InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
 DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
 
+MAX_BLOCKS = 4096
 PLACEMENTS: tuple[str, ...] = Placement.__args__  # type: ignore[attr-defined]
 NORM_KINDS: tuple[str, ...] = NormKind.__args__  # type: ignore[attr-defined]
 INIT_SCHEMES: tuple[str, ...] = InitScheme.__args__  # type: ignore[attr-defined]
@@ -58,7 +59,7 @@ class ModelConfig(_Frozen):
         "decoder", description="decoder: causal LM head; encoder: bidirectional + classifier"
     )
     vocab_size: int = Field(256, ge=2)
-    n_blocks: int = Field(6, ge=1, le=4096)
+    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS)
     d_model: int = Field(256, ge=2)
     n_heads: int = Field(4, ge=1)
     d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4*d (8/3*d SwiGLU)")

@@ -10,7 +10,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from normlab.app import app
+from normlab.app import app, positive
 from normlab.config import ConfigError
 from normlab.console import console, fail
 from normlab.data.corpus import DataError
@@ -24,20 +24,22 @@ def finetune_command(
     run_dir: Annotated[Path, typer.Argument(
         metavar="RUN_DIR", help="a trained run folder (runs/<run_id>)")],
     task: Annotated[str, typer.Option(help="genre (3 classes) or play (36 classes)")] = "genre",
-    steps: Annotated[int, typer.Option(help="optimizer steps")] = 200,
-    lr: Annotated[float, typer.Option(help="peak AdamW learning rate")] = 3e-4,
-    batch_size: Annotated[int, typer.Option(help="passages per step")] = 32,
-    warmup: Annotated[int, typer.Option(help="linear warmup steps (then cosine decay)")] = 20,
-    seed: Annotated[int, typer.Option(help="head init and batch order")] = 0,
+    steps: Annotated[int, typer.Option(min=1, help="optimizer steps")] = 200,
+    lr: Annotated[float, typer.Option(callback=positive, help="peak AdamW learning rate")
+                  ] = 3e-4,
+    batch_size: Annotated[int, typer.Option(min=1, help="passages per step")] = 32,
+    warmup: Annotated[int, typer.Option(min=0, help="linear warmup steps (then cosine decay)")
+                      ] = 20,
+    seed: Annotated[int, typer.Option(min=0, help="head init and batch order")] = 0,
     freeze: Annotated[bool, typer.Option(help="train only the linear head (a probe)")] = False,
     pooling: Annotated[str, typer.Option(help="mean over positions, or the last position")
                        ] = "mean",
     from_init: Annotated[bool, typer.Option(
         help="the run's architecture at init instead of its checkpoint (no pretraining)")
     ] = False,
-    passage_bytes: Annotated[int, typer.Option(help="bytes per passage")] = 256,
+    passage_bytes: Annotated[int, typer.Option(min=2, help="bytes per passage")] = 256,
     test_max: Annotated[int | None, typer.Option(
-        help="evaluate on at most this many evenly spaced test passages (default: all)")
+        min=1, help="evaluate on at most this many evenly spaced test passages (default: all)")
     ] = None,
     device: Annotated[str, typer.Option(help="auto|cpu|cuda|mps")] = "auto",
     baseline: Annotated[bool, typer.Option(help="also print the n-gram naive Bayes baseline")

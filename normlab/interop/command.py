@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from normlab.app import app
+from normlab.app import app, output_folder
 from normlab.console import console, err_console, fail
 
 MAX_ROWS = 32
@@ -133,16 +133,17 @@ def probe_hf(
     text: Annotated[Path | None, typer.Option(
         help="a .txt file or folder to probe on (default: Shakespeare validation works)")
     ] = None,
-    out: Annotated[Path, typer.Option(help="folder for the JSON results and figures")
+    out: Annotated[Path, typer.Option(callback=output_folder,
+                                      help="folder for the JSON results and figures")
                    ] = Path("probe_hf"),
-    batches: Annotated[int, typer.Option(help="batches of text windows")] = 2,
-    batch_size: Annotated[int, typer.Option(help="windows per batch")] = 4,
-    seq_len: Annotated[int, typer.Option(help="tokens per window (the model's tokenizer)")
+    batches: Annotated[int, typer.Option(min=1, help="batches of text windows")] = 2,
+    batch_size: Annotated[int, typer.Option(min=1, help="windows per batch")] = 4,
+    seq_len: Annotated[int, typer.Option(min=2, help="tokens per window (the model's tokenizer)")
                        ] = 128,
     drop: Annotated[bool, typer.Option(help="layer drop: skip each block in turn")] = True,
     drop_blocks: Annotated[str | None, typer.Option(
         help="only drop these blocks, e.g. 0,15,29 (default: every block)")] = None,
-    seed: Annotated[int, typer.Option(help="masked-LM masking seed")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="masked-LM masking seed")] = 0,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
 ) -> None:
     """Probe real checkpoints (Hugging Face, GGUF) offline. With their own tokenizers: stream

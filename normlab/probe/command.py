@@ -22,8 +22,9 @@ import torch
 import typer
 from rich.table import Table
 
-from normlab.app import SetOpt, app
+from normlab.app import SetOpt, app, finite, output_folder, positive
 from normlab.config import (
+    MAX_BLOCKS,
     PLACEMENTS,
     ConfigError,
     ModelConfig,
@@ -164,33 +165,40 @@ def probe(
         help="comma separated placements to compare, e.g. pre,post")] = None,
     blocks: Annotated[str | None, typer.Option(
         help="number of blocks L, or a comma separated list for a depth sweep (6,12,24)")] = None,
-    width: Annotated[int | None, typer.Option(help="d_model")] = None,
-    heads: Annotated[int | None, typer.Option(help="attention heads")] = None,
+    width: Annotated[int | None, typer.Option(min=2, help="d_model")] = None,
+    heads: Annotated[int | None, typer.Option(min=1, help="attention heads")] = None,
     norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
     set_: SetOpt = None,
-    seeds: Annotated[int, typer.Option(help="models per placement and depth (seeds 0..n-1)")
-                     ] = 1,
+    seeds: Annotated[int, typer.Option(
+        min=1, help="models per placement and depth (seeds 0..n-1)")] = 1,
     probes: Annotated[str | None, typer.Option(
         help=f"comma separated, from {','.join(PROBES)}; 'all'; default: all but update")
     ] = None,
-    batches: Annotated[int, typer.Option(help="held-out batches per model")] = 4,
-    batch_size: Annotated[int, typer.Option(help="sequences per batch")] = 8,
+    batches: Annotated[int, typer.Option(min=1, help="held-out batches per model")] = 4,
+    batch_size: Annotated[int, typer.Option(min=1, help="sequences per batch")] = 8,
     seq_len: Annotated[int | None, typer.Option(
-        help="tokens per sequence (default 64, or the run's seq_len for --checkpoint)")] = None,
+        min=2, help="tokens per sequence (default 64, or the run's seq_len for --checkpoint)")
+    ] = None,
     text: Annotated[Path | None, typer.Option(
         help="a .txt file or folder to probe on (default: the Shakespeare validation split)")
     ] = None,
-    out: Annotated[Path, typer.Option(help="folder for probe.json and the figures")
+    out: Annotated[Path, typer.Option(callback=output_folder,
+                                      help="folder for probe.json and the figures")
                    ] = Path("probe_out"),
-    perturb_eps: Annotated[float, typer.Option(help="perturbation: relative size eps")] = 0.01,
-    perturb_draws: Annotated[int, typer.Option(help="perturbation: random draws")] = 2,
-    update_steps: Annotated[int, typer.Option(help="update size: optimizer steps K")] = 30,
-    update_lr: Annotated[float, typer.Option(help="update size: AdamW learning rate")] = 1e-3,
-    update_warmup: Annotated[int, typer.Option(help="update size: linear warmup steps")] = 0,
+    perturb_eps: Annotated[float, typer.Option(
+        callback=positive, help="perturbation: relative size eps")] = 0.01,
+    perturb_draws: Annotated[int, typer.Option(min=1, help="perturbation: random draws")] = 2,
+    update_steps: Annotated[int, typer.Option(min=1, help="update size: optimizer steps K")
+                            ] = 30,
+    update_lr: Annotated[float, typer.Option(
+        callback=positive, help="update size: AdamW learning rate")] = 1e-3,
+    update_warmup: Annotated[int, typer.Option(min=0, help="update size: linear warmup steps")
+                             ] = 0,
     drop_threshold: Annotated[float, typer.Option(
+        min=0, callback=finite,
         help="effective depth: a block counts if dropping it costs more (nats)")] = 0.01,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
     hf: Annotated[list[str] | None, typer.Option(
@@ -232,10 +240,6 @@ def probe(
 def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind, config, sets,
              seeds, probes, n_batches, batch_size, seq_len, text) -> dict[str, Any]:
     chosen = parse_probes(probes)
-    if n_batches < 1 or batch_size < 1:
-        raise ConfigError("--batches and --batch-size must be at least 1")
-    if seeds < 1:
-        raise ConfigError("--seeds must be at least 1")
     names = split_list(placement, "--placement") + split_list(placements, "--placements")
     names = list(dict.fromkeys(names))
     depths = split_list(blocks, "--blocks", int)
@@ -243,8 +247,8 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
     if bad:
         raise ConfigError(f"placement: {', '.join(map(repr, bad))} is not a placement; "
                           f"choose from {', '.join(PLACEMENTS)}")
-    if any(L < 1 for L in depths):
-        raise ConfigError("--blocks: depths must be at least 1")
+    if any(not 1 <= L <= MAX_BLOCKS for L in depths):
+        raise ConfigError(f"--blocks: depths must be from 1 to {MAX_BLOCKS}")
     spec: dict[str, Any] = {"probes": chosen, "n_batches": n_batches, "batch_size": batch_size,
                             "text": str(text) if text is not None else None}
     if checkpoint is not None:
@@ -276,11 +280,18 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
     vocab = byte_vocab_problem(base)
     if vocab:
         raise ConfigError(vocab)
+    if spec["seq_len"] < 2:
+        raise ConfigError(f"--seq-len: {spec['seq_len']}; a probe needs at least 2 tokens "
+                          "(raise --seq-len, or the model's max_seq_len)")
     if spec["seq_len"] > base.max_seq_len:
         raise ConfigError(f"--seq-len: {spec['seq_len']} exceeds the model's max_seq_len="
                           f"{base.max_seq_len}; lower --seq-len or --set max_seq_len=...")
-    if spec["seq_len"] < 2:
-        raise ConfigError("--seq-len must be at least 2")
+    if spec["target"] == "init":  # a trained run's model exists already
+        from normlab.memory import check_fits, estimate
+
+        deepest = base.model_copy(update={"n_blocks": max(spec["depths"])})
+        check_fits(estimate(deepest, batch_size, spec["seq_len"]), "auto", "probe",
+                   "lower --width, --blocks, --batch-size or --seq-len")
     return spec
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from normlab.app import app
+from normlab.app import app, output_file
 from normlab.console import console, fail
 
 
@@ -16,7 +16,7 @@ def report(
     dir: Annotated[Path, typer.Argument(
         metavar="DIR", help="a study folder (with study.json) or any folder of runs and sweeps")],
     out: Annotated[Path | None, typer.Option(
-        help="HTML file to write (default: DIR/report.html)")] = None,
+        callback=output_file, help="HTML file to write (default: DIR/report.html)")] = None,
 ) -> None:
     """Write one self-contained HTML report. Figures are inlined, with no network references:
     the verdicts of a study, or the runs, loss curves and stability maps of a folder of runs."""

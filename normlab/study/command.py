@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from normlab.app import app
+from normlab.app import app, output_folder
 from normlab.console import console, fail
 
 
@@ -18,8 +18,9 @@ def study(
                                               "CPU) | full (GPU)")] = "quick",
     claims: Annotated[str | None, typer.Option(help="comma separated, e.g. C1,C4 (default all)")
                       ] = None,
-    out: Annotated[Path, typer.Option(help="study folder (runs, cache, figures, study.json, "
-                                           "report.html)")] = Path("study"),
+    out: Annotated[Path, typer.Option(
+        callback=output_folder,
+        help="study folder (runs, cache, figures, study.json, report.html)")] = Path("study"),
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
 ) -> None:
     """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""

@@ -216,9 +216,12 @@ def _number(path: str, x: Any) -> float:
     if isinstance(x, bool):
         raise SpecError(f"axis {path}: {x!r} is not a number")
     try:
-        return float(x)
+        value = float(x)
     except (TypeError, ValueError):
         raise SpecError(f"axis {path}: {x!r} is not a number") from None
+    if not math.isfinite(value):
+        raise SpecError(f"axis {path}: {x!r} is not a finite number")
+    return value
 
 
 def _spaced_values(path: str, kind: str, ends: Any, num: Any) -> list[Any]:
