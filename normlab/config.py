@@ -498,6 +498,9 @@ def load_model_config(path: str | Path | None = None, overrides: list[str] | Non
     `model.d_model=128`)."""
     data = load_yaml(Path(path)) if path is not None else {}
     data = data.get("model", data)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: model: expected a mapping of model fields, got "
+                          f"{type(data).__name__}")
     data = deep_merge(data, {k: v for k, v in (fields or {}).items() if v is not None})
     parsed = parse_overrides(overrides)
     data = deep_merge(data, parsed.get("model", parsed))

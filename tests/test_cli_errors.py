@@ -35,6 +35,7 @@ def files(tmp_path_factory) -> Path:
     (d / "dir.yaml").mkdir()
     (d / "dup.yaml").write_text("train:\n  lr: 1e-3\n  steps: 5\n  lr: 2e-3\n")
     (d / "list.yaml").write_text("- 1\n- 2\n")
+    (d / "modellist.yaml").write_text("model: [1, 2]\n")
     (d / "broken.yaml").write_text("model: {d_model: [32\n")
     (d / "afile").write_text("not a folder\n")
     (d / "a[").mkdir()  # the file a[/b].yaml: a path that reads as a Rich closing tag
@@ -64,6 +65,7 @@ CASES = [
     ("plan --config bin.yaml", "bin.yaml: not a text file"),
     ("plan --config dir.yaml", "dir.yaml: is a folder"),
     ("plan --config dup.yaml", "given twice"),
+    ("plan --config modellist.yaml", "modellist.yaml: model: expected a mapping"),
     ("probe --config dir.yaml", "dir.yaml: is a folder"),
     ("sweep plan bin.yaml", "sweep spec bin.yaml: not a text file"),
     ("sweep plan dir.yaml", "sweep spec dir.yaml: is a folder"),
