@@ -46,6 +46,7 @@ def files(tmp_path_factory) -> Path:
     (d / "log1.yaml").write_text(SPEC.replace("[1e-3, 2e-3]", "{log: [1e-3]}"))
     (d / "loginf.yaml").write_text(SPEC.replace("[1e-3, 2e-3]", "{log: [1e-3, .inf], num: 3}"))
     (d / "dupspec.yaml").write_text(SPEC + "axes:\n  train.warmup: [0]\n")
+    (d / "basesec.yaml").write_text(SPEC.replace("train: {steps: 2}", "train: 5"))
     (d / "huge.yaml").write_text(SPEC.replace("steps: 2", "steps: 2, batch_size: 100000000"))
     (d / "runs").mkdir()
     return d
@@ -71,6 +72,7 @@ CASES = [
     ("sweep plan dir.yaml", "sweep spec dir.yaml: is a folder"),
     ("sweep plan dupspec.yaml", "key 'axes' is given twice"),
     ("sweep run dir.yaml", "sweep spec dir.yaml: is a folder"),
+    ("sweep plan basesec.yaml", "base.train: expected a mapping"),
     ("sweep plan log1.yaml", "log takes [low, high], got [0.001]"),
     ("sweep plan loginf.yaml", "axis train.lr: inf is not a finite number"),
     # overrides: non-finite floats, vocabulary, unknown fields, malformed

@@ -130,6 +130,10 @@ def plan_sweep(spec_or_path: dict[str, Any] | str | Path, name: str | None = Non
     base = spec.get("base") or {}
     if not isinstance(base, dict):
         raise SpecError("base: expected a run config mapping (model / data / train) or a path")
+    for section, value in base.items():  # an axis's value would replace a section given as 5
+        if section in RunConfig.model_fields and not isinstance(value, dict):
+            raise SpecError(f"base.{section}: expected a mapping of {section} fields, got "
+                            f"{type(value).__name__}")
     engine = check_engine(spec.get("engine", "auto"), "engine")
     base = deep_merge(SWEEP_DEFAULTS, base)
     axes = parse_axes(spec.get("axes") or {})
