@@ -1,45 +1,34 @@
-"""Command line: thin commands over the library. Bad input exits with status 2 and one message."""
+"""The command line, its top layer: the core commands (plan, train, runs, advise) and the
+import of every other command module, each of which registers itself on `normlab.app.app`.
+Nothing imports this module but the entry points. Bad input exits with status 2 and one message.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from normlab.app import SetOpt, app, check_output_folder
 from normlab.config import (
+    MAX_BLOCKS,
     PLACEMENTS,
     ConfigError,
     ModelConfig,
-    deep_merge,
-    load_yaml,
+    load_model_config,
     parse_config,
-    parse_overrides,
 )
 from normlab.console import console, err_console, fail
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="normlab: where the normalization goes in a Transformer.")
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
-
-
-def model_config_from_cli(config: Path | None, sets: list[str] | None,
-                          shortcuts: dict[str, Any]) -> ModelConfig:
-    data: dict[str, Any] = load_yaml(config) if config is not None else {}
-    data = data.get("model", data)  # accept a run config with a model: section
-    data = deep_merge(data, {k: v for k, v in shortcuts.items() if v is not None})
-    overrides = parse_overrides(sets)
-    data = deep_merge(data, overrides.get("model", overrides))
-    return parse_config(ModelConfig, data)
 
 
 @app.command()
 def plan(
     placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")] = None,
-    blocks: Annotated[int | None, typer.Option(help="number of blocks L")] = None,
+    blocks: Annotated[int | None, typer.Option(min=1, max=MAX_BLOCKS, help="number of blocks L")
+                      ] = None,
     norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
@@ -49,11 +38,12 @@ def plan(
         "--time", help="also time a steady forward+backward of this model (after warm-up steps)")
     ] = False,
 ) -> None:
-    """Print the resolved per-block plan: each sublayer's formula with its norms and constants."""
+    """Print the resolved per-block plan. Each sublayer's formula, with its norms and
+    constants."""
     from normlab.nn.plan import build_plan
 
     try:
-        cfg = model_config_from_cli(config, set_, {
+        cfg = load_model_config(config, set_, {
             "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
     except ConfigError as e:
         fail(str(e))
@@ -66,10 +56,11 @@ def plan(
 
 @app.command()
 def train(
-    config: Annotated[Path | None, typer.Argument(help="YAML run config (model/data/train)")
-                      ] = None,
+    config: Annotated[Path | None, typer.Argument(
+        metavar="CONFIG", help="YAML run config (model/data/train)")] = None,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
+        "--set", metavar="PATH=VALUE",
+        help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
     ] = None,
     root: Annotated[Path, typer.Option(help="folder that holds the run folders")] = Path("runs"),
     resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
@@ -81,11 +72,12 @@ def train(
         min=1, help="torch CPU threads per process [default: CPUs / processes when N > 1]")
     ] = None,
 ) -> None:
-    """Train one run; its folder under ROOT is named by a hash of the resolved config. Under
+    """Train one run. Its folder under ROOT is named by a hash of the resolved config. Under
     torchrun (or with --nproc) the processes train the one run together."""
     import torch
 
     from normlab.data import DataError
+    from normlab.memory import check_run_fits
     from normlab.sweep.executors import default_threads
     from normlab.train import (
         CheckpointError,
@@ -105,10 +97,13 @@ def train(
             root = resume.parent
             if cfg.run_id() != resume.name:
                 fail(f"{resume}: folder name does not match its config (run id {cfg.run_id()})")
+            check_output_folder(resume, "--resume")
         else:
             from normlab.config import load_run_config
 
             cfg = load_run_config(config, set_)
+            check_output_folder(root, "--root")
+        check_run_fits(cfg, processes=max(nproc, world))
         if nproc > 1:
             if world > 1:
                 fail("--nproc starts its own processes; under torchrun leave it out")
@@ -125,7 +120,7 @@ def train(
     if not dist.main:  # rank 0 reports; the others only say why they failed
         if summary["outcome"] == "failed":
             err_console.print(f"rank {dist.rank}: {summary.get('message', '')}",
-                              highlight=False, markup=False)
+                              highlight=False)
         raise typer.Exit(_train_exit_code(summary["outcome"]))
     outcome = summary["outcome"]
     line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
@@ -137,7 +132,7 @@ def train(
     console.print(line, highlight=False)
     console.print(f"run folder: {Path(root) / summary['run_id']}", highlight=False)
     if outcome == "failed":
-        err_console.print(summary.get("message", ""), highlight=False, markup=False)
+        err_console.print(summary.get("message", ""), highlight=False)
     raise typer.Exit(_train_exit_code(outcome))
 
 
@@ -160,10 +155,13 @@ def _rank_args(config: Path | None, sets: list[str] | None, root: Path, resume: 
 
 
 @app.command()
-def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = Path("runs")
+def runs(root: Annotated[Path, typer.Argument(
+        metavar="ROOT", help="folder of run folders")] = Path("runs")
          ) -> None:
-    """List the runs under ROOT: the settings in which they differ, outcome, final losses; a
-    damaged folder is listed as damaged, with why."""
+    """List the runs under ROOT.
+
+    Shows the settings in which they differ, the outcome and the final losses; a damaged folder
+    is listed as damaged, with why."""
     from normlab.train.listing import runs_table
 
     if not root.is_dir():
@@ -173,24 +171,34 @@ def runs(root: Annotated[Path, typer.Argument(help="folder of run folders")] = P
 
 @app.command()
 def advise(
-    blocks: Annotated[int, typer.Option(help="intended number of blocks", min=1)],
+    blocks: Annotated[int, typer.Option(help="intended number of blocks", min=1,
+                                        max=MAX_BLOCKS)],
     width: Annotated[int, typer.Option(help="intended d_model", min=8)],
-    heads: Annotated[int | None, typer.Option(help="attention heads (default width/64)")] = None,
+    heads: Annotated[int | None, typer.Option(min=1, help="attention heads (default width/64)")
+                     ] = None,
     finetune: Annotated[bool, typer.Option(help="you will fine-tune a Post-Norm checkpoint")
                         ] = False,
-    warmup_budget: Annotated[int | None, typer.Option(help="warmup steps you can afford")
+    warmup_budget: Annotated[int | None, typer.Option(min=0, help="warmup steps you can afford")
                              ] = None,
     intermediate_heads: Annotated[bool, typer.Option(help="heads read intermediate blocks")
                                   ] = False,
-    check_steps: Annotated[int, typer.Option(help="steps of each stability-check run")] = 60,
+    check_steps: Annotated[int, typer.Option(min=1, help="steps of each stability-check run")
+                           ] = 60,
     measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
 ) -> None:
-    """Placement guidance for your shape, each rule shown with what normlab measures there."""
+    """Placement guidance for your shape. Each rule is shown with what normlab measures
+    there."""
     from normlab.advise import advise as run_advise
+    from normlab.memory import check_fits, estimate
 
     if heads is not None and width % heads:
         fail(f"--heads {heads} does not divide --width {width}")
     try:
+        if measure:  # the init measurement builds the model at the full shape
+            shape = parse_config(ModelConfig, {"n_blocks": blocks, "d_model": width,
+                                               "n_heads": heads or max(1, width // 64)})
+            check_fits(estimate(shape, 4, 64, training=False), "cpu", "advise",
+                       "lower --width or --blocks, or use --no-measure")
         advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
                             intermediate_heads=intermediate_heads, check_steps=check_steps,
                             measure=measure)
@@ -211,26 +219,21 @@ def advise(
                        r["outcome"] + (f" ({r['reason']} @ {r['step']})" if r["reason"] else ""),
                        f"{r['val_loss']:.3f}" if r["val_loss"] is not None else "-")
         console.print(st)
-    console.print(f"[bold]recommendation: {advice.recommendation}[/]")
+    console.print(f"recommendation: {advice.recommendation}", style="bold", highlight=False)
     for reason in advice.reasons:
         console.print(f"  - {reason}", highlight=False)
 
 
-from normlab.finetune import finetune_command as _finetune  # noqa: E402
-from normlab.interop.command import probe_hf as _probe_hf  # noqa: E402
-from normlab.probe.command import probe as _probe  # noqa: E402  (imports the CLI lazily)
-from normlab.report.command import report as _report  # noqa: E402
-from normlab.study.command import study as _study  # noqa: E402
-
-app.command(name="probe")(_probe)
-app.command(name="probe-hf")(_probe_hf)
-app.command(name="study")(_study)
-app.command(name="report")(_report)
-app.command(name="finetune")(_finetune)
-
-from normlab.sweep.command import sweep_app  # noqa: E402
-
-app.add_typer(sweep_app, name="sweep")
+# The commands kept with their libraries register themselves on `app` when imported; after the
+# core ones above, in the order of `normlab --help`.
+# isort: off
+import normlab.probe.command  # noqa: E402,F401
+import normlab.interop.command  # noqa: E402,F401  (probe-hf)
+import normlab.study.command  # noqa: E402,F401
+import normlab.report.command  # noqa: E402,F401
+import normlab.finetune_command  # noqa: E402,F401
+import normlab.sweep.command  # noqa: E402,F401
+# isort: on
 
 
 def main() -> None:

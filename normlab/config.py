@@ -35,6 +35,7 @@ BlockPlacement = Literal[
 InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
 DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
 
+MAX_BLOCKS = 4096
 PLACEMENTS: tuple[str, ...] = Placement.__args__  # type: ignore[attr-defined]
 NORM_KINDS: tuple[str, ...] = NormKind.__args__  # type: ignore[attr-defined]
 INIT_SCHEMES: tuple[str, ...] = InitScheme.__args__  # type: ignore[attr-defined]
@@ -45,7 +46,10 @@ class ConfigError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # allow_inf_nan=False: an inf or nan setting (`lr: .inf`) is rejected by name here, not
+    # filed as a divergence at step 1 and then written to config.yaml as null.
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True,
+                              allow_inf_nan=False)
 
 
 class ModelConfig(_Frozen):
@@ -55,7 +59,7 @@ class ModelConfig(_Frozen):
         "decoder", description="decoder: causal LM head; encoder: bidirectional + classifier"
     )
     vocab_size: int = Field(256, ge=2)
-    n_blocks: int = Field(6, ge=1, le=4096)
+    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS)
     d_model: int = Field(256, ge=2)
     n_heads: int = Field(4, ge=1)
     d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4*d (8/3*d SwiGLU)")
@@ -206,7 +210,25 @@ class ModelConfig(_Frozen):
 
 class YamlLoader(yaml.SafeLoader):
     """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a
-    learning rate written that way means."""
+    learning rate written that way means, and that a key given twice in one mapping is an error
+    (PyYAML would keep the last value silently, so `lr` set twice would hide one setting)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = first_seen.setdefault(key, key_node)
+            except TypeError:  # an unhashable key: the safe loader reports it
+                continue
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (lines "
+                    f"{first.start_mark.line + 1} and {key_node.start_mark.line + 1}); keep one",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 YamlLoader.add_implicit_resolver(
@@ -220,20 +242,51 @@ def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def read_yaml_file(path: Path, what: str = "config file",
+                   error: type[ConfigError] = ConfigError) -> Any:
+    """The YAML document in a file. `error` (a `ConfigError`) names the file and says why when
+    it is missing, a folder, unreadable, not UTF-8 text, or not valid YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} {path}: not found") from None
+    except IsADirectoryError:
+        raise error(f"{what} {path}: is a folder; give a YAML file") from None
+    except PermissionError:
+        raise error(f"{what} {path}: cannot be read (permission denied)") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{what} {path}: not a text file (byte {e.start} is not UTF-8); give a "
+                    "YAML file") from None
+    except OSError as e:
+        raise error(f"{what} {path}: cannot be read ({e.strerror or e})") from None
+    return parse_yaml_text(text, f"{what} {path}", error)
+
+
+def parse_yaml_text(text: str, source: str, error: type[ConfigError] = ConfigError) -> Any:
+    """The YAML document in `text`; `error` starts with `source` and gives the line of a
+    problem."""
+    try:
+        return read_yaml(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        context = f" ({e.context})" if e.context else ""
+        raise error(f"{source}: not valid YAML: {where}{e.problem}{context}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{source}: not valid YAML: {e}") from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to read") from None
+
+
 def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from a path or a string; errors name the file."""
     is_text = isinstance(text_or_path, str) and "\n" in text_or_path
     path = None if is_text else Path(text_or_path)
-    if path is not None and path.exists():
-        source, text = str(path), path.read_text()
-    elif isinstance(text_or_path, Path):
-        raise ConfigError(f"config file {text_or_path}: not found")
+    if path is not None and (path.exists() or isinstance(text_or_path, Path)):
+        source, data = str(path), read_yaml_file(path)
     else:
-        source, text = "<string>", str(text_or_path)
-    try:
-        data = read_yaml(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        source = "<string>"
+        data = parse_yaml_text(str(text_or_path), source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -250,10 +303,18 @@ def parse_config(cls: type[BaseModel], data: dict[str, Any]) -> Any:
         raise ConfigError(format_validation_error(cls, e)) from None
 
 
+# The last part of an error location that names a member of a union (`admin_omega.float`), not a
+# field: the errors of one field's members are reported together, under the field's name.
+_UNION_MEMBER = re.compile(r"^(int|float|str|bool|none|literal\[.*\]|tuple\[.*\]|list\[.*\])$")
+
+
 def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
-    lines = []
+    by_loc: dict[str, list[str]] = {}
     for item in err.errors():
-        loc = ".".join(str(p) for p in item["loc"])
+        parts = list(item["loc"])
+        while len(parts) > 1 and isinstance(parts[-1], str) and _UNION_MEMBER.match(parts[-1]):
+            parts.pop()
+        loc = ".".join(str(p) for p in parts)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
             allowed = ", ".join(sorted(_section_class(cls, item["loc"][:-1]).model_fields))
@@ -262,7 +323,9 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
             msg = f"{msg}, got {item.get('input')!r}"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
-        lines.append(f"{loc}: {msg}" if loc else msg)
+        by_loc.setdefault(loc, []).append(msg)
+    lines = [f"{loc}: {'; or '.join(dict.fromkeys(msgs))}" if loc else "; ".join(msgs)
+             for loc, msgs in by_loc.items()]
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
 
 
@@ -379,6 +442,17 @@ EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
 HASHED_WHEN_SET = ("stall_margin",)
 
 
+def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:
+    """Why `model` cannot read byte-tokenized text (normlab's data), or None: token ids run to
+    255, so a smaller vocabulary would fail at the first batch with an index error."""
+    from normlab.data.tokens import VOCAB_SIZE  # (lazy: the data package imports torch)
+
+    if model.vocab_size >= VOCAB_SIZE:
+        return None
+    return (f"{field}: {model.vocab_size} is smaller than the byte tokenizer's {VOCAB_SIZE} "
+            f"tokens; use at least {VOCAB_SIZE}")
+
+
 class RunConfig(_Frozen):
     """Everything a training run is a function of."""
 
@@ -388,11 +462,17 @@ class RunConfig(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
+        problems = []
         if self.data.seq_len > self.model.max_seq_len:
-            raise ValueError(
+            problems.append(
                 f"data.seq_len: {self.data.seq_len} exceeds model.max_seq_len="
                 f"{self.model.max_seq_len}; raise model.max_seq_len or lower data.seq_len"
             )
+        vocab = byte_vocab_problem(self.model, "model.vocab_size")
+        if vocab:
+            problems.append(vocab)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -425,3 +505,19 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] | None 
     data = load_yaml(Path(path)) if path is not None else {}
     data = deep_merge(data, parse_overrides(overrides))
     return parse_config(RunConfig, data)
+
+
+def load_model_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                      fields: dict[str, Any] | None = None) -> ModelConfig:
+    """A model config from an optional YAML file (its `model:` section, if it is a run config),
+    then `fields` (those that are not None), then `overrides` (`d_model=128` or
+    `model.d_model=128`)."""
+    data = load_yaml(Path(path)) if path is not None else {}
+    data = data.get("model", data)
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: model: expected a mapping of model fields, got "
+                          f"{type(data).__name__}")
+    data = deep_merge(data, {k: v for k, v in (fields or {}).items() if v is not None})
+    parsed = parse_overrides(overrides)
+    data = deep_merge(data, parsed.get("model", parsed))
+    return parse_config(ModelConfig, data)

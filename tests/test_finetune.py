@@ -25,7 +25,8 @@ from normlab.data.genre import (
     naive_bayes_baseline,
     play_texts,
 )
-from normlab.finetune import FinetuneError, finetune, finetune_command, finetune_model
+from normlab.finetune import FinetuneError, finetune, finetune_model
+from normlab.finetune_command import finetune_command
 from normlab.train.checkpoint import CheckpointError
 
 

@@ -1,4 +1,4 @@
-"""`normlab probe-hf`: probe real checkpoints (register with `app.command("probe-hf")(probe_hf)`).
+"""`normlab probe-hf`: probe real checkpoints (registered on `normlab.app.app`).
 
     normlab probe-hf --hf minilm --hf smollm2 --out probe_hf     # both, plus comparison.png
     normlab probe-hf --hf ./my-gpt2-folder --text notes.txt --seq-len 64
@@ -20,13 +20,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from normlab.app import app, output_folder
+from normlab.console import console, err_console, fail
+
 MAX_ROWS = 32
-
-
-def _cli():
-    import normlab.cli
-
-    return normlab.cli
 
 
 def _fmt(v: Any) -> str:
@@ -100,55 +97,56 @@ def probe_hf_cli(names: list[str], text: Path | None, out: Path, *, batches: int
     from normlab.interop.errors import InteropError, MissingDependency
     from normlab.interop.probe_hf import run_hf_probe
 
-    cli = _cli()
     if not names:
-        cli.fail("--hf: give a checkpoint: minilm, smollm2, or a local folder / .gguf file")
+        fail("--hf: give a checkpoint: minilm, smollm2, or a local folder / .gguf file")
     results = []
     try:
         blocks = parse_blocks(drop_blocks)
         for name in names:
-            cli.err_console.print(f"probing {name} ...", highlight=False)
+            err_console.print(f"probing {name} ...", highlight=False)
             res = run_hf_probe(name, text, out, n_batches=batches, batch_size=batch_size,
                                seq_len=seq_len, drop=drop, drop_blocks=blocks, seed=seed,
                                figures=figures)
-            cli.console.print(result_table(res))
-            cli.console.print(summary_line(res), highlight=False)
+            console.print(result_table(res))
+            console.print(summary_line(res), highlight=False)
             results.append(res)
     except (InteropError, MissingDependency, DataError, ConfigError) as e:
-        cli.fail(str(e))
+        fail(str(e))
     except OSError as e:
-        cli.fail(f"--out {out}: {e}")
+        fail(f"--out {out}: {e}")
     written = [out / f"{r['checkpoint']['name']}.json" for r in results]
     if figures and len(results) > 1:
         from normlab.interop.figures import comparison_figure
 
         written.append(comparison_figure(results, out / "comparison.png"))
-    cli.console.print(f"wrote {', '.join(str(p) for p in written)} (and per-model figures)"
+    console.print(f"wrote {', '.join(str(p) for p in written)} (and per-model figures)"
                       if figures else f"wrote {', '.join(str(p) for p in written)}",
                       highlight=False)
     return results
 
 
+@app.command("probe-hf")
 def probe_hf(
     hf: Annotated[list[str], typer.Option(
-        "--hf", help="checkpoint: minilm, smollm2, a local model folder or a .gguf file "
-        "(repeat to compare)")],
+        "--hf", metavar="NAME", help="checkpoint: minilm, smollm2, a local model folder or a "
+        ".gguf file (repeat to compare)")],
     text: Annotated[Path | None, typer.Option(
         help="a .txt file or folder to probe on (default: Shakespeare validation works)")
     ] = None,
-    out: Annotated[Path, typer.Option(help="folder for the JSON results and figures")
+    out: Annotated[Path, typer.Option(callback=output_folder,
+                                      help="folder for the JSON results and figures")
                    ] = Path("probe_hf"),
-    batches: Annotated[int, typer.Option(help="batches of text windows")] = 2,
-    batch_size: Annotated[int, typer.Option(help="windows per batch")] = 4,
-    seq_len: Annotated[int, typer.Option(help="tokens per window (the model's tokenizer)")
+    batches: Annotated[int, typer.Option(min=1, help="batches of text windows")] = 2,
+    batch_size: Annotated[int, typer.Option(min=1, help="windows per batch")] = 4,
+    seq_len: Annotated[int, typer.Option(min=2, help="tokens per window (the model's tokenizer)")
                        ] = 128,
     drop: Annotated[bool, typer.Option(help="layer drop: skip each block in turn")] = True,
     drop_blocks: Annotated[str | None, typer.Option(
         help="only drop these blocks, e.g. 0,15,29 (default: every block)")] = None,
-    seed: Annotated[int, typer.Option(help="masked-LM masking seed")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="masked-LM masking seed")] = 0,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
 ) -> None:
-    """Probe real checkpoints offline with their own tokenizers: stream norm by depth, angular
-    distance between consecutive blocks, layer drop (claim C12)."""
+    """Probe real checkpoints (Hugging Face, GGUF) offline. With their own tokenizers: stream
+    norm by depth, angular distance between consecutive blocks, layer drop (claim C12)."""
     probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size, seq_len=seq_len,
                  drop=drop, drop_blocks=drop_blocks, seed=seed, figures=figures)

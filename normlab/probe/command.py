@@ -1,4 +1,4 @@
-"""`normlab probe`: the command over the probe library (register with `app.command()(probe)`).
+"""`normlab probe`: the command over the probe library (registered on `normlab.app.app`).
 
     normlab probe --placement post --blocks 12 --width 64          # one model at init
     normlab probe --placements pre,post --blocks 6,12,24 --seeds 3  # depth sweep with fits
@@ -22,7 +22,16 @@ import torch
 import typer
 from rich.table import Table
 
-from normlab.config import PLACEMENTS, ConfigError, ModelConfig
+from normlab.app import SetOpt, app, finite, output_folder, positive
+from normlab.config import (
+    MAX_BLOCKS,
+    PLACEMENTS,
+    ConfigError,
+    ModelConfig,
+    byte_vocab_problem,
+    load_model_config,
+)
+from normlab.console import console, err_console, fail
 from normlab.data import DataError
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
 from normlab.train.checkpoint import CheckpointError
@@ -42,18 +51,6 @@ SWEEP_KEYS = (("loss", "loss"), ("last_norm", "x_L norm"), ("growth_exponent", "
               ("effective_depth", "eff depth"), ("effective_depth_kl", "eff depth KL"),
               ("perturb_change", "perturb"), ("update_size_final", "update"))
 MAX_ROWS = 24
-
-# `normlab.cli` imports this module to register the command, so its helpers are imported where
-# they are used, never at import time (no import cycle, whichever module loads first).
-SetOpt = Annotated[list[str] | None, typer.Option(
-    "--set", help="override a model field, e.g. --set d_model=128 (repeatable)")]
-
-
-def _cli():
-    import normlab.cli
-
-    return normlab.cli
-
 
 def split_list(text: str | None, name: str, cast=str) -> list[Any]:
     """`"6,12,24"` -> [6, 12, 24]; errors name the option."""
@@ -158,6 +155,7 @@ def fits_table(fits: dict[str, dict[str, dict]], by_depth: dict[str, dict]) -> T
     return table
 
 
+@app.command()
 def probe(
     checkpoint: Annotated[Path | None, typer.Option(
         help="a trained run folder (runs/<run_id>) to probe instead of a model at init")] = None,
@@ -167,41 +165,49 @@ def probe(
         help="comma separated placements to compare, e.g. pre,post")] = None,
     blocks: Annotated[str | None, typer.Option(
         help="number of blocks L, or a comma separated list for a depth sweep (6,12,24)")] = None,
-    width: Annotated[int | None, typer.Option(help="d_model")] = None,
-    heads: Annotated[int | None, typer.Option(help="attention heads")] = None,
+    width: Annotated[int | None, typer.Option(min=2, help="d_model")] = None,
+    heads: Annotated[int | None, typer.Option(min=1, help="attention heads")] = None,
     norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
     set_: SetOpt = None,
-    seeds: Annotated[int, typer.Option(help="models per placement and depth (seeds 0..n-1)")
-                     ] = 1,
+    seeds: Annotated[int, typer.Option(
+        min=1, help="models per placement and depth (seeds 0..n-1)")] = 1,
     probes: Annotated[str | None, typer.Option(
         help=f"comma separated, from {','.join(PROBES)}; 'all'; default: all but update")
     ] = None,
-    batches: Annotated[int, typer.Option(help="held-out batches per model")] = 4,
-    batch_size: Annotated[int, typer.Option(help="sequences per batch")] = 8,
+    batches: Annotated[int, typer.Option(min=1, help="held-out batches per model")] = 4,
+    batch_size: Annotated[int, typer.Option(min=1, help="sequences per batch")] = 8,
     seq_len: Annotated[int | None, typer.Option(
-        help="tokens per sequence (default 64, or the run's seq_len for --checkpoint)")] = None,
+        min=2, help="tokens per sequence (default 64, or the run's seq_len for --checkpoint)")
+    ] = None,
     text: Annotated[Path | None, typer.Option(
         help="a .txt file or folder to probe on (default: the Shakespeare validation split)")
     ] = None,
-    out: Annotated[Path, typer.Option(help="folder for probe.json and the figures")
+    out: Annotated[Path, typer.Option(callback=output_folder,
+                                      help="folder for probe.json and the figures")
                    ] = Path("probe_out"),
-    perturb_eps: Annotated[float, typer.Option(help="perturbation: relative size eps")] = 0.01,
-    perturb_draws: Annotated[int, typer.Option(help="perturbation: random draws")] = 2,
-    update_steps: Annotated[int, typer.Option(help="update size: optimizer steps K")] = 30,
-    update_lr: Annotated[float, typer.Option(help="update size: AdamW learning rate")] = 1e-3,
-    update_warmup: Annotated[int, typer.Option(help="update size: linear warmup steps")] = 0,
+    perturb_eps: Annotated[float, typer.Option(
+        callback=positive, help="perturbation: relative size eps")] = 0.01,
+    perturb_draws: Annotated[int, typer.Option(min=1, help="perturbation: random draws")] = 2,
+    update_steps: Annotated[int, typer.Option(min=1, help="update size: optimizer steps K")
+                            ] = 30,
+    update_lr: Annotated[float, typer.Option(
+        callback=positive, help="update size: AdamW learning rate")] = 1e-3,
+    update_warmup: Annotated[int, typer.Option(min=0, help="update size: linear warmup steps")
+                             ] = 0,
     drop_threshold: Annotated[float, typer.Option(
+        min=0, callback=finite,
         help="effective depth: a block counts if dropping it costs more (nats)")] = 0.01,
     figures: Annotated[bool, typer.Option(help="write PNG figures")] = True,
     hf: Annotated[list[str] | None, typer.Option(
-        "--hf", help="a real checkpoint instead: minilm, smollm2, a local Hugging Face folder "
-        "or .gguf file (repeat to compare; see normlab probe-hf)")] = None,
+        "--hf", metavar="NAME", help="a real checkpoint instead: minilm, smollm2, a local "
+        "Hugging Face folder or .gguf file (repeat to compare; see normlab probe-hf)")] = None,
 ) -> None:
-    """Probe stability and effective depth: stream, gradients, merge test, layer drop, logit
-    lens, perturbation and update size, at init (depth sweeps with log-log fits) or on a run."""
+    """Probe stability and effective depth of a model. Stream, gradients, merge test, layer
+    drop, logit lens, perturbation and update size, at init (depth sweeps with log-log fits) or
+    on a trained run."""
     if hf:
         from normlab.interop.command import probe_hf_cli
 
@@ -212,7 +218,7 @@ def probe(
         given = [name for name, value in model_options.items() if value]
         if given or seeds != 1:
             given += ["--seeds"] * (seeds != 1)
-            _cli().fail(f"--hf probes a real checkpoint; {', '.join(given)} choose a normlab "
+            fail(f"--hf probes a real checkpoint; {', '.join(given)} choose a normlab "
                         "model and do not apply to it (drop them, or drop --hf)")
         probe_hf_cli(hf, text, out, batches=batches, batch_size=batch_size,
                      seq_len=seq_len or 128, figures=figures)
@@ -224,7 +230,7 @@ def probe(
                                  update_steps=update_steps, update_lr=update_lr,
                                  update_warmup=update_warmup, drop_threshold=drop_threshold))
     except (ConfigError, DataError, CheckpointError) as e:
-        _cli().fail(str(e))
+        fail(str(e))
     _print(report)
     _write(report, out, figures)
 
@@ -234,10 +240,6 @@ def probe(
 def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind, config, sets,
              seeds, probes, n_batches, batch_size, seq_len, text) -> dict[str, Any]:
     chosen = parse_probes(probes)
-    if n_batches < 1 or batch_size < 1:
-        raise ConfigError("--batches and --batch-size must be at least 1")
-    if seeds < 1:
-        raise ConfigError("--seeds must be at least 1")
     names = split_list(placement, "--placement") + split_list(placements, "--placements")
     names = list(dict.fromkeys(names))
     depths = split_list(blocks, "--blocks", int)
@@ -245,8 +247,8 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
     if bad:
         raise ConfigError(f"placement: {', '.join(map(repr, bad))} is not a placement; "
                           f"choose from {', '.join(PLACEMENTS)}")
-    if any(L < 1 for L in depths):
-        raise ConfigError("--blocks: depths must be at least 1")
+    if any(not 1 <= L <= MAX_BLOCKS for L in depths):
+        raise ConfigError(f"--blocks: depths must be from 1 to {MAX_BLOCKS}")
     spec: dict[str, Any] = {"probes": chosen, "n_batches": n_batches, "batch_size": batch_size,
                             "text": str(text) if text is not None else None}
     if checkpoint is not None:
@@ -268,18 +270,28 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
         shortcuts = {"placement": names[0] if names else None,
                      "n_blocks": depths[0] if depths else None, "d_model": width,
                      "n_heads": heads, "norm": norm, "kind": kind}
-        base = _cli().model_config_from_cli(config, sets, shortcuts)
+        base = load_model_config(config, sets, shortcuts)
         spec.update(target="init", base=base, placements=names or [base.placement],
                     depths=depths or [base.n_blocks], seeds=list(range(seeds)),
                     seq_len=seq_len or min(64, base.max_seq_len),
                     source=str(text) if text is not None else "shakespeare",
                     val_fraction=0.1, split_seed=0)
     base: ModelConfig = spec["base"]
+    vocab = byte_vocab_problem(base)
+    if vocab:
+        raise ConfigError(vocab)
+    if spec["seq_len"] < 2:
+        raise ConfigError(f"--seq-len: {spec['seq_len']}; a probe needs at least 2 tokens "
+                          "(raise --seq-len, or the model's max_seq_len)")
     if spec["seq_len"] > base.max_seq_len:
         raise ConfigError(f"--seq-len: {spec['seq_len']} exceeds the model's max_seq_len="
                           f"{base.max_seq_len}; lower --seq-len or --set max_seq_len=...")
-    if spec["seq_len"] < 2:
-        raise ConfigError("--seq-len must be at least 2")
+    if spec["target"] == "init":  # a trained run's model exists already
+        from normlab.memory import check_fits, estimate
+
+        deepest = base.model_copy(update={"n_blocks": max(spec["depths"])})
+        check_fits(estimate(deepest, batch_size, spec["seq_len"]), "auto", "probe",
+                   "lower --width, --blocks, --batch-size or --seq-len")
     return spec
 
 
@@ -314,7 +326,7 @@ def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
 
         def progress(msg: str) -> None:
             if total > 1:
-                _cli().err_console.print(f"probing {msg} ...", highlight=False)
+                err_console.print(f"probing {msg} ...", highlight=False)
 
         sweep = depth_sweep(base, spec["placements"], spec["depths"], spec["seeds"], batches,
                             spec["probes"], progress=progress, train_batches=train, **options)
@@ -337,7 +349,6 @@ def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _print(report: dict[str, Any]) -> None:
-    console = _cli().console
     runs = report["runs"]
     if len(runs) == 1:
         r = runs[0]
@@ -358,7 +369,7 @@ def _print(report: dict[str, Any]) -> None:
         console.print(fits_table(report["fits"], report.get("by_depth", {})))
     notes = list(dict.fromkeys(n for r in runs for n in r["result"]["notes"]))
     for n in notes:
-        console.print(f"note: {n}", highlight=False, markup=False)
+        console.print(f"note: {n}", highlight=False)
 
 
 def _write(report: dict[str, Any], out: Path, figures: bool) -> None:
@@ -367,7 +378,7 @@ def _write(report: dict[str, Any], out: Path, figures: bool) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        _cli().fail(f"--out {out}: cannot create the folder ({e.strerror})")
+        fail(f"--out {out}: cannot create the folder ({e.strerror})")
     path = out / "probe.json"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(finite_or_none(report), indent=1))
@@ -376,5 +387,5 @@ def _write(report: dict[str, Any], out: Path, figures: bool) -> None:
     if figures:
         written += write_figures(report["runs"], out, report.get("fits"),
                                  report.get("per_block_mean"))
-    _cli().console.print(f"wrote {path} and {len(written) - 1} figure(s) to {out}/",
+    console.print(f"wrote {path} and {len(written) - 1} figure(s) to {out}/",
                          highlight=False)

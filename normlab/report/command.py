@@ -1,4 +1,4 @@
-"""`normlab report DIR`: write DIR/report.html (registered in `normlab.cli`)."""
+"""`normlab report DIR`: write DIR/report.html (registered on `normlab.app.app`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,19 @@ from typing import Annotated
 
 import typer
 
+from normlab.app import app, output_file
+from normlab.console import console, fail
 
+
+@app.command()
 def report(
     dir: Annotated[Path, typer.Argument(
         metavar="DIR", help="a study folder (with study.json) or any folder of runs and sweeps")],
     out: Annotated[Path | None, typer.Option(
-        help="HTML file to write (default: DIR/report.html)")] = None,
+        callback=output_file, help="HTML file to write (default: DIR/report.html)")] = None,
 ) -> None:
-    """One self-contained HTML report (figures inlined, no network references): the verdicts of
-    a study, or the runs, loss curves and stability maps of a folder of runs."""
-    from normlab.cli import console, fail
+    """Write one self-contained HTML report. Figures are inlined, with no network references:
+    the verdicts of a study, or the runs, loss curves and stability maps of a folder of runs."""
     from normlab.report.html import ReportError, render
 
     try:

@@ -8,20 +8,25 @@ from typing import Annotated
 
 import typer
 
+from normlab.app import app, output_folder
+from normlab.console import console, fail
 
+
+@app.command()
 def study(
     profile: Annotated[str, typer.Option(help="tiny | quick | standard | full (GPU); "
                                               "measured wall times: docs/study.md")] = "quick",
     claims: Annotated[str | None, typer.Option(help="comma separated, e.g. C1,C4 (default all)")
                       ] = None,
-    out: Annotated[Path, typer.Option(help="study folder (runs, cache, figures, study.json, "
-                                           "report.html)")] = Path("study"),
+    out: Annotated[Path, typer.Option(
+        callback=output_folder,
+        help="study folder (runs, cache, figures, study.json, report.html)")] = Path("study"),
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
 ) -> None:
-    """Put the Pre-Norm vs Post-Norm claims to the test; a re-run reuses finished work."""
+    """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""
     from rich.table import Table
+    from rich.text import Text
 
-    from normlab.cli import console, fail
     from normlab.config import ConfigError
     from normlab.data import DataError
     from normlab.study.runner import run_study
@@ -29,7 +34,8 @@ def study(
     t0 = time.perf_counter()
 
     def log(message: str) -> None:
-        console.print(f"[dim]{time.perf_counter() - t0:6.0f}s[/] {message}", highlight=False)
+        console.print(Text.assemble((f"{time.perf_counter() - t0:6.0f}s", "dim"), " ", message),
+                      highlight=False)
 
     try:
         result = run_study(out, profile, claims.split(",") if claims else None, log=log)
@@ -45,7 +51,7 @@ def study(
         eff = (f"{e['estimate']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}], n={e['n']}"
                if e else c.get("note", "")[:60])
         v = c["verdict"]
-        table.add_row(c["id"], c["title"], f"[{colours[v]}]{v}[/]", eff)
+        table.add_row(c["id"], c["title"], Text(v, style=colours[v]), eff)
     console.print(table)
     console.print(f"every number: {out / 'study.json'}", highlight=False)
     if report:

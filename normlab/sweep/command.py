@@ -1,6 +1,6 @@
 """`normlab sweep ...`: plan, run, summarize and map a sweep. Bad input exits 2 with one message.
 
-Registered in `normlab.cli` with `app.add_typer(sweep_app, name="sweep")`; also runnable alone as
+Registered on `normlab.app.app` as the `sweep` group; also runnable alone as
 `python -m normlab.sweep.command`.
 """
 
@@ -13,41 +13,49 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from normlab.app import app, check_output_folder, command_group, output_file
 from normlab.config import ConfigError
 from normlab.console import console, fail
 
-sweep_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                        pretty_exceptions_enable=False,
-                        help="Sweeps: many runs from one spec, resumable; tables and stability "
-                             "maps of their outcomes.")
+sweep_app = command_group("Many runs from one spec, resumable. Tables and stability maps of "
+                          "their outcomes.")
+app.add_typer(sweep_app, name="sweep")
 
-SpecArg = Annotated[Path, typer.Argument(help="sweep spec (YAML: base + axes)")]
+SpecArg = Annotated[Path, typer.Argument(metavar="SPEC", help="sweep spec (YAML: base + axes)")]
 RootOpt = Annotated[Path | None, typer.Option(
     help="folder of the sweep's run folders and sweep.json [default: runs/sweeps/<name>]")]
-DirArg = Annotated[Path, typer.Argument(help="sweep folder (the --root of `sweep run`)")]
+DirArg = Annotated[Path, typer.Argument(metavar="DIR",
+                                        help="sweep folder (the --root of `sweep run`)")]
 
 
 def _plan(spec: Path):
+    """The expanded spec; its largest run is checked against the memory it would need."""
+    from normlab.memory import check_run_fits, run_estimate
     from normlab.sweep.spec import plan_sweep
 
     try:
-        return plan_sweep(spec)
+        plan = plan_sweep(spec)
+        if plan.runs:
+            largest = max(plan.runs, key=lambda run: run_estimate(run.config).total_bytes)
+            check_run_fits(largest.config, what=f"sweep run {largest.index} ({largest.run_id})")
     except ConfigError as e:
         fail(str(e))
+    return plan
 
 
 @sweep_app.command("plan")
 def sweep_plan(
     spec: SpecArg,
     root: RootOpt = None,
-    workers: Annotated[int, typer.Option(help="local workers the grouping is planned for")] = 2,
+    workers: Annotated[int, typer.Option(min=1, help="local workers the grouping is planned for")
+                       ] = 2,
     threads: Annotated[int | None, typer.Option(
-        help="CPU threads per run [default: CPUs / workers]")] = None,
+        min=1, help="CPU threads per run [default: CPUs / workers]")] = None,
     engine: Annotated[str | None, typer.Option(
         help="auto | stacked | separate [default: the spec's engine, else auto]")] = None,
 ) -> None:
-    """Print the expanded runs and their count (and their state under ROOT), and how `sweep run`
-    with the local executor would group the pending ones into stacked models; nothing runs."""
+    """Print the runs of a spec; nothing runs. Their count and state under ROOT, and how
+    `sweep run` with the local executor would group the pending ones into stacked models."""
     import torch
 
     from normlab.sweep.executors import default_threads
@@ -61,8 +69,6 @@ def sweep_plan(
         engine = plan.engine if engine is None else check_engine(engine, "engine")
     except ConfigError as e:
         fail(str(e))
-    if threads is not None and threads < 1:
-        fail(f"threads: {threads}; need at least 1")
     root = root if root is not None else default_root(plan)
     table = Table(title=f"sweep {plan.name}: {len(plan.runs)} runs under {root}")
     for col in ("#", "run", *(a.split(".")[-1] for a in plan.axis_paths), "state"):
@@ -95,6 +101,7 @@ def sweep_run(
     spec: SpecArg,
     root: RootOpt = None,
     workers: Annotated[int, typer.Option(
+        min=0,
         help="runs in parallel (ray with --address: 0 = as many as the cluster's CPUs allow)")
     ] = 2,
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray")
@@ -103,20 +110,20 @@ def sweep_run(
         help="Ray cluster address (e.g. auto or ray://host:10001); none: a local Ray instance")
     ] = None,
     threads: Annotated[int | None, typer.Option(
-        help="CPU threads per run [default: CPUs / workers; 1 on a Ray cluster]")] = None,
+        min=1, help="CPU threads per run [default: CPUs / workers; 1 on a Ray cluster]")] = None,
     engine: Annotated[str | None, typer.Option(
         help="auto | stacked | separate: train runs of one model shape as one stacked model "
              "[default: the spec's engine, else auto]")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
 ) -> None:
-    """Run every run of SPEC (skipping finished ones, resuming interrupted ones). Exit status: 0
-    when every run finished (completed or diverged), 1 when some failed, 130 when interrupted."""
+    """Run every run of SPEC. Finished runs are skipped, interrupted ones resumed. Exit status:
+    0 when every run finished (completed or diverged), 1 when some failed, 130 when
+    interrupted."""
     from normlab.sweep.executors import ExecutorError
-    from normlab.sweep.runner import run_sweep
+    from normlab.sweep.runner import default_root, run_sweep
 
     plan = _plan(spec)
-    if threads is not None and threads < 1:
-        fail(f"threads: {threads}; need at least 1")
+    check_output_folder(root if root is not None else default_root(plan), "--root")
     try:
         result = run_sweep(plan, root, workers=workers, executor=executor, address=address,
                            threads=threads, progress=not quiet, engine=engine)
@@ -138,10 +145,12 @@ def sweep_summarize(
     dir: DirArg,
     format: Annotated[str, typer.Option(help="table (terminal), csv or parquet")] = "table",
     out: Annotated[Path | None, typer.Option(
+        callback=output_file,
         help="output file for csv/parquet [default: DIR/summary.csv|parquet]; - for stdout "
              "(csv)")] = None,
 ) -> None:
-    """One table of every run: axes, outcome, divergence step and reason, losses, tokens/s."""
+    """One table of every run of a sweep. Axes, outcome, divergence step and reason, losses,
+    tokens/s."""
     from normlab.sweep.summarize import SummaryError, collect, summarize, to_csv, to_rich
 
     try:
@@ -166,12 +175,13 @@ def sweep_map(
                      ] = "model.placement",
     metric: Annotated[str, typer.Option(help="val_loss, best_val_loss or train_loss")
                       ] = "val_loss",
-    out: Annotated[Path | None, typer.Option(help="PNG to write [default: DIR/map.png]")
-                   ] = None,
+    out: Annotated[Path | None, typer.Option(
+        callback=output_file, help="PNG to write [default: DIR/map.png]")] = None,
     curves: Annotated[bool, typer.Option(
         help="also draw the loss curves of every cell (<out>_curves.png)")] = False,
 ) -> None:
-    """Stability map: cells coloured by outcome, annotated with final loss over seeds."""
+    """Draw the stability map of a sweep. Cells coloured by outcome, annotated with the final
+    loss over seeds."""
     from normlab.sweep.maps import MapError, curves_path, loss_curves, stability_map
     from normlab.sweep.summarize import SummaryError, collect
 

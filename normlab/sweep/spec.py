@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from normlab.config import (
@@ -37,7 +36,8 @@ from normlab.config import (
     deep_merge,
     load_yaml,
     parse_config,
-    read_yaml,
+    parse_yaml_text,
+    read_yaml_file,
 )
 
 # Defaults a sweep adds under its base (the base wins): runs checkpoint often, so a killed sweep
@@ -101,15 +101,10 @@ def load_spec(path_or_text: str | Path) -> tuple[dict[str, Any], str]:
     is_text = isinstance(path_or_text, str) and "\n" in path_or_text
     path = None if is_text else Path(path_or_text)
     if path is not None:
-        if not path.exists():
-            raise SpecError(f"sweep spec {path}: not found")
-        text, source, name = path.read_text(), str(path), path.stem
+        spec, source, name = read_yaml_file(path, "sweep spec", SpecError), str(path), path.stem
     else:
-        text, source, name = str(path_or_text), "<string>", "sweep"
-    try:
-        spec = read_yaml(text)
-    except yaml.YAMLError as e:
-        raise SpecError(f"{source}: not valid YAML: {e}") from None
+        source, name = "<string>", "sweep"
+        spec = parse_yaml_text(str(path_or_text), source, SpecError)
     if not isinstance(spec, dict):
         raise SpecError(f"{source}: expected a mapping with base and axes, got "
                         f"{type(spec).__name__}")
@@ -139,6 +134,11 @@ def plan_sweep(spec_or_path: dict[str, Any] | str | Path, name: str | None = Non
         problems.add(SpecError("base: expected a run config mapping (model / data / train) or "
                                "a path"))
         base = {}
+    for section, value in list(base.items()):  # an axis's value would replace a section as 5
+        if section in RunConfig.model_fields and not isinstance(value, dict):
+            problems.add(SpecError(f"base.{section}: expected a mapping of {section} fields, "
+                                   f"got {type(value).__name__}"))
+            del base[section]
     engine = problems.attempt(check_engine, spec.get("engine", "auto"), "engine")
     base = deep_merge(SWEEP_DEFAULTS, base)
     axes = parse_axes(spec.get("axes") or {}, problems)
@@ -282,9 +282,12 @@ def _number(path: str, x: Any) -> float:
     if isinstance(x, bool):
         raise SpecError(f"axis {path}: {x!r} is not a number")
     try:
-        return float(x)
+        value = float(x)
     except (TypeError, ValueError):
         raise SpecError(f"axis {path}: {x!r} is not a number") from None
+    if not math.isfinite(value):
+        raise SpecError(f"axis {path}: {x!r} is not a finite number")
+    return value
 
 
 def _spaced_values(path: str, kind: str, ends: Any, num: Any) -> list[Any]:

@@ -167,6 +167,7 @@ _STYLE = {"completed": "green", "stalled": "magenta", "diverged": "red", "failed
 def to_rich(table: SweepTable):
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=f"sweep {table.name}: {len(table.rows)} runs ({table.root})")
     short = {a: a.split(".")[-1] for a in table.axes}
@@ -183,7 +184,7 @@ def to_rich(table: SweepTable):
             if c == "outcome":
                 text = row["outcome"] + (f" ({row['reason']})" if row.get("reason") else "")
                 style = _STYLE.get(row["outcome"])
-                cells.append(f"[{style}]{escape(text)}[/]" if style else escape(text))
+                cells.append(Text(text, style=style) if style else text)
             elif c == "step":
                 cells.append(f"{_cell(row['step'], c)}/{_cell(row['steps_planned'], c)}")
             else:
