@@ -58,8 +58,6 @@ __all__ = [
 FINETUNE_VERSION = 2
 """Bumped when a change to this module changes results, so old cached files are not reused."""
 
-STANDARDIZE_PASSAGES = 512  # training passages whose pooled features set the standardization
-
 Pooling = Literal["mean", "last"]
 POOLINGS: tuple[str, ...] = ("mean", "last")
 
@@ -128,7 +126,7 @@ def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4
                       min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
                       train_eval_max: int = 2048, test_max: int | None = None,
                       window: int | None = None, val_fraction: float = 0.0,
-                      val_max: int | None = None, standardize: bool = True) -> dict[str, Any]:
+                      val_max: int | None = None, standardize: int = 512) -> dict[str, Any]:
     """The validated settings of one fine-tuning run (what its cache hash covers)."""
     problems = []
     if task not in TASKS:
@@ -136,6 +134,7 @@ def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4
     for name, value, low in (("steps", steps, 1), ("batch_size", batch_size, 1),
                              ("warmup", warmup, 0), ("seed", seed, 0),
                              ("passage_bytes", passage_bytes, 2), ("gap", gap, 0),
+                             ("standardize", standardize, 0),
                              ("train_eval_max", train_eval_max, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             problems.append(f"{name}: an integer >= {low}, got {value!r}")
@@ -162,9 +161,10 @@ def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4
         problems.append(f"grad_clip: a number > 0 or None, got {grad_clip!r}")
     if pooling not in POOLINGS:
         problems.append(f"pooling: one of {', '.join(POOLINGS)}, got {pooling!r}")
-    for name, value in (("freeze", freeze), ("standardize", standardize)):
-        if not isinstance(value, bool):
-            problems.append(f"{name}: true or false, got {value!r}")
+    if not isinstance(freeze, bool):
+        problems.append(f"freeze: true or false, got {freeze!r}")
+    if standardize == 1:
+        problems.append("standardize: 0 (off) or at least 2 passages, got 1")
     if problems:
         raise FinetuneError("invalid fine-tuning settings: " + "; ".join(problems))
     return {"task": task, "steps": int(steps), "lr": float(lr), "batch_size": int(batch_size),
@@ -176,7 +176,8 @@ def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4
             "test_max": None if test_max is None else int(test_max),
             "window": None if window is None else int(window),
             "val_fraction": float(val_fraction),
-            "val_max": None if val_max is None else int(val_max), "standardize": standardize,
+            "val_max": None if val_max is None else int(val_max),
+            "standardize": int(standardize),
             "optimizer": "adamw(0.9,0.999,1e-8)", "schedule": "cosine",
             "version": FINETUNE_VERSION}
 
@@ -265,7 +266,7 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
                    grad_clip: float | None = 1.0, train_eval_max: int = 2048,
                    test_max: int | None = None, window: int | None = None,
                    val_fraction: float = 0.0, val_max: int | None = None,
-                   standardize: bool = True,
+                   standardize: int = 512,
                    device: str | torch.device = "auto", eval_batch_size: int = 128,
                    log_every: int | None = None) -> dict[str, Any]:
     """Fine-tune a copy of ``model`` (left unchanged) on the genre or play-id task; no caching.
@@ -273,7 +274,9 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
     ``task`` is ``"genre"``, ``"play"`` or a :class:`GenreTask` (then ``passage_bytes``,
     ``gap`` and ``val_fraction`` come from it). ``window`` (a divisor of ``passage_bytes``):
     read each passage as windows of that many bytes, each from position 0, and pool over all of
-    them (for passages longer than the context the model was pretrained on). Returns the
+    them (for passages longer than the context the model was pretrained on). ``standardize``:
+    centre and scale each pooled feature over that many training passages before training
+    (:meth:`SequenceClassifier.standardize_from`; 0: off). Returns the
     settings, ``test_accuracy``, ``test_loss``, ``train_accuracy`` (on the first
     ``train_eval_max`` training passages; the test set is every passage, or with ``test_max`` an
     evenly spaced subset of at most that many), ``val_accuracy`` (with ``val_fraction``: on at
@@ -316,7 +319,7 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
             body.requires_grad_(False)
         if standardize:
             body.eval()
-            clf.standardize_from(_features(clf, data.train_x[:STANDARDIZE_PASSAGES], dev,
+            clf.standardize_from(_features(clf, data.train_x[:standardize], dev,
                                            eval_batch_size))
         trainable = [p for p in clf.parameters() if p.requires_grad]
         groups = []
@@ -421,7 +424,7 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
              gap: int = 1024, weight_decay: float = 0.01, min_lr_ratio: float = 0.0,
              grad_clip: float | None = 1.0, train_eval_max: int = 2048,
              test_max: int | None = None, window: int | None = None,
-             val_fraction: float = 0.0, val_max: int | None = None, standardize: bool = True,
+             val_fraction: float = 0.0, val_max: int | None = None, standardize: int = 512,
              device: str = "auto", force: bool = False) -> dict[str, Any]:
     """Fine-tune the trained model of ``run_dir`` (or, ``from_init``, its architecture at init
     with the run's seed) and store the result in ``run_dir/finetune/<task>-<hash>.json``.

@@ -145,3 +145,97 @@ def test_c10_a_side_at_or_below_the_baseline_means_no_transfer_was_measured(side
     assert both["verdict"] == "inconclusive" and both["transfers"] == {"pre": False,
                                                                       "post": False}
     assert math.isfinite(both["effect"].estimate)
+
+
+# -- the experiments on real (tiny) runs ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory):
+    """Pre and post runs of 5 blocks (3 interior), 2 seeds, trained a few steps."""
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+
+    root = tmp_path_factory.mktemp("runs")
+    out = []
+    for placement in ("pre", "post"):
+        for seed in (0, 1):
+            cfg = load_run_config(None, [
+                f"model.placement={placement}", "model.n_blocks=5", "model.d_model=32",
+                "model.n_heads=2", "model.max_seq_len=64", "data.seq_len=64",
+                "train.batch_size=8", "train.steps=6", "train.eval_every=0",
+                "train.eval_batches=1", f"train.seed={seed}", "train.device=cpu"])
+            s = train_run(cfg, root, progress=False)
+            out.append(Pretrained(placement, seed, root / s["run_id"], 3.0))
+    return out
+
+
+def _ctx(tmp_path, **extra):
+    from types import SimpleNamespace
+
+    from normlab.study.experiments import StudyContext
+    from normlab.study.profiles import PROFILES
+
+    profile = SimpleNamespace(**(PROFILES["tiny"].to_dict() | extra))
+    return StudyContext(tmp_path, profile, log=lambda _: None)
+
+
+def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path):
+    from normlab.probe.interventions import layer_drop
+    from normlab.study.external import c12_own_models
+    from normlab.train import load_trained_model
+
+    ctx = _ctx(tmp_path)
+    res = c12_own_models(ctx, tiny_pairs)
+    assert sorted(res["per_seed"]) == [0, 1] and res["left_out"] == []
+    assert res["verdict"] in ("supported", "not supported", "inconclusive")
+    # the curve is normlab's layer drop on the study's probe batches, first and last apart
+    _, model = load_trained_model(tiny_pairs[0].run_dir)
+    expected = layer_drop(model, ctx.probe_batches())["drop_dloss"]
+    got = res["per_seed"][0]["pre"]
+    assert got["costs"] == pytest.approx(expected)
+    assert got["first"] == pytest.approx(expected[0]) and len(got["interior"]) == 3
+    assert res["slopes"]["pre"][0] == got["depth_slope"]
+    # a looser match leaves every pair out: inconclusive, and says why
+    shifted = [dataclasses_replace(c, val_loss=c.val_loss + (0.5 if c.placement == "post"
+                                                                 else 0)) for c in tiny_pairs]
+    res = c12_own_models(ctx, shifted)
+    assert res["verdict"] == "inconclusive" and len(res["left_out"]) == 2
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(tiny_pairs,
+                                                                              tmp_path):
+    from normlab.study.external import c10
+
+    ctx = _ctx(tmp_path, finetune_steps=3, finetune_batch_size=4, finetune_test_max=24,
+               finetune_val_max=12, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0,
+               finetune_train_eval_max=8, finetune_standardize=16)
+    result = c10(ctx, tiny_pairs)
+    n = result.numbers
+    assert n["settings"]["passage_bytes"] == 256
+    for p in ("pre", "post"):
+        tuned = n["tuned_lr"][p]
+        assert len(tuned["scores"]) == 2 + len(tuned["extended"])
+        best = f"{tuned['best']:g}"
+        runs = n["runs"][p][best]
+        assert n["accuracy"][p] == [runs[s]["test_accuracy"] for s in (0, 1)]
+        assert all(r["settings"]["window"] == 64 for r in runs.values())  # 4 windows of 64
+    # 3 steps of fine-tuning do not beat a trigram count: no transfer was measured
+    assert result.verdict == "inconclusive"
+    assert result.note.startswith("no transfer was measured")
+
+
+def test_tune_lr_extends_the_grid_past_a_winning_edge():
+    from normlab.study.external import tune_lr
+
+    peak = 0.01  # the score peaks at lr 1e-2, above the grid
+    res = tune_lr(lambda lr: (-abs(math.log(lr / peak)), 0.0), (1e-4, 3e-4, 1e-3), 3)
+    assert res["extended"] == pytest.approx([3e-3, 9e-3, 2.7e-2]) and res["bracketed"]
+    assert res["best"] == pytest.approx(9e-3)
+    capped = tune_lr(lambda lr: (lr, 0.0), (1e-4, 1e-3), 1)
+    assert capped["extended"] == [pytest.approx(3e-3)] and not capped["bracketed"]

@@ -398,7 +398,9 @@ def c10_settings(ctx: StudyContext) -> dict[str, Any]:
             "warmup": _setting(ctx, "finetune_warmup", max(1, steps // 10)),
             "passage_bytes": passage, "test_max": _setting(ctx, "finetune_test_max", None),
             "val_fraction": _setting(ctx, "finetune_val_fraction", 0.1),
-            "val_max": _setting(ctx, "finetune_val_max", 512)}
+            "val_max": _setting(ctx, "finetune_val_max", 512),
+            "train_eval_max": _setting(ctx, "finetune_train_eval_max", 256),
+            "standardize": _setting(ctx, "finetune_standardize", 512)}
 
 
 def tune_lr(score: Callable[[float], tuple[float, float]], grid: Sequence[float],
