@@ -50,6 +50,7 @@ __all__ = [
     "SequenceClassifier",
     "finetune",
     "finetune_command",
+    "finetune_many",
     "finetune_model",
     "finetune_path",
     "finetune_settings",
@@ -494,6 +495,30 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, result)
     return result | {"cached": False}
+
+
+def _finetune_job(job: tuple[str, dict[str, Any], int]) -> dict[str, Any]:
+    run_dir, kwargs, threads = job
+    torch.set_num_threads(threads)
+    return finetune(run_dir, **kwargs)
+
+
+def finetune_many(jobs: list[tuple[Path | str, dict[str, Any]]], workers: int = 1
+                  ) -> list[dict[str, Any]]:
+    """``finetune(run_dir, **kwargs)`` for every job, in order; with ``workers > 1`` on that many
+    fresh (spawned) processes, each with its share of the CPU threads. Results are cached in the
+    run folders as usual, so a later ``finetune`` call with the same settings reads them."""
+    if workers <= 1 or len(jobs) < 2:
+        return [finetune(run_dir, **kwargs) for run_dir, kwargs in jobs]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from normlab.sweep.executors import default_threads
+
+    threads = default_threads(workers)
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                             mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_finetune_job, [(str(rd), kw, threads) for rd, kw in jobs]))
 
 
 # -- command ------------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(ti
 
     ctx = _ctx(tmp_path, finetune_steps=3, finetune_batch_size=4, finetune_test_max=24,
                finetune_val_max=12, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0,
-               finetune_train_eval_max=8, finetune_standardize=16)
+               finetune_train_eval_max=8, finetune_standardize=16, workers=1)
     result = c10(ctx, tiny_pairs)
     n = result.numbers
     assert n["settings"]["passage_bytes"] == 256

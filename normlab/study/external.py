@@ -433,7 +433,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     on the same passages, and :func:`decide_c10`. Fine-tuning results are cached in each run
     folder (``normlab.finetune.finetune``)."""
     from normlab.data.genre import genre_task, naive_bayes_baseline
-    from normlab.finetune import finetune
+    from normlab.finetune import finetune, finetune_many
 
     tol = _setting(ctx, "match_tolerance", MATCH_TOLERANCE) if tolerance is None else tolerance
     s = c10_settings(ctx)
@@ -460,7 +460,13 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     if seeds:
         grid = _setting(ctx, "finetune_lrs", (3e-4, 1e-3, 3e-3))
         extensions = _setting(ctx, "finetune_lr_extensions", 2)
-        for p in PLACEMENTS:
+        workers = _setting(ctx, "workers", 1)
+        ctx.log(f"C10: fine-tuning {len(seeds)} pair(s) at lrs {list(grid)} on {workers} "
+                "worker(s)")
+        finetune_many([(pairs[seed][p].run_dir, {"task": "genre", "lr": lr, "seed": seed,
+                                                 "device": "cpu", **s})
+                       for p in PLACEMENTS for lr in grid for seed in seeds], workers)
+        for p in PLACEMENTS:  # reads the results just computed; trains only grid extensions
             tuned[p] = tune_lr(lambda lr, p=p: mean_score(p, lr), grid, extensions)
             chosen = runs[p][f"{tuned[p]['best']:g}"]
             accuracy[p] = [chosen[seed]["test_accuracy"] for seed in seeds]
