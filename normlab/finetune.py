@@ -6,9 +6,11 @@ linear classifier on its pooled final stream and is trained on the Shakespeare g
     finetune(run_dir, "genre", from_init=True)              # the run's architecture, at init
     finetune_model(model, "play", steps=50)                 # any NormTransformer, not cached
 
-The classifier reads ``model.stream(idx)`` (the final normalized stream ``[B, T, d]``), pools it
-over positions (``mean``; or ``last``, the one position that sees the whole passage in a causal
-decoder) and applies a new ``Linear(d, classes)``. All parameters are trained (only the head with
+The classifier reads ``model.stream(idx)`` (the final normalized stream ``[B, T, d]``; a passage
+longer than the pretraining context is read in ``window``-byte windows), pools it over positions
+(``mean``; or ``last``, the one position that sees the whole passage in a causal decoder),
+standardizes the pooled features with statistics of the training passages, and applies a new
+``Linear(d, classes)``. All parameters are trained (only the head with
 ``freeze=True``) with AdamW, linear warmup then cosine decay (``normlab.train.schedules.lr_at``),
 gradient clipping, and batches drawn from a seeded per-epoch permutation of the training
 passages, so a run is a function of its settings: on CPU the same seed gives identical numbers.

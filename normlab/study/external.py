@@ -133,8 +133,10 @@ def _interval(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": ci["mean"], "ci95": list(ci["ci95"]), "n": ci["n"]}
 
 
-def _above(ci: Mapping[str, Any], threshold: float = 0.0) -> bool:
-    return ci["n"] >= 2 and math.isfinite(ci["ci95"][0]) and ci["ci95"][0] > threshold
+def _above(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
+    low = ci["ci95"][0]
+    return ci["n"] >= 2 and math.isfinite(low) and (low > threshold if strict
+                                                    else low >= threshold)
 
 
 def _below(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
@@ -194,11 +196,10 @@ def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
     ci = {"pre": _interval(pre), "post": _interval(post), "post - pre": _interval(diff)}
     if len(diff) < 2:
         verdict, reason = "inconclusive", f"{len(diff)} matched pair(s); at least 2 are needed"
-    elif _below(ci["post - pre"], strict=False) or (_above(ci["pre"]) or (
-            ci["pre"]["n"] >= 2 and ci["pre"]["ci95"][0] >= 0)):
-        verdict = "not supported"
-        reason = ("post's slope is not above pre's" if _below(ci["post - pre"], strict=False)
-                  else "pre's deep blocks are not cheaper than its shallow ones")
+    elif _below(ci["post - pre"], strict=False):
+        verdict, reason = "not supported", "post's slope is not above pre's"
+    elif _above(ci["pre"], strict=False):
+        verdict, reason = "not supported", "pre's deep blocks are not cheaper than its shallow ones"
     elif _above(ci["post - pre"]) and _below(ci["pre"]) and not _below(ci["post"]):
         verdict, reason = "supported", "pre's deep blocks are cheaper; post's are not"
     elif _above(ci["post - pre"]) and _below(ci["pre"]):
