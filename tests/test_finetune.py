@@ -252,8 +252,12 @@ def test_finetune_model_is_deterministic_and_leaves_model_alone(tiny_run):
 
 
 def test_finetune_bad_input(tiny_run, tmp_path):
-    with pytest.raises(FinetuneError, match="max_seq_len"):
-        finetune(tiny_run, "genre", steps=1, passage_bytes=256, device="cpu")
+    with pytest.raises(FinetuneError, match="max_seq_len"):  # no window of 64 divides 100
+        finetune(tiny_run, "genre", steps=1, passage_bytes=100, device="cpu")
+    with pytest.raises(FinetuneError, match="window=128 exceeds"):
+        finetune(tiny_run, "genre", steps=1, passage_bytes=256, window=128, device="cpu")
+    with pytest.raises(FinetuneError, match="window: must divide"):
+        finetune(tiny_run, "genre", steps=1, passage_bytes=256, window=48, device="cpu")
     with pytest.raises(FinetuneError, match="task"):
         finetune(tiny_run, "author", steps=1)
     with pytest.raises(FinetuneError, match="lr"):
@@ -273,7 +277,83 @@ def test_finetune_command(tiny_run):
                             "--test-max", "100", "--device", "cpu"])
     assert r.exit_code == 0, r.output
     assert "fine-tuned" in r.output and "chance" in r.output
-    r = runner.invoke(app, [str(tiny_run), "--steps", "2", "--device", "cpu"])
+    r = runner.invoke(app, [str(tiny_run), "--steps", "2", "--passage-bytes", "100",
+                            "--device", "cpu"])
     assert r.exit_code == 2 and "max_seq_len" in r.output
     r = runner.invoke(app, [str(tiny_run), "--task", "author", "--device", "cpu"])
     assert r.exit_code == 2 and "task" in r.output
+
+
+def test_finetune_many_on_workers_gives_the_sequential_results(tiny_run, tmp_path):
+    """Two fine-tunes on two spawned workers give what one process gives, and are cached."""
+    import shutil
+
+    from normlab.finetune import finetune_many
+
+    copy = tmp_path / tiny_run.name
+    shutil.copytree(tiny_run, copy)
+    small = dict(task="genre", steps=2, batch_size=4, passage_bytes=64, test_max=8,
+                 train_eval_max=4, standardize=8, device="cpu")
+    jobs = [(copy, small | {"seed": 0}), (copy, small | {"seed": 1, "lr": 1e-3})]
+    parallel = finetune_many(jobs, workers=2)
+    assert [r["cached"] for r in parallel] == [False, False]
+    again = finetune_many(jobs, workers=1)
+    assert [r["cached"] for r in again] == [True, True]
+    for a, b in zip(parallel, again, strict=True):
+        assert a["test_accuracy"] == b["test_accuracy"] and a["loss_curve"] == b["loss_curve"]
+    fresh = finetune(copy, **small | {"seed": 1, "lr": 1e-3}, force=True)
+    assert fresh["loss_curve"] == parallel[1]["loss_curve"]
+
+
+def test_long_passages_are_read_in_windows_of_the_pretraining_context(tiny_run):
+    """A 128-byte passage on a model pretrained on 64-byte sequences: two windows, each from
+    position 0; the pooled vector is the mean over both windows' streams."""
+    from normlab.finetune import SequenceClassifier
+    from normlab.train import load_trained_model
+
+    _, model = load_trained_model(tiny_run)
+    clf = SequenceClassifier(model, 3, window=64).eval()
+    idx = torch.randint(0, 256, (2, 128), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = clf.features(idx)
+        halves = [model.stream(idx[:, :64]), model.stream(idx[:, 64:])]
+    assert torch.allclose(got, torch.cat(halves, 1).mean(1), atol=1e-6)
+    with pytest.raises(FinetuneError, match="windows of 64"):
+        clf.features(idx[:, :100])
+    # finetune() picks the window from the run (data.seq_len 64) for 128-byte passages
+    res = finetune(tiny_run, "genre", steps=1, batch_size=2, passage_bytes=128, test_max=4,
+                   train_eval_max=2, standardize=4, device="cpu", force=True)
+    assert res["settings"]["window"] == 64
+
+
+def test_standardized_features_have_zero_mean_and_unit_scale(tiny_run):
+    from normlab.finetune import SequenceClassifier
+    from normlab.train import load_trained_model
+
+    _, model = load_trained_model(tiny_run)
+    clf = SequenceClassifier(model, 3).eval()
+    feats = torch.randn(64, model.cfg.d_model) * 0.05 + 6.0
+    clf.standardize_from(feats)
+    z = (feats - clf.feature_mean) / clf.feature_scale
+    assert torch.allclose(z.mean(0), torch.zeros(z.shape[1]), atol=1e-4)
+    assert torch.allclose(z.std(0), torch.ones(z.shape[1]), atol=1e-4)
+    with pytest.raises(FinetuneError, match="standardize"):
+        finetune(tiny_run, "genre", standardize=1)
+
+
+def test_validation_split_lies_between_train_and_test_in_every_play():
+    task = genre_task("genre", passage_bytes=256, val_fraction=0.1)
+    plain = genre_task("genre", passage_bytes=256)
+    assert len(task.val_y) > 0 and len(plain.val_y) == 0
+    assert len(task.train_y) < len(plain.train_y)
+    assert np.array_equal(task.test_x, plain.test_x)  # the test set does not change
+    for p_i, play in enumerate(task.plays):
+        val_start, val_end = task.val_bounds[play]
+        train_end, test_start, _ = task.bounds[play]
+        assert val_end == train_end and test_start == val_end + task.gap
+        tr = task.train_offset[task.train_play == p_i]
+        va = task.val_offset[task.val_play == p_i]
+        assert tr.max() + 256 + task.gap <= val_start <= va.min()
+        assert va.max() + 256 <= val_end
+    with pytest.raises(DataError, match="val_fraction"):
+        genre_task("genre", val_fraction=0.9)

@@ -39,6 +39,7 @@ from normlab.interop import (  # noqa: E402
     skip_blocks,
 )
 from normlab.interop.command import probe_hf  # noqa: E402
+from normlab.interop.probe_hf import probe_hf_model, stream_norms  # noqa: E402
 from normlab.nn import build_model, capture  # noqa: E402
 from normlab.nn.model import NormTransformer  # noqa: E402
 from normlab.probe import hooked, hooks_left, layer_drop, merge_test, stream_stats  # noqa: E402
@@ -419,6 +420,45 @@ def test_masked_lm_probe_masks_text_tokens_only():
     assert res["model"]["objective"] == "masked_lm"
     assert {"drop_dloss", "drop_kl", "drop_hidden_cos"} <= set(res["drop"])
     assert len(res["drop"]["drop_dloss"]) == 2 and math.isfinite(res["summary"]["loss"])
+
+
+def test_stream_mean_leaves_out_the_attention_sink_at_position_0():
+    """A stream of unit-norm tokens with one huge token at position 0 (an attention sink, as in
+    SmolLM2 at about 23,500): the stream mean and median are those of the other positions, and
+    the sink is reported apart."""
+    hidden = torch.zeros(2, 8, 4)
+    hidden[..., 0] = 1.0  # every token has norm 1 ...
+    hidden[:, 0, 1] = 23_500.0  # ... except position 0
+    hidden[1, 3, 0] = 3.0  # one ordinary token of norm 3
+    got = stream_norms(hidden)
+    assert got["norm"] == pytest.approx((13 + 3) / 14)
+    assert got["norm_median"] == pytest.approx(1.0)
+    assert got["norm_first"] == pytest.approx(math.hypot(1.0, 23_500.0))
+    assert got["norm_all"] > 2_900  # the mean over all positions is the sink's
+    with pytest.raises(InteropError, match="positions >= 2"):
+        stream_norms(hidden[:, :1])
+
+
+def test_probe_reports_stream_norms_without_position_0():
+    """probe_hf_model's `norm` and growth exponent come from positions >= 1, and agree with
+    normlab's stream_stats on the same positions."""
+    hf = _gpt2(layers=3)
+    idx = torch.randint(0, SMALL["vocab"], (2, 16), generator=torch.Generator().manual_seed(1))
+    batches = [(idx, torch.full_like(idx, -100))]
+    res = probe_hf_model(hf, batches, drop=False)
+    pb = res["per_block"]
+    wrapper = HFTapModel(hf)
+    with capture(wrapper, "blocks.*.mlp.stream_out") as cap:
+        wrapper.stream(idx)
+    for i, v in enumerate(pb["norm"]):
+        x = cap[f"blocks.{i}.mlp.stream_out"]
+        assert v == pytest.approx(x[:, 1:].norm(dim=-1).mean().item(), rel=1e-5)
+        assert pb["norm_all"][i] == pytest.approx(x.norm(dim=-1).mean().item(), rel=1e-5)
+    all_positions = stream_stats(HFTapModel(hf), batches)
+    assert pb["norm_all"] == pytest.approx(all_positions["norm"], rel=1e-5)
+    from normlab.probe.stream import growth_exponent
+
+    assert res["summary"]["growth_exponent"] == pytest.approx(growth_exponent(pb["norm"]))
 
 
 # --- the real checkpoints (claim C12) ------------------------------------------------------

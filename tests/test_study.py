@@ -57,6 +57,9 @@ def test_every_claim_runs_at_tiny_size(tiny_study):
             assert c["note"], c["id"]  # says why
             assert "failed" not in c["note"], (c["id"], c["note"])
             continue
+        if c["stalled"]:  # tiny runs end above the unigram entropy: reported, not compared
+            assert c["verdict"] == "inconclusive" and "stalled" in c["note"], c["id"]
+            continue
         e = c["effect"]
         assert e["n"] >= 2 and e["ci_low"] <= e["estimate"] <= e["ci_high"], c["id"]
         assert c["numbers"] and c["rule"] and c["method"], c["id"]

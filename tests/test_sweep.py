@@ -356,7 +356,8 @@ def test_a_script_without_main_guard_fails_at_once_saying_why(tmp_path):
         "    " + line + "\n" for line in body.splitlines()))
     r = subprocess.run([sys.executable, str(guarded)], cwd=tmp_path, env=ENV,
                        capture_output=True, text=True, timeout=150)
-    assert r.returncode == 0 and "outcomes ['stalled', 'stalled']" in r.stdout, r.stderr  # tiny runs: stalled
+    # (tiny runs end above the unigram entropy: stalled)
+    assert r.returncode == 0 and "outcomes ['stalled', 'stalled']" in r.stdout, r.stderr
 
 
 def test_progress_plain_lines():

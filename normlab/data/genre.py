@@ -197,7 +197,11 @@ class GenreTask:
     (index into ``plays``) and ``train_offset``/``test_offset`` its first byte in that play's
     cleaned text (``play_texts()[play][offset:offset + passage_bytes]``). ``bounds[play]`` is
     ``(train_end, test_start, length)``: training bytes lie in ``[0, train_end)``, test bytes in
-    ``[test_start, length)``, with ``test_start = train_end + gap``.
+    ``[test_start, length)``, with ``test_start = train_end + gap``. With ``val_fraction > 0`` the
+    last ``val_fraction`` of each play before ``train_end`` is cut off the training region:
+    ``val_bounds[play] = (val_start, train_end)`` holds the validation passages (``val_x``,
+    ``val_y``, ``val_play``, ``val_offset``, in play order) and training bytes end ``gap``
+    bytes before ``val_start``.
     """
 
     task: str
@@ -217,6 +221,14 @@ class GenreTask:
     stride: int
     train_fraction: float
     settings: dict[str, Any] = field(default_factory=dict)
+    # the validation split (empty unless `val_fraction` > 0), for choosing settings such as the
+    # fine-tuning learning rate without looking at the test passages
+    val_x: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))
+    val_y: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    val_play: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    val_offset: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    val_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)
+    val_fraction: float = 0.0
 
     @property
     def n_classes(self) -> int:
@@ -253,14 +265,15 @@ def _windows(start: int, end: int, size: int, stride: int) -> np.ndarray:
 
 @lru_cache(maxsize=8)
 def _build(task: str, passage_bytes: int, gap: int, stride: int, train_fraction: float,
-           seed: int) -> GenreTask:
+           seed: int, val_fraction: float = 0.0) -> GenreTask:
     texts = play_texts()
     plays = folio_plays()
     classes = sorted(FOLIO_GENRES) if task == "genre" else plays
     index = {c: i for i, c in enumerate(classes)}
-    parts: dict[str, list[list[np.ndarray]]] = {"train": [[], [], [], []],
-                                                 "test": [[], [], [], []]}
+    sides = ("train", "val", "test")
+    parts: dict[str, list[list[np.ndarray]]] = {side: [[], [], [], []] for side in sides}
     bounds: dict[str, tuple[int, int, int]] = {}
+    val_bounds: dict[str, tuple[int, int]] = {}
     for p_i, play in enumerate(plays):
         text = texts[play]
         data = np.frombuffer(text, dtype=np.uint8)
@@ -268,43 +281,50 @@ def _build(task: str, passage_bytes: int, gap: int, stride: int, train_fraction:
         cut = int(train_fraction * n)
         test_start = cut + gap
         bounds[play] = (cut, test_start, n)
+        # with a validation region: train [0, val_cut), val [val_cut + gap, cut)
+        train_end = int((train_fraction - val_fraction) * n) if val_fraction else cut
+        val_bounds[play] = (train_end + gap, cut) if val_fraction else (cut, cut)
         label = index[GENRES[play] if task == "genre" else play]
-        for side, (lo, hi) in (("train", (0, cut)), ("test", (test_start, n))):
+        regions = {"train": (0, train_end), "val": val_bounds[play], "test": (test_start, n)}
+        for side, (lo, hi) in regions.items():
             offs = _windows(lo, hi, passage_bytes, stride)
-            if side == "test" and not len(offs):
+            if side != "train" and not len(offs) and (side == "test" or val_fraction):
                 raise DataError(
-                    f"play {play!r}: {n} cleaned bytes leave no test passage of "
+                    f"play {play!r}: {n} cleaned bytes leave no {side} passage of "
                     f"{passage_bytes} bytes after a gap of {gap}; lower gap or passage_bytes"
-                )
+                    + (" or raise val_fraction" if side == "val" else ""))
             x, y, pl, off = parts[side]
-            x.append(data[offs[:, None] + np.arange(passage_bytes)])
+            x.append(data[offs[:, None] + np.arange(passage_bytes)].reshape(-1, passage_bytes))
             y.append(np.full(len(offs), label, dtype=np.int64))
             pl.append(np.full(len(offs), p_i, dtype=np.int64))
             off.append(offs)
-    train = [np.concatenate(a) for a in parts["train"]]
-    test = [np.concatenate(a) for a in parts["test"]]
+    train, val, test = ([np.concatenate(a) for a in parts[side]] for side in sides)
     order = np.random.default_rng(seed).permutation(len(train[1]))
     train = [a[order] for a in train]
-    for arr in (*train, *test):
+    for arr in (*train, *val, *test):
         arr.setflags(write=False)
     settings = {"task": task, "passage_bytes": passage_bytes, "gap": gap, "stride": stride,
-                "train_fraction": train_fraction, "seed": seed}
+                "train_fraction": train_fraction, "seed": seed, "val_fraction": val_fraction}
     return GenreTask(task=task, train_x=train[0], train_y=train[1], test_x=test[0],
                      test_y=test[1], classes=list(classes), plays=list(plays),
                      train_play=train[2], test_play=test[2], train_offset=train[3],
                      test_offset=test[3], bounds=bounds, passage_bytes=passage_bytes, gap=gap,
-                     stride=stride, train_fraction=train_fraction, settings=settings)
+                     stride=stride, train_fraction=train_fraction, settings=settings,
+                     val_x=val[0], val_y=val[1], val_play=val[2], val_offset=val[3],
+                     val_bounds=val_bounds, val_fraction=val_fraction)
 
 
 def genre_task(task: TaskName = "genre", passage_bytes: int = 256, gap: int = 1024,
                seed: int = 0, *, stride: int | None = None,
-               train_fraction: float = 0.8) -> GenreTask:
+               train_fraction: float = 0.8, val_fraction: float = 0.0) -> GenreTask:
     """The passages of the genre (``task="genre"``, 3 classes) or play-id (``"play"``, 36) task.
 
     Windows of ``passage_bytes`` at ``stride`` (default ``passage_bytes``: non-overlapping)
     start at byte 0 of each play's training region ``[0, train_end)`` and at ``train_end + gap``
     in its test region; none crosses a region end. ``seed`` only shuffles the order of the
-    training rows (test rows are in play order). Results are cached in-process and read-only.
+    training rows (test rows are in play order). ``val_fraction`` (of each play's bytes, taken
+    from the end of its training region, ``gap`` bytes away from the training bytes) gives a
+    validation split. Results are cached in-process and read-only.
 
     Raises:
         DataError: unknown task, a bad size, or a play too short for one test passage.
@@ -317,7 +337,10 @@ def genre_task(task: TaskName = "genre", passage_bytes: int = 256, gap: int = 10
     seed = _check_int(seed, "seed", 0)
     if isinstance(train_fraction, bool) or not 0.0 < float(train_fraction) < 1.0:
         raise DataError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
-    return _build(task, size, gap, stride, float(train_fraction), seed)
+    if isinstance(val_fraction, bool) or not 0.0 <= float(val_fraction) < float(train_fraction):
+        raise DataError(f"val_fraction must be in [0, train_fraction={train_fraction}), got "
+                        f"{val_fraction!r}")
+    return _build(task, size, gap, stride, float(train_fraction), seed, float(val_fraction))
 
 
 # -- character n-gram naive Bayes ---------------------------------------------------------------

@@ -12,10 +12,13 @@ starts spread evenly over the text: the same windows on every call.
 
 Measured, per block `l` (output `x_{l+1}`), through normlab's tap names (`adapters.HFTapModel`):
 
-- `normlab.probe.stream_stats`: `norm` (mean token norm after the block), `ang_prev`
-  (`arccos(cos(x_l, x_{l+1}))/pi`), `rel_update`, `ang_last`, ..., `growth_exponent`;
-- `norm_first` / `norm_rest`: the mean token norm at position 0 and at the other positions
-  (pre-norm LLMs put a few "massive activations" on the first token, which can dominate a mean);
+- `normlab.probe.stream_stats`: `ang_prev` (`arccos(cos(x_l, x_{l+1}))/pi`), `rel_update`,
+  `ang_last`, ...;
+- `stream_norms`: `norm`, the mean token norm after the block over positions 1..T-1, and
+  `growth_exponent` fitted to it; position 0 apart (`norm_first`), the median token
+  (`norm_median`) and the mean over all positions (`norm_all`, `growth_exponent_all_positions`):
+  pre-norm LLMs put a "massive activation" (an attention sink) on the first token, which
+  dominates a mean over all positions;
 - layer drop (`adapters.skip_blocks`), each block skipped in turn:
   `drop_dloss` the increase of the model's own loss: next-token cross-entropy for a causal LM,
   masked-token cross-entropy for a masked LM (15% of the non-special tokens of each window
@@ -147,29 +150,46 @@ def make_batches(model: Any, tokenizer: Any, passages: Sequence[str], *, n_batch
 
 # --- measurements ------------------------------------------------------------------------------
 
+def stream_norms(hidden: torch.Tensor) -> dict[str, float]:
+    """Token norms of one stream `[B, T, d]`, position 0 apart from the rest.
+
+    `norm`: mean token norm over positions 1..T-1 (the stream mean); `norm_first`: the mean at
+    position 0; `norm_median`: the median over positions 1..T-1; `norm_all`: the mean over every
+    position. Position 0 is set apart because pre-norm LLMs park an "attention sink" there: in
+    SmolLM2 its norm jumps to about 23,500 at block 11 against about 140 for the other tokens,
+    which alone would put a step in a mean over all positions.
+    """
+    if hidden.dim() != 3 or hidden.shape[1] < 2:
+        raise InteropError(f"stream_norms needs a [batch, positions >= 2, width] stream, got "
+                           f"shape {tuple(hidden.shape)}")
+    n = token_norms(hidden)
+    rest = n[:, 1:]
+    return {"norm": rest.mean().item(), "norm_first": n[:, 0].mean().item(),
+            "norm_median": rest.median().item(), "norm_all": n.mean().item()}
+
+
 @torch.no_grad()
 def position_norms(wrapper: HFTapModel, batches: Sequence[Batch]) -> dict[str, list[float]]:
-    """Mean token norm after each block at position 0 (`norm_first`), at the other positions
-    (`norm_rest`), and the median over all tokens (`norm_median`), averaged over batches."""
+    """`stream_norms` of the stream after each block, averaged over batches: per block
+    `norm` (positions >= 1), `norm_first` (position 0), `norm_median`, `norm_all`."""
     from normlab.probe.hooks import eval_mode, hooked
 
     L = wrapper.cfg.n_blocks
-    rows: dict[str, list[list[float]]] = {"norm_first": [], "norm_rest": [], "norm_median": []}
+    rows: list[list[dict[str, float]]] = []
     for idx, _ in batches:
-        got: list[torch.Tensor | None] = [None] * L
+        got: list[dict[str, float]] = [{}] * L
 
         def keep(i: int, got=got):
             def hook(_m, _inp, x) -> None:
-                got[i] = token_norms(x)
+                got[i] = stream_norms(x)
             return hook
 
         with eval_mode(wrapper), hooked(wrapper, {f"blocks.{i}.mlp.stream_out": keep(i)
                                                   for i in range(L)}):
             wrapper.stream(idx)
-        rows["norm_first"].append([g[:, 0].mean().item() for g in got])
-        rows["norm_rest"].append([g[:, 1:].mean().item() for g in got])
-        rows["norm_median"].append([g.median().item() for g in got])
-    return {k: torch.tensor(v, dtype=torch.float64).mean(0).tolist() for k, v in rows.items()}
+        rows.append(got)
+    return {k: torch.tensor([[g[k] for g in got] for got in rows], dtype=torch.float64)
+            .mean(0).tolist() for k in rows[0][0]}
 
 
 def _final_and_logits(wrapper: HFTapModel, idx: torch.Tensor
@@ -234,14 +254,16 @@ def drop_scan(wrapper: HFTapModel, batches: Sequence[Batch],
 def probe_hf_model(hf_model: Any, batches: Sequence[Batch], *, drop: bool = True,
                    drop_blocks: Sequence[int] | None = None) -> dict[str, Any]:
     """Every measurement of the module doc on a loaded transformers model."""
-    from normlab.probe.stream import stream_stats
+    from normlab.probe.stream import growth_exponent, stream_stats
 
     wrapper = hf_model if isinstance(hf_model, HFTapModel) else HFTapModel(hf_model)
     t0 = time.perf_counter()
     stream = stream_stats(wrapper, batches)
     per_block: dict[str, list[float]] = {k: v for k, v in stream.items() if isinstance(v, list)}
-    per_block |= position_norms(wrapper, batches)
+    per_block |= position_norms(wrapper, batches)  # `norm` now leaves position 0 out
     summary = {k: v for k, v in stream.items() if not isinstance(v, list)}
+    summary["growth_exponent_all_positions"] = summary.get("growth_exponent")
+    summary["growth_exponent"] = growth_exponent(per_block["norm"])
     timing = {"stream": time.perf_counter() - t0}
     drop_res: dict[str, Any] = {}
     if drop:

@@ -300,6 +300,39 @@ class StudyContext:
         return self.cached(f"trained_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
 
 
+    def c10_checkpoints(self) -> list[Any]:
+        """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""
+        from normlab.study.external import Pretrained
+
+        pair = self.matched_pair()
+        if "runs" not in pair:
+            return []
+        tuned = {pl: self.tuned(pl) for pl in ("pre", "post")}
+        out = []
+        for pl in ("pre", "post"):
+            for r in tuned[pl]["records"][str(pair[f"{pl}_lr"])]:
+                out.append(Pretrained(pl, r["seed"], self.runs_root / r["run_id"],
+                                      r["val_loss"] if r["val_loss"] is not None else math.nan,
+                                      r["outcome"]))
+        return out
+
+    def c12_checkpoints(self) -> list[Any]:
+        """Deeper pre and post models (`deep_blocks`), each trained at the lr of its matched
+        6-block cell, one per seed; none when the profile trains no deep models."""
+        from normlab.study.external import Pretrained
+
+        p, pair = self.profile, self.matched_pair()
+        if not p.deep_blocks or "runs" not in pair:
+            return []
+        out = []
+        for pl in ("pre", "post"):
+            lr = pair[f"{pl}_lr"]
+            for r in self.runs(pl, [lr], p.warmup, blocks=p.deep_blocks)[lr]:
+                out.append(Pretrained(pl, r["seed"], self.runs_root / r["run_id"],
+                                      r["val_loss"] if r["val_loss"] is not None else math.nan,
+                                      r["outcome"]))
+        return out
+
 # Training families: a placement plus model fields; each is tuned over its own lr grid.
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre": ("pre", {}),  # paper default init: GPT-2 scaled

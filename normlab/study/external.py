@@ -1,113 +1,528 @@
 """Claims whose experiments use other parts of normlab: C10 (fine-tuning transfer) and C12
-(real pretrained checkpoints). Each reports `not run` with the reason when its part is absent."""
+(removable deep layers). Both compare pre and post checkpoints that the study pretrained to
+matched validation loss, with seeds as the statistical units; C12 also shows two real
+checkpoints as an illustration. The designs below were fixed before any of their runs.
+
+The study hands the checkpoints over as :class:`Pretrained` records: ``c10(ctx)`` calls
+``ctx.c10_checkpoints()`` and ``c12(ctx)`` calls ``ctx.c12_checkpoints()`` when the context has
+them (or pass ``checkpoints=`` directly). A pair of one pre and one post checkpoint of the same
+seed (same data order) is one unit; a pair whose validation losses differ by more than the
+tolerance (``profile.match_tolerance``, default 0.05 nats), or with a side that did not train
+(outcome ``stalled`` or ``diverged``), is reported and left out of the comparison.
+
+C10: Post-LN transfers better after fine-tuning
+-----------------------------------------------
+
+Prediction: fine-tuned on the genre task (:mod:`normlab.data.genre`), a post checkpoint reaches
+a higher test accuracy than the pre checkpoint of the same seed and the same pretraining loss.
+
+Design: passages of ``profile.finetune_passage_bytes`` (at least 256) bytes, read in windows of
+the pretraining context when they are longer (:class:`normlab.finetune.SequenceClassifier`);
+all weights trained, mean pooling. The fine-tuning lr is tuned per placement on a validation
+split cut from the end of each play's training region (never on the test passages): the grid
+``profile.finetune_lrs`` (default 3e-4, 1e-3, 3e-3), extended x3 beyond an edge that wins (at
+most ``profile.finetune_lr_extensions`` times, default 2; recorded); the lr with the best mean
+validation accuracy over seeds is the placement's, and each seed's test accuracy at that lr is
+its result. The character-trigram naive Bayes on the same training and test passages is the
+baseline.
+
+Rule (:func:`decide_c10`): a side *transfers* when the 95% interval over seeds of (its test
+accuracy - the baseline's) lies entirely above 0. If either side does not, the verdict is
+``inconclusive``: no transfer was measured, and a comparison of two models that do not beat a
+trigram count says nothing about transfer. Otherwise the per-seed difference post - pre decides
+with `normlab.study.verdict.decide` (threshold 0).
+
+C12: deep pre-LN layers are removable
+-------------------------------------
+
+Drop-cost curve of one model: ``d_t``, the increase of the model's own next-token loss on the
+validation text when block ``t`` is skipped (``normlab.probe.interventions.layer_drop`` for
+normlab models; the same measurement, ``drop_scan``, for Hugging Face ones). The first and the
+last block are reported apart and left out of the statistic: in every model they cost the most
+(the first turns embeddings into a stream, the last writes the output), whatever the placement.
+
+Statistic per model (:func:`drop_cost_profile`): the *depth slope*, the least-squares slope of
+``d_t / median(d_interior)`` against relative depth ``(t + 0.5) / L`` over the interior blocks
+``t = 1 .. L-2``. Dividing by the model's own median interior cost makes models of different
+losses comparable; a negative slope means deeper blocks cost less than the model's typical
+block. Reported beside it (not used by the rule): the share of deep interior blocks (relative
+depth above 0.5) that cost less than half the median interior cost.
+
+Prediction: pre's depth slope is negative (its deep blocks are the cheap ones); post's is not
+(every block carries weight); so slope(post) - slope(pre) > 0.
+
+Rule (:func:`decide_c12`), over seeds (paired by seed), 95% t-intervals:
+
+- ``supported``: the interval of slope(post) - slope(pre) lies above 0, pre's slope interval
+  lies below 0, and post's does not lie entirely below 0;
+- ``not supported``: the difference's interval lies at or below 0, or pre's slope interval lies
+  at or above 0 (pre's deep blocks are not cheaper);
+- ``inconclusive`` otherwise (fewer than 2 matched pairs; or both placements' deep blocks
+  cheaper, post's less so), with the reason.
+
+The real checkpoints (MiniLM: post-LN BERT, 6 blocks; SmolLM2-135M: pre-RMSNorm Llama, 30
+blocks) are reported with the same per-model numbers as an illustration only: they differ in
+size, depth, objective, data, tuning and quantization, so no verdict rests on them. MiniLM has
+no LM head, so its curve is the change of the final hidden state (1 - cos), not a loss. Stream
+means of real models leave position 0 out (`normlab.interop.probe_hf.stream_norms`).
+"""
 
 from __future__ import annotations
 
-from normlab.probe.fits import welch_ci
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from normlab.probe.fits import mean_ci
 from normlab.study.experiments import StudyContext
-from normlab.study.schema import ClaimResult, Effect
-from normlab.study.verdict import decide_interval, rule_text
+from normlab.study.schema import ClaimResult
+from normlab.study.verdict import decide
+
+PLACEMENTS = ("pre", "post")
+MATCH_TOLERANCE = 0.05  # nats of validation loss between the two sides of a pair
+TRAINED = ("completed",)
 
 
-def c10(ctx: StudyContext) -> ClaimResult:
-    from normlab.data.genre import genre_task, naive_bayes_baseline
-    from normlab.finetune import finetune
-    from normlab.study.claims import SCALE, _claim
-    from normlab.study.figures import plot_bars
+@dataclass(frozen=True)
+class Pretrained:
+    """One pretrained checkpoint handed to C10 or C12 by the study."""
+
+    placement: str  # "pre" | "post"
+    seed: int  # pairs are formed by seed (the same data order)
+    run_dir: Path  # an ordinary run folder with a checkpoint
+    val_loss: float  # validation loss of that checkpoint
+    outcome: str = "completed"  # "stalled" / "diverged" runs are reported, never compared
+
+
+# -- pairing by seed at matched loss --------------------------------------------------------------
+
+def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float = MATCH_TOLERANCE
+                  ) -> tuple[dict[int, dict[str, Pretrained]], list[str]]:
+    """Pre/post pairs by seed whose validation losses lie within ``tolerance`` and whose runs
+    both trained; with the reasons each left-out seed was left out."""
+    by_seed: dict[int, dict[str, Pretrained]] = {}
+    for c in checkpoints:
+        if c.placement not in PLACEMENTS:
+            raise ValueError(f"checkpoint placement must be one of {PLACEMENTS}, got "
+                             f"{c.placement!r} ({c.run_dir})")
+        by_seed.setdefault(c.seed, {})[c.placement] = c
+    pairs, left_out = {}, []
+    for seed, sides in sorted(by_seed.items()):
+        missing = [p for p in PLACEMENTS if p not in sides]
+        if missing:
+            left_out.append(f"seed {seed}: no {' or '.join(missing)} checkpoint")
+            continue
+        bad = [f"{p} {sides[p].outcome}" for p in PLACEMENTS if sides[p].outcome not in TRAINED]
+        if bad:
+            left_out.append(f"seed {seed}: {', '.join(bad)}")
+            continue
+        gap = sides["post"].val_loss - sides["pre"].val_loss
+        if not math.isfinite(gap) or abs(gap) > tolerance:
+            left_out.append(f"seed {seed}: validation loss pre {sides['pre'].val_loss:.3f}, "
+                            f"post {sides['post'].val_loss:.3f}, not within {tolerance:g}")
+            continue
+        pairs[seed] = sides
+    return pairs, left_out
+
+
+def _interval(values: Sequence[float]) -> dict[str, Any]:
+    ci = mean_ci(list(values))
+    return {"mean": ci["mean"], "ci95": list(ci["ci95"]), "n": ci["n"]}
+
+
+def _above(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
+    low = ci["ci95"][0]
+    return ci["n"] >= 2 and math.isfinite(low) and (low > threshold if strict
+                                                    else low >= threshold)
+
+
+def _below(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
+    high = ci["ci95"][1]
+    return ci["n"] >= 2 and math.isfinite(high) and (high < threshold if strict
+                                                     else high <= threshold)
+
+
+def _detectable(ci: Mapping[str, Any]) -> float | None:
+    """The smallest effect this many units could have told from 0: the interval's half-width."""
+    low, high = ci["ci95"]
+    return (high - low) / 2 if ci["n"] >= 2 and math.isfinite(high - low) else None
+
+
+# -- C12 ------------------------------------------------------------------------------------------
+
+def drop_cost_profile(costs: Sequence[float]) -> dict[str, Any]:
+    """The per-model numbers of C12's design from one drop-cost curve (block 0 first).
+
+    Returns ``first``, ``last``, ``interior`` (blocks 1..L-2), ``median_interior``,
+    ``depth_slope`` (the statistic; None when it is undefined: fewer than 3 interior blocks, a
+    non-finite cost, or a median interior cost <= 0) and ``removable_share``.
+    """
+    d = [float(c) for c in costs]
+    L = len(d)
+    out: dict[str, Any] = {"n_blocks": L, "costs": d, "first": d[0] if d else None,
+                           "last": d[-1] if L > 1 else None, "interior": d[1:-1],
+                           "median_interior": None, "depth_slope": None,
+                           "removable_share": None, "why_undefined": None}
+    interior = list(range(1, L - 1))
+    if len(interior) < 3 or not all(math.isfinite(v) for v in d):
+        out["why_undefined"] = "fewer than 3 interior blocks or a non-finite cost"
+        return out
+    med = statistics.median(d[t] for t in interior)
+    out["median_interior"] = med
+    if med <= 0:
+        out["why_undefined"] = f"median interior drop cost {med:.3g} <= 0"
+        return out
+    x = [(t + 0.5) / L for t in interior]
+    y = [d[t] / med for t in interior]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxx = sum((a - mx) ** 2 for a in x)
+    out["depth_slope"] = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
+    deep = [t for t in interior if (t + 0.5) / L > 0.5]
+    out["removable_share"] = (sum(d[t] < 0.5 * med for t in deep) / len(deep)) if deep else None
+    return out
+
+
+def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """C12's rule (module doc) on per-seed depth slopes, ``slopes[placement][k]`` paired by k."""
+    pre, post = list(slopes["pre"]), list(slopes["post"])
+    if len(pre) != len(post):
+        raise ValueError("decide_c12 needs the same number of pre and post slopes (paired)")
+    diff = [b - a for a, b in zip(pre, post, strict=True)]
+    name = "depth slope of the drop cost: post - pre"
+    _, effect = decide(diff, ">", 0.0, name=name)
+    ci = {"pre": _interval(pre), "post": _interval(post), "post - pre": _interval(diff)}
+    if len(diff) < 2:
+        verdict, reason = "inconclusive", f"{len(diff)} matched pair(s); at least 2 are needed"
+    elif _below(ci["post - pre"], strict=False):
+        verdict, reason = "not supported", "post's slope is not above pre's"
+    elif _above(ci["pre"], strict=False):
+        verdict, reason = "not supported", "pre's deep blocks are not cheaper than its shallow ones"
+    elif _above(ci["post - pre"]) and _below(ci["pre"]) and not _below(ci["post"]):
+        verdict, reason = "supported", "pre's deep blocks are cheaper; post's are not"
+    elif _above(ci["post - pre"]) and _below(ci["pre"]):
+        verdict = "inconclusive"
+        reason = "both placements' deep blocks are cheaper, post's less so"
+    else:
+        verdict = "inconclusive"
+        reason = "the intervals include 0: too few seeds for an effect of this size"
+    return {"verdict": verdict, "reason": reason, "effect": effect, "intervals": ci,
+            "smallest_detectable": _detectable(ci["post - pre"]),
+            "rule": ("supported if the 95% interval of [slope(post) - slope(pre)] lies above 0, "
+                     "pre's slope interval below 0 and post's not entirely below 0; not "
+                     "supported if the difference's interval lies at or below 0 or pre's slope "
+                     "interval at or above 0; otherwise inconclusive (slope: drop cost / median "
+                     "interior drop cost against relative depth, interior blocks; seeds as "
+                     "units)")}
+
+
+def own_drop_curve(run_dir: Path, batches: Sequence[Any]) -> dict[str, Any]:
+    """Drop-cost curve (``layer_drop``'s ``drop_dloss``) and the base loss of a trained run."""
+    from normlab.probe.interventions import layer_drop
+    from normlab.train import load_trained_model
+
+    cfg, model = load_trained_model(run_dir)
+    seq = cfg.model.max_seq_len
+    batches = [(x[:, :seq], y[:, :seq]) for x, y in batches]
+    return {"drop_dloss": layer_drop(model, batches)["drop_dloss"],
+            "n_blocks": cfg.model.n_blocks}
+
+
+def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
+                   tolerance: float | None = None) -> dict[str, Any]:
+    """C12's decision on normlab's own pre and post models (12-24 blocks) at matched loss.
+
+    ``checkpoints``: one :class:`Pretrained` per placement and seed. Every checkpoint's
+    drop-cost curve is measured on the study's probe batches (cached per run folder), the
+    per-model numbers of :func:`drop_cost_profile` computed, and matched pairs decided by
+    :func:`decide_c12`. Returns the decision with ``per_seed`` numbers and ``left_out``."""
+    tol = getattr(ctx.profile, "match_tolerance", MATCH_TOLERANCE) if tolerance is None \
+        else tolerance
+    pairs, left_out = matched_pairs(checkpoints, tol)
+    batches = ctx.probe_batches()
+    per_seed: dict[int, dict[str, Any]] = {}
+    slopes: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
+    for seed, sides in pairs.items():
+        row = {}
+        for p, c in sides.items():
+            curve = ctx.cached(f"c12_drop_{Path(c.run_dir).name}",
+                               lambda c=c: own_drop_curve(Path(c.run_dir), batches))
+            row[p] = drop_cost_profile(curve["drop_dloss"]) | {
+                "val_loss": c.val_loss, "run_id": Path(c.run_dir).name}
+        if any(row[p]["depth_slope"] is None for p in PLACEMENTS):
+            left_out.append(f"seed {seed}: " + "; ".join(
+                f"{p} {row[p]['why_undefined']}" for p in PLACEMENTS
+                if row[p]["depth_slope"] is None))
+            per_seed[seed] = row
+            continue
+        per_seed[seed] = row
+        for p in PLACEMENTS:
+            slopes[p].append(row[p]["depth_slope"])
+    decision = decide_c12(slopes)
+    return decision | {"per_seed": per_seed, "left_out": left_out, "slopes": slopes,
+                       "tolerance": tol}
+
+
+def c12_real_models(ctx: StudyContext) -> dict[str, Any]:
+    """The two real checkpoints' per-model numbers (illustration; no verdict rests on them).
+    Raises the interop's CheckpointNotFound / MissingDependency when they cannot be loaded."""
+    from normlab.interop import run_hf_probe
 
     p = ctx.profile
-    passage = min(256, p.seq_len)  # the pretrained models know positions up to seq_len only
-    grid = ctx.grid()
-    acc: dict[str, list[float]] = {}
-    for placement in ("pre", "post"):
-        lr = ctx.tuned_lr(placement)
-        acc[placement] = []
-        for seed in range(p.seeds):
-            run_id = grid[f"{placement}|{lr}|{p.warmup}|{seed}|final"]["run_id"]
-            res = finetune(ctx.runs_root / run_id, "genre", steps=p.finetune_steps, lr=1e-3,
-                           batch_size=p.finetune_batch_size, warmup=max(1, p.finetune_steps // 10),
-                           seed=seed, passage_bytes=passage, test_max=p.finetune_test_max,
-                           device="cpu")
-            acc[placement].append(res["test_accuracy"])
-    ctx.log("fine-tuned the tuned pre and post runs on the genre task")
-    baseline = ctx.cached(  # scored on the test passages the fine-tuned models are
-        f"genre_baseline_{passage}_{p.finetune_test_max}",
-        lambda: naive_bayes_baseline(genre_task("genre", passage_bytes=passage),
-                                     test_max=p.finetune_test_max))
-    from normlab.probe.fits import mean_ci
-
-    bars = {f"{pl} fine-tuned": mean_ci(v) for pl, v in acc.items()}
-    bars["char-trigram naive Bayes"] = {"mean": baseline["test_accuracy"], "ci95": [
-        baseline["test_accuracy"], baseline["test_accuracy"]]}
-    fig = plot_bars(bars, ctx.fig_dir / "c10_transfer.svg", ylabel="genre test accuracy",
-                    title=f"{passage}-byte passages, chance {baseline['chance']:.2f}")
-    return _claim(
-        "C10", "Post-LN transfers better after fine-tuning",
-        "Pretrained Post-LN models fine-tune to better downstream accuracy than Pre-LN ones, "
-        "even when pretraining losses match.",
-        "Seed blog",
-        f"The tuned pre and post runs (one per seed) fine-tuned on the Shakespeare genre task "
-        f"(comedy/history/tragedy of a {passage}-byte passage, speaker headings and stage "
-        f"directions stripped, first 80% of each play for training, last 20% for test), "
-        f"{p.finetune_steps} AdamW steps at lr 1e-3, all weights, mean pooling; effect per "
-        "seed: test accuracy post - pre.",
-        [b - a for a, b in zip(acc["pre"], acc["post"], strict=True)], ">", 0.0,
-        "genre test accuracy(post) - accuracy(pre)",
-        {"test_accuracy": {pl: mean_ci(v) for pl, v in acc.items()},
-         "per_seed_accuracy": acc, "ngram_baseline": baseline["test_accuracy"],
-         "chance": baseline["chance"], "majority": baseline.get("majority")},
-        [str(fig.relative_to(ctx.out))] if fig else [],
-        caveat=SCALE + f" Passages are {passage} bytes (the pretraining context), shorter than "
-                       "the task's 256 when the profile's context is shorter.")
-
-
-def c12(ctx: StudyContext) -> ClaimResult:
-    title = "Deep Pre-LN layers are removable in real models"
-    statement = ("In pre-LN LLMs deep layers can be removed at little cost (angular distance "
-                 "between consecutive deep layers is small); in post-LN BERT they cannot.")
-    source = "Sun et al. 2025, Curse of Depth (2502.05795); Gromov et al. 2024"
-    from normlab.interop import CheckpointNotFound, MissingDependency, run_hf_probe
-    from normlab.interop.figures import comparison_figure
-
-    p = ctx.profile
-    results = {}
+    out = {}
     for name in ("minilm", "smollm2"):
         def compute(name: str = name) -> dict:
             ctx.log(f"probing the real checkpoint {name}")
             return run_hf_probe(name, n_batches=p.real_passages, batch_size=2, seq_len=64,
                                 figures=False)
-        try:
-            results[name] = ctx.cached(f"real_{name}", compute)
-        except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
-            return ClaimResult(id="C12", title=title, statement=statement, source=source,
-                               method="", verdict="not run", rule="", note=str(e))
-    deep = {n: _deep_half(r["drop"]["drop_hidden_cos"]) for n, r in results.items()}
-    welch = welch_ci(deep["minilm"], deep["smollm2"])
-    diff, (low, high) = welch["diff"], welch["ci95"]
-    name = "mean drop cost, deeper half: MiniLM (post) - SmolLM2 (pre)"
-    verdict = decide_interval(diff, low, high, ">", 0.0)
-    fig = comparison_figure([results["minilm"], results["smollm2"]],
-                            ctx.fig_dir / "c12_real_models.svg")
+        res = ctx.cached(f"real_v2_{name}", compute)
+        drop = res["drop"]
+        cost_kind = "drop_dloss" if drop.get("drop_dloss") else "drop_hidden_cos"
+        pb = res["per_block"]
+        out[name] = {
+            "model": {k: res["model"].get(k) for k in ("family", "placement", "norm",
+                                                       "n_blocks", "d_model", "objective")},
+            "drop_cost": cost_kind, "profile": drop_cost_profile(drop[cost_kind]),
+            "hidden_profile": drop_cost_profile(drop["drop_hidden_cos"]),
+            "stream_norm": pb["norm"], "stream_norm_median": pb.get("norm_median"),
+            "stream_norm_position0": pb.get("norm_first"),
+            "stream_norm_all_positions": pb.get("norm_all"),
+            "growth_exponent": res["summary"].get("growth_exponent"),
+            "growth_exponent_all_positions": res["summary"].get(
+                "growth_exponent_all_positions"),
+            "ang_prev": pb["ang_prev"], "loss": res["summary"].get("loss"), "_raw": res}
+    return out
+
+
+def _checkpoints(ctx: StudyContext, name: str, given: Sequence[Pretrained] | None
+                 ) -> list[Pretrained] | None:
+    if given is not None:
+        return list(given)
+    provider: Callable[[], Sequence[Pretrained]] | None = getattr(ctx, name, None)
+    return list(provider()) if provider is not None else None
+
+
+def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> ClaimResult:
+    from normlab.interop import CheckpointNotFound, MissingDependency
+
+    title = "Deep Pre-LN layers are removable"
+    statement = ("In pre-LN models deep layers can be removed at little cost (consecutive deep "
+                 "layers are close); in post-LN models they cannot.")
+    source = "Sun et al. 2025, Curse of Depth (2502.05795); Gromov et al. 2024 (2403.17887)"
+    numbers: dict[str, Any] = {}
+    figures: list[str] = []
+    notes = []
+    try:
+        real = c12_real_models(ctx)
+    except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
+        real = None
+        notes.append(f"real checkpoints not probed: {e}")
+    if real is not None:
+        from normlab.interop.figures import comparison_figure
+
+        fig = comparison_figure([r["_raw"] for r in real.values()],
+                                ctx.fig_dir / "c12_real_models.svg")
+        figures += [str(fig.relative_to(ctx.out))] if fig else []
+        numbers["real_models_illustration"] = {n: {k: v for k, v in r.items() if k != "_raw"}
+                                               for n, r in real.items()}
+    own = _checkpoints(ctx, "c12_checkpoints", checkpoints)
+    method = ("normlab's own pre and post models (12-24 blocks) pretrained to matched "
+              "validation loss, paired by seed: each block skipped in turn, its drop cost the "
+              "increase of next-token loss on validation text; per model the depth slope of "
+              "drop cost / median interior drop cost over relative depth, first and last "
+              "block apart. Real checkpoints (MiniLM post-LN, SmolLM2 pre-RMSNorm) shown with "
+              "the same numbers as an illustration only: they differ in far more than the "
+              "placement.")
+    if not own:
+        note = "; ".join(notes + ["the study provided no matched pre/post models for C12"])
+        return ClaimResult(id="C12", title=title, statement=statement, source=source,
+                           method=method, verdict="not run", rule="", numbers=numbers,
+                           figures=figures, note=note)
+    res = c12_own_models(ctx, own)
+    numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
+                                                   "intervals", "tolerance")},
+                "smallest_detectable": res["smallest_detectable"], "reason": res["reason"]}
     return ClaimResult(
-        id="C12", title=title, statement=statement, source=source,
-        method="Layer drop on real checkpoints with their own tokenizers, on Shakespeare "
-               "validation text: for each block, 1 - cos between the final hidden states with "
-               "and without the block (MiniLM has no LM head, so the loss is not comparable). "
-               "Effect: mean over the deeper half of the blocks, MiniLM minus SmolLM2, with a "
-               "Welch interval over blocks.",
-        verdict=verdict, rule=rule_text(name, ">", 0.0),
-        effect=Effect(name=name, estimate=diff, ci_low=low, ci_high=high, n=welch["n"],
-                      expected="> 0"),
-        numbers={n: {"drop_hidden_cos": r["drop"]["drop_hidden_cos"],
-                     "drop_dloss": r["drop"].get("drop_dloss"),
-                     "ang_prev": r["per_block"]["ang_prev"], "norm": r["per_block"]["norm"],
-                     "summary": r["summary"]} for n, r in results.items()},
-        figures=[str(fig.relative_to(ctx.out))] if fig else [],
-        caveat="One model per placement, and the two differ in far more than the placement "
-               "(size, objective, data); the interval is over blocks, not over models.")
+        id="C12", title=title, statement=statement, source=source, method=method,
+        verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
+        figures=figures, note="; ".join([res["reason"], *notes]),
+        caveat="Small byte-level models trained briefly on a CPU; the real checkpoints are "
+               "one per placement and differ in size, objective, data and quantization.")
 
 
-def _deep_half(values: list[float]) -> list[float]:
-    return values[len(values) // 2:]
+# -- C10 ------------------------------------------------------------------------------------------
+
+def decide_c10(accuracy: Mapping[str, Sequence[float]], baseline: float) -> dict[str, Any]:
+    """C10's rule (module doc) on per-seed test accuracies paired by index."""
+    pre, post = list(accuracy["pre"]), list(accuracy["post"])
+    if len(pre) != len(post):
+        raise ValueError("decide_c10 needs the same number of pre and post accuracies (paired)")
+    over = {p: _interval([a - baseline for a in accuracy[p]]) for p in PLACEMENTS}
+    diff = [b - a for a, b in zip(pre, post, strict=True)]
+    name = "genre test accuracy: post - pre"
+    verdict, effect = decide(diff, ">", 0.0, name=name)
+    short = [p for p in PLACEMENTS if not _above(over[p])]
+    if short:
+        verdict = "inconclusive"
+        reason = "no transfer was measured: " + "; ".join(
+            f"{p} {over[p]['mean'] + baseline:.3f} does not beat the trigram baseline "
+            f"{baseline:.3f} (interval of the excess [{over[p]['ci95'][0]:+.3f}, "
+            f"{over[p]['ci95'][1]:+.3f}])" for p in short)
+    elif verdict == "inconclusive":
+        reason = "both sides transfer; the interval of post - pre includes 0"
+    else:
+        reason = "both sides transfer (beat the trigram baseline)"
+    ci = _interval(diff)
+    return {"verdict": verdict, "reason": reason, "effect": effect, "transfers": {
+        p: p not in short for p in PLACEMENTS}, "excess_over_baseline": over,
+        "smallest_detectable": _detectable(ci),
+        "rule": ("each side transfers if the 95% interval over seeds of its test accuracy - "
+                 "the trigram baseline lies above 0; if either does not: inconclusive (no "
+                 "transfer was measured); else supported if the interval of [post - pre] lies "
+                 "above 0, not supported if at or below 0, otherwise inconclusive")}
 
 
+def _setting(ctx: StudyContext, name: str, default: Any) -> Any:
+    return getattr(ctx.profile, name, default)
+
+
+def c10_settings(ctx: StudyContext) -> dict[str, Any]:
+    """The fine-tuning settings C10 reads from the profile (defaults where it has none)."""
+    steps = _setting(ctx, "finetune_steps", 200)
+    passage = _setting(ctx, "finetune_passage_bytes", 256)
+    if passage < 256:
+        raise ValueError(f"profile.finetune_passage_bytes: C10 needs passages of at least 256 "
+                         f"bytes, got {passage}")
+    return {"steps": steps, "batch_size": _setting(ctx, "finetune_batch_size", 32),
+            "warmup": _setting(ctx, "finetune_warmup", max(1, steps // 10)),
+            "passage_bytes": passage, "test_max": _setting(ctx, "finetune_test_max", None),
+            "val_fraction": _setting(ctx, "finetune_val_fraction", 0.1),
+            "val_max": _setting(ctx, "finetune_val_max", 512),
+            "train_eval_max": _setting(ctx, "finetune_train_eval_max", 256),
+            "standardize": _setting(ctx, "finetune_standardize", 512)}
+
+
+def tune_lr(score: Callable[[float], tuple[float, float]], grid: Sequence[float],
+            extensions: int = 2, factor: float = 3.0) -> dict[str, Any]:
+    """The grid lr with the best ``score(lr) = (mean validation accuracy, -mean validation
+    loss)``; while the best lies at an edge, one more lr beyond it (x or / ``factor``), at most
+    ``extensions`` times. Returns ``best``, ``scores`` (lr -> score), ``extended`` (the lrs
+    added) and ``bracketed`` (the best lies inside the grid)."""
+    lrs = sorted(float(v) for v in grid)
+    scores: dict[float, tuple[float, float]] = {}
+    extended: list[float] = []
+    while True:
+        for lr in lrs:
+            if lr not in scores:
+                scores[lr] = score(lr)
+        best = max(lrs, key=lambda v: scores[v])
+        if len(extended) >= extensions or len(lrs) < 2 or best not in (lrs[0], lrs[-1]):
+            break
+        new = best / factor if best == lrs[0] else best * factor
+        extended.append(new)
+        lrs = sorted([*lrs, new])
+    return {"best": best, "scores": {f"{lr:g}": list(scores[lr]) for lr in lrs},
+            "extended": extended, "bracketed": best not in (lrs[0], lrs[-1])}
+
+
+def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
+                 tolerance: float | None = None) -> dict[str, Any]:
+    """C10's measurements and decision: every matched pre/post pair fine-tuned on the genre task
+    with the lr tuned per placement on validation passages (module doc), the trigram baseline
+    on the same passages, and :func:`decide_c10`. Fine-tuning results are cached in each run
+    folder (``normlab.finetune.finetune``)."""
+    from normlab.data.genre import genre_task, naive_bayes_baseline
+    from normlab.finetune import finetune, finetune_many
+
+    tol = _setting(ctx, "match_tolerance", MATCH_TOLERANCE) if tolerance is None else tolerance
+    s = c10_settings(ctx)
+    pairs, left_out = matched_pairs(checkpoints, tol)
+    seeds = sorted(pairs)
+    runs: dict[str, dict[str, dict[int, dict[str, Any]]]] = {p: {} for p in PLACEMENTS}
+
+    def run(placement: str, lr: float, seed: int) -> dict[str, Any]:
+        res = finetune(pairs[seed][placement].run_dir, "genre", lr=lr, seed=seed,
+                       device="cpu", **s)
+        keep = ("test_accuracy", "val_accuracy", "val_loss", "train_accuracy", "outcome",
+                "time_s", "settings")
+        runs[placement].setdefault(f"{lr:g}", {})[seed] = {k: res.get(k) for k in keep}
+        return res
+
+    def mean_score(placement: str, lr: float) -> tuple[float, float]:
+        ctx.log(f"C10: fine-tuning {placement} at lr {lr:g} ({len(seeds)} seeds)")
+        got = [run(placement, lr, seed) for seed in seeds]
+        acc = [r["val_accuracy"] for r in got]
+        loss = [r["val_loss"] if isinstance(r["val_loss"], float) else math.inf for r in got]
+        return sum(acc) / len(acc), -sum(loss) / len(loss)
+
+    tuned, accuracy = {}, {}
+    if seeds:
+        grid = _setting(ctx, "finetune_lrs", (3e-4, 1e-3, 3e-3))
+        extensions = _setting(ctx, "finetune_lr_extensions", 2)
+        workers = _setting(ctx, "workers", 1)
+        ctx.log(f"C10: fine-tuning {len(seeds)} pair(s) at lrs {list(grid)} on {workers} "
+                "worker(s)")
+        finetune_many([(pairs[seed][p].run_dir, {"task": "genre", "lr": lr, "seed": seed,
+                                                 "device": "cpu", **s})
+                       for p in PLACEMENTS for lr in grid for seed in seeds], workers)
+        for p in PLACEMENTS:  # reads the results just computed; trains only grid extensions
+            tuned[p] = tune_lr(lambda lr, p=p: mean_score(p, lr), grid, extensions)
+            chosen = runs[p][f"{tuned[p]['best']:g}"]
+            accuracy[p] = [chosen[seed]["test_accuracy"] for seed in seeds]
+    task = genre_task("genre", passage_bytes=s["passage_bytes"], val_fraction=s["val_fraction"])
+    baseline = ctx.cached(
+        f"c10_baseline_{s['passage_bytes']}_{s['val_fraction']}_{s['test_max']}",
+        lambda: naive_bayes_baseline(task, test_max=s["test_max"]))
+    decision = (decide_c10(accuracy, baseline["test_accuracy"]) if seeds else
+                {"verdict": "inconclusive", "reason": "no matched pre/post pair: "
+                 + "; ".join(left_out), "effect": None, "smallest_detectable": None,
+                 "rule": decide_c10.__doc__ or ""})
+    return decision | {"settings": s, "seeds": seeds, "left_out": left_out, "tolerance": tol,
+                       "tuned_lr": tuned, "accuracy": accuracy, "runs": runs,
+                       "val_loss_pretrained": {p: [pairs[k][p].val_loss for k in seeds]
+                                               for p in PLACEMENTS},
+                       "baseline": baseline, "chance": task.chance,
+                       "majority": task.majority}
+
+
+def c10(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> ClaimResult:
+    from normlab.study.figures import plot_bars
+
+    title = "Post-LN transfers better after fine-tuning"
+    statement = ("Pretrained Post-LN models fine-tune to better downstream accuracy than Pre-LN "
+                 "ones, even when pretraining losses match.")
+    source = "Seed blog"
+    given = _checkpoints(ctx, "c10_checkpoints", checkpoints)
+    s = c10_settings(ctx)
+    method = (f"Pre and post runs pretrained to matched validation loss (within "
+              f"{_setting(ctx, 'match_tolerance', MATCH_TOLERANCE):g} nats), paired by seed, "
+              f"fine-tuned on the Shakespeare genre task (comedy/history/tragedy of a "
+              f"{s['passage_bytes']}-byte passage, read in windows of the pretraining context; "
+              f"speaker headings and stage directions stripped; per play: first 70% train, "
+              f"next 10% validation, last 20% test), {s['steps']} AdamW steps, all weights, "
+              "mean pooling, standardized features; the lr tuned per placement on validation "
+              "accuracy over a bracketing grid; a character-trigram naive Bayes on the same "
+              "passages is the baseline. Effect per seed: test accuracy post - pre.")
+    if not given:
+        return ClaimResult(id="C10", title=title, statement=statement, source=source,
+                           method=method, verdict="not run", rule="",
+                           note="the study provided no pretrained pre/post runs for C10")
+    res = c10_finetune(ctx, given)
+    base = res["baseline"]["test_accuracy"]
+    bars = {f"{p} fine-tuned": mean_ci(v) for p, v in res["accuracy"].items()}
+    bars["char-trigram naive Bayes"] = {"mean": base, "ci95": [base, base]}
+    fig = plot_bars(bars, ctx.fig_dir / "c10_transfer.svg", ylabel="genre test accuracy",
+                    title=f"{s['passage_bytes']}-byte passages, majority {res['majority']:.2f}")
+    numbers = {k: res[k] for k in ("settings", "seeds", "left_out", "tolerance", "tuned_lr",
+                                   "accuracy", "runs", "val_loss_pretrained", "chance",
+                                   "majority", "smallest_detectable")}
+    numbers |= {"ngram_baseline": base, "excess_over_baseline": res.get("excess_over_baseline"),
+                "reason": res["reason"]}
+    return ClaimResult(
+        id="C10", title=title, statement=statement, source=source, method=method,
+        verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
+        figures=[str(fig.relative_to(ctx.out))] if fig else [], note=res["reason"],
+        caveat="Small byte-level models pretrained briefly on a CPU: at this size a trigram "
+               "count may beat every fine-tuned model, and then no transfer is measured.")

@@ -50,6 +50,8 @@ class Profile:
     finetune_batch_size: int = 16
     finetune_test_max: int | None = 768
     finetune_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
+    finetune_lr_extensions: int = 2
+    finetune_passage_bytes: int = 256
     # real checkpoints (C12): passages of text probed
     real_passages: int = 4
     # C12 on normlab's own deep models
@@ -72,15 +74,15 @@ PROFILES: dict[str, Profile] = {
         train_blocks=3, train_width=32, train_heads=2, seq_len=32, batch_size=8, steps=8,
         lrs=(1e-3, 2e-3, 4e-3), warmup_frac=0.25, seeds=2, eval_batches=1,
         max_lr_extensions=1, finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
-        finetune_lrs=(1e-3,), real_passages=1, deep_blocks=4),
+        finetune_lrs=(1e-3,), finetune_lr_extensions=0, real_passages=1, deep_blocks=4),
     "quick": Profile(
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
         update_blocks=24, update_lr=5e-4,
         train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=400,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=3, eval_batches=8,
-        finetune_steps=150, finetune_batch_size=16, finetune_test_max=768,
-        finetune_lrs=(3e-4, 1e-3, 3e-3), real_passages=4, deep_blocks=12),
+        finetune_steps=100, finetune_batch_size=16, finetune_test_max=512,
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=4, deep_blocks=0),
     "standard": Profile(
         name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
         probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,

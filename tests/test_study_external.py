@@ -1,0 +1,241 @@
+"""The decisions of C10 (fine-tuning transfer) and C12 (removable deep layers) on synthetic
+measurements, the pairing at matched loss, and the drop-cost statistic."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normlab.study.external import (
+    Pretrained,
+    decide_c10,
+    decide_c12,
+    drop_cost_profile,
+    matched_pairs,
+)
+
+SEEDS = 5
+
+
+def _noise(scale: float, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.0, scale, SEEDS)
+
+
+# -- C12 -------------------------------------------------------------------------------------------
+
+def _curve(L: int, slope: float, first: float = 3.0, last: float = 2.0) -> list[float]:
+    """A drop-cost curve with a linear interior trend (in units of its median) and heavy ends."""
+    depth = (np.arange(L) + 0.5) / L
+    interior = 0.2 * (1 + slope * (depth - 0.5))
+    return [first, *interior[1:-1].tolist(), last]
+
+
+def test_drop_cost_profile_reads_the_interior_trend_and_keeps_the_ends_apart():
+    falling = drop_cost_profile(_curve(12, -1.2))
+    assert falling["depth_slope"] == pytest.approx(-1.2, rel=0.05)
+    assert (falling["first"], falling["last"]) == (3.0, 2.0)
+    assert len(falling["interior"]) == 10
+    flat = drop_cost_profile(_curve(12, 0.0, first=9.0, last=9.0))
+    assert flat["depth_slope"] == pytest.approx(0.0, abs=1e-9)  # heavy ends do not count
+    assert flat["removable_share"] == 0.0
+    # a model's scale does not matter: the curve is divided by its own median
+    scaled = drop_cost_profile([10 * c for c in _curve(12, -1.2)])
+    assert scaled["depth_slope"] == pytest.approx(falling["depth_slope"])
+
+
+def test_drop_cost_profile_is_undefined_when_the_typical_block_costs_nothing():
+    res = drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])
+    assert res["depth_slope"] is None and "median" in res["why_undefined"]
+    assert drop_cost_profile([1.0, 0.5, 1.0])["depth_slope"] is None  # too few interior blocks
+
+
+def _slopes(pre: float, post: float, noise: float, seed: int = 0) -> dict[str, list[float]]:
+    return {"pre": (pre + _noise(noise, seed)).tolist(),
+            "post": (post + _noise(noise, seed + 1)).tolist()}
+
+
+def test_c12_planted_effect_is_supported():
+    res = decide_c12(_slopes(pre=-1.0, post=0.1, noise=0.1))
+    assert res["verdict"] == "supported", res["reason"]
+    assert res["effect"].estimate > 0 and res["effect"].n == SEEDS
+
+
+def test_c12_planted_opposite_is_not_supported():
+    res = decide_c12(_slopes(pre=0.5, post=-0.5, noise=0.1))
+    assert res["verdict"] == "not supported"
+    # pre flat, post flat: pre's deep blocks are not cheaper
+    flat = decide_c12(_slopes(pre=0.4, post=0.6, noise=0.05))
+    assert flat["verdict"] == "not supported" and "pre's deep blocks" in flat["reason"]
+
+
+def test_c12_noise_is_inconclusive_and_says_what_it_could_detect():
+    res = decide_c12(_slopes(pre=0.0, post=0.0, noise=1.0, seed=3))
+    assert res["verdict"] == "inconclusive"
+    assert res["smallest_detectable"] > 0.5
+
+
+def test_c12_both_declining_is_not_called_supported():
+    res = decide_c12(_slopes(pre=-2.0, post=-1.0, noise=0.05))
+    assert res["verdict"] == "inconclusive" and "both" in res["reason"]
+
+
+def test_c12_one_pair_is_inconclusive():
+    assert decide_c12({"pre": [-1.0], "post": [1.0]})["verdict"] == "inconclusive"
+
+
+# -- pairing at matched loss ----------------------------------------------------------------
+
+def test_pairs_are_formed_by_seed_at_matched_loss_and_stalled_sides_are_reported():
+    cps = [Pretrained("pre", 0, Path("a"), 2.20), Pretrained("post", 0, Path("b"), 2.23),
+           Pretrained("pre", 1, Path("c"), 2.20), Pretrained("post", 1, Path("d"), 2.40),
+           Pretrained("pre", 2, Path("e"), 2.20),
+           Pretrained("post", 2, Path("f"), 3.30, outcome="stalled"),
+           Pretrained("pre", 3, Path("g"), 2.20)]
+    pairs, left_out = matched_pairs(cps, tolerance=0.05)
+    assert list(pairs) == [0]
+    assert pairs[0]["post"].run_dir == Path("b")
+    text = " | ".join(left_out)
+    assert "seed 1" in text and "not within 0.05" in text
+    assert "seed 2: post stalled" in text
+    assert "seed 3: no post" in text
+
+
+# -- C10 -------------------------------------------------------------------------------------------
+
+BASELINE = 0.56
+
+
+def _acc(pre: float, post: float, noise: float, seed: int = 0) -> dict[str, list[float]]:
+    return {"pre": (pre + _noise(noise, seed)).tolist(),
+            "post": (post + _noise(noise, seed + 1)).tolist()}
+
+
+def test_c10_planted_effect_is_supported():
+    res = decide_c10(_acc(pre=0.62, post=0.70, noise=0.005), BASELINE)
+    assert res["verdict"] == "supported" and res["transfers"] == {"pre": True, "post": True}
+
+
+def test_c10_planted_opposite_is_not_supported():
+    res = decide_c10(_acc(pre=0.70, post=0.62, noise=0.005), BASELINE)
+    assert res["verdict"] == "not supported"
+
+
+def test_c10_noise_is_inconclusive():
+    res = decide_c10(_acc(pre=0.66, post=0.66, noise=0.03, seed=4), BASELINE)
+    assert res["verdict"] == "inconclusive" and "includes 0" in res["reason"]
+    assert res["smallest_detectable"] > 0
+
+
+@pytest.mark.parametrize("side", ["pre", "post"])
+def test_c10_a_side_at_or_below_the_baseline_means_no_transfer_was_measured(side):
+    """Even a large, clean difference is not a transfer result when one side does not beat the
+    trigram baseline (here: one side sits exactly at it, the other far above)."""
+    spread = [-0.004, -0.002, 0.0, 0.002, 0.004]
+    acc = {p: [0.75 + s for s in spread] for p in ("pre", "post")}
+    acc[side] = [BASELINE + s for s in spread[::-1]]  # mean exactly at the baseline
+    res = decide_c10(acc, BASELINE)
+    assert res["verdict"] == "inconclusive"
+    assert res["reason"].startswith("no transfer was measured") and side in res["reason"]
+    assert res["transfers"][side] is False
+    # both at majority level (what the quick study measured before): no transfer either
+    both = decide_c10({"pre": [0.355, 0.347, 0.350], "post": [0.347, 0.352, 0.349]}, 0.557)
+    assert both["verdict"] == "inconclusive" and both["transfers"] == {"pre": False,
+                                                                      "post": False}
+    assert math.isfinite(both["effect"].estimate)
+
+
+# -- the experiments on real (tiny) runs ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_pairs(tmp_path_factory):
+    """Pre and post runs of 5 blocks (3 interior), 2 seeds, trained a few steps."""
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+
+    root = tmp_path_factory.mktemp("runs")
+    out = []
+    for placement in ("pre", "post"):
+        for seed in (0, 1):
+            cfg = load_run_config(None, [
+                f"model.placement={placement}", "model.n_blocks=5", "model.d_model=32",
+                "model.n_heads=2", "model.max_seq_len=64", "data.seq_len=64",
+                "train.batch_size=8", "train.steps=6", "train.eval_every=0",
+                "train.eval_batches=1", f"train.seed={seed}", "train.device=cpu"])
+            s = train_run(cfg, root, progress=False)
+            out.append(Pretrained(placement, seed, root / s["run_id"], 3.0))
+    return out
+
+
+def _ctx(tmp_path, **extra):
+    from types import SimpleNamespace
+
+    from normlab.study.experiments import StudyContext
+    from normlab.study.profiles import PROFILES
+
+    profile = SimpleNamespace(**(PROFILES["tiny"].to_dict() | extra))
+    return StudyContext(tmp_path, profile, log=lambda _: None)
+
+
+def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path):
+    from normlab.probe.interventions import layer_drop
+    from normlab.study.external import c12_own_models
+    from normlab.train import load_trained_model
+
+    ctx = _ctx(tmp_path)
+    res = c12_own_models(ctx, tiny_pairs)
+    assert sorted(res["per_seed"]) == [0, 1] and res["left_out"] == []
+    assert res["verdict"] in ("supported", "not supported", "inconclusive")
+    # the curve is normlab's layer drop on the study's probe batches, first and last apart
+    _, model = load_trained_model(tiny_pairs[0].run_dir)
+    expected = layer_drop(model, ctx.probe_batches())["drop_dloss"]
+    got = res["per_seed"][0]["pre"]
+    assert got["costs"] == pytest.approx(expected)
+    assert got["first"] == pytest.approx(expected[0]) and len(got["interior"]) == 3
+    assert res["slopes"]["pre"][0] == got["depth_slope"]
+    # a looser match leaves every pair out: inconclusive, and says why
+    shifted = [dataclasses_replace(c, val_loss=c.val_loss + (0.5 if c.placement == "post"
+                                                                 else 0)) for c in tiny_pairs]
+    res = c12_own_models(ctx, shifted)
+    assert res["verdict"] == "inconclusive" and len(res["left_out"]) == 2
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(tiny_pairs,
+                                                                              tmp_path):
+    from normlab.study.external import c10
+
+    ctx = _ctx(tmp_path, finetune_steps=3, finetune_batch_size=4, finetune_test_max=24,
+               finetune_val_max=12, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0,
+               finetune_train_eval_max=8, finetune_standardize=16, workers=1)
+    result = c10(ctx, tiny_pairs)
+    n = result.numbers
+    assert n["settings"]["passage_bytes"] == 256
+    for p in ("pre", "post"):
+        tuned = n["tuned_lr"][p]
+        assert len(tuned["scores"]) == 2 + len(tuned["extended"])
+        best = f"{tuned['best']:g}"
+        runs = n["runs"][p][best]
+        assert n["accuracy"][p] == [runs[s]["test_accuracy"] for s in (0, 1)]
+        assert all(r["settings"]["window"] == 64 for r in runs.values())  # 4 windows of 64
+    # 3 steps of fine-tuning do not beat a trigram count: no transfer was measured
+    assert result.verdict == "inconclusive"
+    assert result.note.startswith("no transfer was measured")
+
+
+def test_tune_lr_extends_the_grid_past_a_winning_edge():
+    from normlab.study.external import tune_lr
+
+    peak = 0.01  # the score peaks at lr 1e-2, above the grid
+    res = tune_lr(lambda lr: (-abs(math.log(lr / peak)), 0.0), (1e-4, 3e-4, 1e-3), 3)
+    assert res["extended"] == pytest.approx([3e-3, 9e-3, 2.7e-2]) and res["bracketed"]
+    assert res["best"] == pytest.approx(9e-3)
+    capped = tune_lr(lambda lr: (lr, 0.0), (1e-4, 1e-3), 1)
+    assert capped["extended"] == [pytest.approx(3e-3)] and not capped["bracketed"]
