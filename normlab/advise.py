@@ -1,7 +1,7 @@
 """`normlab advise`: the placement guidance of the seed documents for one intended shape, each
 rule shown with what normlab measures at that shape in a few minutes.
 
-Rules (seed guidance; REFERENCE.md section 2):
+Rules (seed guidance; docs/reference.md section 2):
 1. Large LMs past about 12 blocks without a long warmup: Pre-Norm (it trains without warmup;
    Post-Norm's gradients at init grow toward the output and its early updates are large).
 2. Shallow models, or fine-tuning a Post-Norm checkpoint: Post-Norm (it ends better when it

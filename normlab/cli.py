@@ -113,8 +113,11 @@ def train(
         if threads is not None or world > 1:
             torch.set_num_threads(threads or default_threads(world))
         with distributed.process_group(resolve_device(cfg.train.device)) as dist:
+            # an explicit --threads that differs from a resumed run's own count is refused
+            # (exit 2, with the count to use); otherwise a resume runs on the recorded count
             summary = train_run(cfg, root, resume="require" if resume else "auto",
-                                progress=not quiet)
+                                progress=not quiet,
+                                threads="refuse" if threads is not None else "match")
     except (ConfigError, DataError, RunFolderError, CheckpointError) as e:
         fail(str(e))
     if not dist.main:  # rank 0 reports; the others only say why they failed

@@ -1,4 +1,4 @@
-"""Pin every normalization placement to its formula (REFERENCE.md section 1).
+"""Pin every normalization placement to its formula (docs/reference.md section 1).
 
 Each placement's output is compared against an independent reference written here from the
 formula: it reads the model's parameter tensors from the module tree but recomputes norms,
@@ -195,7 +195,7 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
                custom: tuple[str, ...] | None = None, residual_attention: bool = False,
                rope: bool = False, causal: bool = True, swiglu: bool = False,
                eps: float = 1e-5, final_norm: bool = True) -> torch.Tensor:
-    """The final stream of `placement`, from the formulas of REFERENCE.md section 1
+    """The final stream of `placement`, from the formulas of docs/reference.md section 1
     (`final_norm=False`: the placement's final norm switched off by config)."""
     n_blocks = len(model.blocks)
     t = idx.shape[1]

@@ -1,4 +1,4 @@
-"""Probes on cases with known answers (REFERENCE.md section 2: C1-C4, C8, C13), on every
+"""Probes on cases with known answers (docs/reference.md section 2: C1-C4, C8, C13), on every
 placement and both model kinds, on a trained checkpoint, and through the command line."""
 
 from __future__ import annotations

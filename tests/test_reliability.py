@@ -276,6 +276,28 @@ def test_a_resume_keeps_the_thread_count_the_run_was_trained_with(tmp_path):
         torch.set_num_threads(before)
 
 
+def test_train_with_another_explicit_thread_count_refuses_the_resume(tmp_path):
+    """`normlab train --threads N` on a run interrupted under another count exits 2 and names
+    the count to resume with; without --threads it resumes on the recorded count."""
+    from normlab.cli import app
+
+    cfg = tiny("train.steps=10", "train.checkpoint_every=3")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        interrupted(cfg, tmp_path, 6)
+        sets = [a for item in TINY + ["train.steps=10", "train.checkpoint_every=3"]
+                for a in ("--set", item)]
+        r = CliRunner().invoke(app, ["train", *sets, "--root", str(tmp_path), "--threads", "1",
+                                     "--quiet"], terminal_width=200)
+        assert r.exit_code == 2 and "--threads 2" in r.output, r.output
+        r = CliRunner().invoke(app, ["train", *sets, "--root", str(tmp_path), "--quiet"],
+                               terminal_width=200)
+        assert r.exit_code == 0, r.output
+    finally:
+        torch.set_num_threads(before)
+
+
 # -- 7: a crash between the two checkpoint renames ---------------------------------------------
 
 @pytest.mark.parametrize("tmp_state", ["partial", "complete"])

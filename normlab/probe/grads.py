@@ -1,4 +1,4 @@
-"""Gradient statistics per block (claims C4, C5 of REFERENCE.md section 2).
+"""Gradient statistics per block (claims C4, C5 of docs/reference.md section 2).
 
 Per batch, from one backward pass of the model's own loss:
 

@@ -1,6 +1,6 @@
 """Attaching probe hooks safely: every hook is removed and the train/eval flags restored on exit.
 
-Probes observe, never modify (DESIGN.md principle 4): they read tap points through forward hooks
+Probes observe, never modify (docs/design.md, principle 4): they read tap points through hooks
 (a hook that returns a tensor replaces the value for that forward only, which is how the
 interventions work), compute gradients with `torch.autograd.grad` (parameters' `.grad` stay as
 they were), and run in eval mode (dropout off), restoring every module's flag afterwards.

@@ -1,4 +1,4 @@
-"""Interventions through hooks (claim C3 of REFERENCE.md section 2): the merge test and layer drop.
+"""Interventions through hooks (claim C3, docs/reference.md section 2): merge test and layer drop.
 
 Merge test, for t = 0..L-2: block t+1's sublayers read block t's branch inputs instead of their
 own. Forward hooks on `blocks.{t+1}.{attn,mlp}.branch_in` return the values captured at

@@ -1,4 +1,4 @@
-"""Logit lens (claim C13 of REFERENCE.md section 2): the model's own LM head read off each block.
+"""Logit lens (claim C13, docs/reference.md section 2): the model's LM head read off each block.
 
 For each block l, the head is applied to the block's output stream (tap `blocks.{l}.mlp.stream_out`)
 twice, and the next-token loss of each reading is reported:

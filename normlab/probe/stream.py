@@ -1,4 +1,4 @@
-"""Stream statistics per block (claims C1, C2 of REFERENCE.md section 2).
+"""Stream statistics per block (claims C1, C2 of docs/reference.md section 2).
 
 For block `l` (0-based) with input `x_l` and output `x_{l+1}` (taps `blocks.{l}.attn.stream_in`
 and `blocks.{l}.mlp.stream_out`), per batch:
