@@ -101,6 +101,9 @@ class FakeContext:
                 "extensions": [], "mean_score": {}, "records": {"0.002": recs}, "best": recs,
                 "all_stalled": failed}
 
+    def prefetch(self, specs: list) -> None:
+        pass
+
     def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
         key = f"val_{family}" + ("_nowarmup" if warmup == 0 else "")
         return {lrs[0]: self._records(key)}

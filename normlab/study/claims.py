@@ -323,6 +323,7 @@ def c6(ctx: StudyContext) -> ClaimResult:
     tuned = {pl: ctx.tuned(pl) for pl in ("pre", "post")}
     stalled = _stalled(*tuned.values())
     with_w = {pl: t["best"] for pl, t in tuned.items()}
+    ctx.prefetch([(pl, [t["best_lr"]], 0) for pl, t in tuned.items()])
     without = {pl: ctx.runs(pl, [t["best_lr"]], 0)[t["best_lr"]] for pl, t in tuned.items()}
     cost = {pl: [a - b for a, b in zip(_val(without[pl]), _val(with_w[pl]), strict=True)]
             for pl in tuned}
@@ -370,6 +371,8 @@ def c9(ctx: StudyContext) -> ClaimResult:
     numbers: dict[str, Any] = {"tuning": {pl: _tuning_numbers(t) for pl, t in tuned.items()}}
     if p.cross_inits:
         # the other placement's init, at the lr tuned for the placement's own init
+        ctx.prefetch([("pre_xavier", [tuned["pre"]["best_lr"]], p.warmup),
+                      ("post_gpt2", [tuned["post"]["best_lr"]], p.warmup)])
         pre_x = ctx.runs("pre_xavier", [tuned["pre"]["best_lr"]], p.warmup)
         post_g = ctx.runs("post_gpt2", [tuned["post"]["best_lr"]], p.warmup)
         pre_x, post_g = pre_x[tuned["pre"]["best_lr"]], post_g[tuned["post"]["best_lr"]]

@@ -213,6 +213,13 @@ class StudyContext:
             out[lr].append(record(cfg, summary, lr=lr, warmup=warmup, seed=s))
         return out
 
+    def prefetch(self, specs: list[tuple[str, list[float], int]]) -> None:
+        """Train the runs of several `(family, lrs, warmup)` at once, so the workers stay busy
+        across families; later `runs` calls read the finished folders."""
+        configs = [self.run_config(FAMILIES[f][0], lr, w, s, **FAMILIES[f][1])
+                   for f, lrs, w in specs for lr in lrs for s in range(self.profile.seeds)]
+        self.train(configs)
+
     def tuned(self, family: str) -> dict[str, Any]:
         """`family` over the lr grid with warmup, extended by x2 at an edge that holds the best
         mean score (at most `max_lr_extensions` times per side). Every run is kept."""
@@ -220,6 +227,9 @@ class StudyContext:
         if key in self._memo:
             return self._memo[key]
         p = self.profile
+        if "prefetched" not in self._memo:  # the first grids of every tuned family, together
+            self._memo["prefetched"] = True
+            self.prefetch([(f, list(p.lrs), p.warmup) for f in TUNED_FAMILIES])
         lrs = sorted(p.lrs)
         extensions: list[str] = []
         table: dict[float, list[dict[str, Any]]] = {}
@@ -341,6 +351,9 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre_xavier": ("pre", {"init": "xavier"}),  # the inits crossed (C9)
     "post_gpt2": ("post", {"init": "gpt2_scaled"}),
 }
+
+# The families tuned on their own grid (C6, C9, C11 and the matched-loss probes).
+TUNED_FAMILIES = ("pre", "post", "pre_nofinal")
 
 # Two checkpoints count as trained to the same loss within this many nats of validation loss.
 MATCH_TOLERANCE = 0.05

@@ -336,7 +336,10 @@ def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> C
               "the same numbers as an illustration only: they differ in far more than the "
               "placement.")
     if not own:
-        note = "; ".join(notes + ["the study provided no matched pre/post models for C12"])
+        why = ("this profile trains no deep (12-24-block) models; the standard profile does"
+               if getattr(ctx.profile, "deep_blocks", 1) == 0
+               else "the study provided no matched pre/post models for C12")
+        note = "; ".join(notes + [why])
         return ClaimResult(id="C12", title=title, statement=statement, source=source,
                            method=method, verdict="not run", rule="", numbers=numbers,
                            figures=figures, note=note)

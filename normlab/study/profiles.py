@@ -1,10 +1,9 @@
 """Study sizes, fixed before any run (docs/study.md says why each number is what it is).
 
 - `tiny`: seconds, for tests; its verdicts mean nothing.
-- `quick`: what `make demo` runs; about 10 minutes on 2 CPU cores; decisive on the claims its
-  models can test (the init claims, C3, C11, C13).
-- `standard`: about an hour on 2 CPU cores; 5 paired seeds and longer runs, so that C6, C7 and C9
-  can be decided too.
+- `quick`: what `make demo` runs; at most 10 minutes on 2 CPU cores; 3 paired seeds, 320 steps.
+- `standard`: at most an hour on 2 CPU cores; 5 paired seeds, 600 steps, the inits crossed, and
+  12-block models for C12.
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
 
 Warmup is a fraction of the run (`warmup_frac`), the same for every placement. Learning rates
@@ -79,18 +78,20 @@ PROFILES: dict[str, Profile] = {
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
         update_blocks=24, update_lr=5e-4,
-        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=400,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=320,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=3, eval_batches=8,
-        finetune_steps=100, finetune_batch_size=16, finetune_test_max=512,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=4, deep_blocks=0),
+        max_lr_extensions=1,
+        finetune_steps=60, finetune_batch_size=16, finetune_test_max=384,
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=4, deep_blocks=0),
     "standard": Profile(
         name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
         probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,
         update_blocks=24, update_lr=5e-4,
-        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=800,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=600,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=5, eval_batches=16,
-        cross_inits=True, finetune_steps=300, finetune_batch_size=16, finetune_test_max=None,
-        finetune_lrs=(3e-4, 1e-3, 3e-3), real_passages=16, deep_blocks=12),
+        cross_inits=True, finetune_steps=150, finetune_batch_size=16, finetune_test_max=512,
+        finetune_lrs=(3e-4, 1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
+        deep_blocks=12),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,
