@@ -15,16 +15,14 @@ Records results in benchmarks/results/.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from recording import new_report, record
 
 from normlab.config import load_run_config
-from normlab.machine import cpu_model
 from normlab.train import train_run
 from normlab.train.group import train_group
 from normlab.train.logging import read_metrics
@@ -134,19 +132,9 @@ def main() -> None:
             print(f"width {width:>4}: stacked {r['stacked_tokens_per_s']:>9,.0f} tok/s, separate "
                   f"{r['separate_tokens_per_s']:>9,.0f} tok/s, ratio {r['ratio']:.2f} "
                   f"(per round {', '.join(f'{x:.2f}' for x in r['round_ratios'])})", flush=True)
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": str(torch.__version__),
-              "threads": torch.get_num_threads(), "cpu": cpu_model(), "device": args.device,
-              "shape": {k: getattr(args, k) for k in ("members", "blocks", "seq_len", "batch",
-                                                      "steps", "rounds")},
-              "results": results}
-    if args.device == "cuda":
-        report["gpu"] = torch.cuda.get_device_name()
-    if not args.quick:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
-        args.out.with_suffix(".md").write_text(markdown(report))
-        print(f"recorded in {args.out} and {args.out.with_suffix('.md')}")
-
+    report = new_report(args, shape={k: getattr(args, k) for k in (
+        "members", "blocks", "seq_len", "batch", "steps", "rounds")}, results=results)
+    record(args, report, markdown)
 
 if __name__ == "__main__":
     main()

@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from recording import new_report, record
 
 from normlab.config import ModelConfig
-from normlab.machine import cpu_model
 from normlab.nn import build_model, capture
 from normlab.train.logging import MetricsLog
 from normlab.train.trainer import block_stats, param_groups
@@ -164,18 +163,9 @@ def main() -> None:
                   f"statistics step {r['step_cost']:+.2%}, norms alone {r['norms_cost']:.2%}, "
                   f"writing {r['writing_cost']:.2%}; every {args.every} steps: overhead "
                   f"{r['overhead']:.2%} of a step (ratio {1 + r['overhead']:.4f})", flush=True)
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": str(torch.__version__),
-              "threads": torch.get_num_threads(), "cpu": cpu_model(), "device": args.device,
-              "every": args.every, "warmup": args.warmup, "rounds": args.rounds,
-              "results": results}
-    if args.device == "cuda":
-        report["gpu"] = torch.cuda.get_device_name()
-    if not args.quick:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1))
-        args.out.with_suffix(".md").write_text(markdown(report))
-        print(f"recorded in {args.out} and {args.out.with_suffix('.md')}")
-
+    report = new_report(args, every=args.every, warmup=args.warmup, rounds=args.rounds,
+                        results=results)
+    record(args, report, markdown)
 
 if __name__ == "__main__":
     main()
