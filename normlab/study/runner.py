@@ -90,9 +90,11 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
 
 
 def estimate_seconds(profile: Profile) -> float:
-    """Rough wall time of a profile's training: the minimum number of runs (no lr extension)
-    times the steps, at the step time measured here on one run of the profile's shape, shared by
-    the workers; plus a fifth for probes, fine-tuning and the real checkpoints."""
+    """Rough wall time of a profile: its training runs (each tuned family's grid plus one lr
+    extension, C6's runs without warmup, C9's crossed inits, C12's deeper models), its
+    fine-tuning (C10: every lr of the grid per placement and seed, the passage read in windows
+    of the context) at the step time measured here on one run of the profile's shape, shared by
+    the workers; plus a minute and a half for probes and the real checkpoints."""
     from normlab.config import load_run_config
 
     p = profile
@@ -101,10 +103,11 @@ def estimate_seconds(profile: Profile) -> float:
         f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
         f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
     step_s = time_steps(cfg, steps=2, warmup_steps=1)
-    n_lrs = len(p.lrs)
-    # pre, post, pre without final norm over the grid; C6's two no-warmup cells; C9's crossed
-    runs = p.seeds * (3 * n_lrs + 2 + (2 if p.cross_inits else 0))
-    return 1.2 * runs * p.steps * step_s / max(1, p.workers)
+    deep = 2 * p.deep_blocks / p.train_blocks if p.deep_blocks else 0
+    runs = p.seeds * (3 * (len(p.lrs) + 1) + 2 + (2 if p.cross_inits else 0) + deep)
+    windows = max(1, p.finetune_passage_bytes // p.seq_len)
+    finetunes = 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
+    return (runs * p.steps + finetunes) * step_s / max(1, p.workers) + 90
 
 
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
