@@ -34,8 +34,9 @@ class World:
 
 
 class FakeContext:
-    def __init__(self, tmp: Path, world: World, stalled: tuple[str, ...] = ()) -> None:
-        self.out, self.w, self.stalled = tmp, world, stalled
+    def __init__(self, tmp: Path, world: World, stalled: tuple[str, ...] = (),
+                 unbracketed: tuple[str, ...] = ()) -> None:
+        self.out, self.w, self.stalled, self.unbracketed = tmp, world, stalled, unbracketed
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
@@ -97,7 +98,8 @@ class FakeContext:
     def tuned(self, family: str) -> dict[str, Any]:
         failed = family in self.stalled
         recs = self._records(f"val_{family}", failed)
-        return {"family": family, "lrs": [1e-3, 2e-3, 4e-3], "best_lr": 2e-3, "bracketed": True,
+        return {"family": family, "lrs": [1e-3, 2e-3, 4e-3], "best_lr": 2e-3,
+                "bracketed": family not in self.unbracketed,
                 "extensions": [], "mean_score": {}, "records": {"0.002": recs}, "best": recs,
                 "all_stalled": failed}
 
@@ -213,3 +215,11 @@ def test_sweep_fits_are_read_per_placement():
     # depth_sweep keys `fits` by placement first; the study read them by metric (all None)
     sweep = {"pre": {"fits": {"pre": {"last_fc_out_grad": {"slope": -0.5}}}}}
     assert sweep_fits(sweep, ["pre"])["pre"]["last_fc_out_grad"]["slope"] == -0.5
+
+
+def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
+    yes, _ = WORLDS["C9"]
+    result = CLAIMS["C9"](FakeContext(tmp_path, World(0.01, **_fill(yes)), unbracketed=("pre",)))
+    assert "Not bracketed: pre" in result.note
+    assert "Not bracketed" not in CLAIMS["C9"](
+        FakeContext(tmp_path, World(0.01, **_fill(yes)))).note

@@ -318,6 +318,16 @@ def _stalled(*tuned: dict[str, Any]) -> list[str]:
     return [t["family"] for t in tuned if t["all_stalled"]]
 
 
+def _bracket_note(*tuned: dict[str, Any]) -> str:
+    """Says which family's best lr still lies at an edge once the grid's extensions ran out."""
+    edge = [f"{t['family']} (best lr {t['best_lr']:g} of {[float(x) for x in t['lrs']]})"
+            for t in tuned if not t["bracketed"] and not t["all_stalled"]]
+    if not edge:
+        return ""
+    return ("Not bracketed: " + "; ".join(edge) + " sits at an edge of its grid after the "
+            "profile's extensions, so its tuned loss may be lower still.")
+
+
 def c6(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
     tuned = {pl: ctx.tuned(pl) for pl in ("pre", "post")}
@@ -356,7 +366,7 @@ def c6(ctx: StudyContext) -> ClaimResult:
          "outcomes_without_warmup": {pl: [r["outcome"] for r in rs] for pl, rs in
                                      without.items()},
          "tuning": {pl: _tuning_numbers(t) for pl, t in tuned.items()}},
-        _rel(ctx, fig), stalled=stalled)
+        _rel(ctx, fig), stalled=stalled, note=_bracket_note(*tuned.values()))
 
 
 def c9(ctx: StudyContext) -> ClaimResult:
@@ -402,7 +412,7 @@ def c9(ctx: StudyContext) -> ClaimResult:
         "pre - post.",
         predictions, "B2T Table (WMT, 6 layers): post 27.4 vs pre 26.9 BLEU, post unstable at "
         ">= 10 layers; ProRes (1.3B): post 11.62 ppl vs pre 10.32.",
-        numbers, _rel(ctx, fig), stalled=stalled)
+        numbers, _rel(ctx, fig), stalled=stalled, note=_bracket_note(*tuned.values()))
 
 
 def c11(ctx: StudyContext) -> ClaimResult:
@@ -426,7 +436,7 @@ def c11(ctx: StudyContext) -> ClaimResult:
         f"lr (bracketed grids), {p.train_blocks} blocks; effect per seed: without - with.",
         predictions, "GPT-2 added the final norm; no published loss gap at this size.",
         {"tuning": {"with": _tuning_numbers(on), "without": _tuning_numbers(off)}},
-        _rel(ctx, fig), stalled=_stalled(on, off))
+        _rel(ctx, fig), stalled=_stalled(on, off), note=_bracket_note(on, off))
 
 
 def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]
