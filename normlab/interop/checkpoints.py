@@ -161,6 +161,9 @@ def load_checkpoint(name_or_path: str | Path, *, dtype: torch.dtype = torch.floa
     spec = resolve_checkpoint(name_or_path)
     why = f"loading checkpoint {spec.name!r}"
     transformers = require_transformers(why)
+    # transformers' own progress bars (weights, GGUF de-quantizing) would cut into normlab's
+    # output lines; the load time is reported instead
+    transformers.utils.logging.disable_progress_bar()
     offline = {"local_files_only": True, "trust_remote_code": False}
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
