@@ -312,7 +312,7 @@ class StudyContext:
 
     def c10_checkpoints(self) -> list[Any]:
         """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""
-        from normlab.study.external import Pretrained
+        from normlab.study.schema import Pretrained
 
         pair = self.matched_pair()
         if "runs" not in pair:
@@ -329,7 +329,7 @@ class StudyContext:
     def c12_checkpoints(self) -> list[Any]:
         """Deeper pre and post models (`deep_blocks`), each trained at the lr of its matched
         6-block cell, one per seed; none when the profile trains no deep models."""
-        from normlab.study.external import Pretrained
+        from normlab.study.schema import Pretrained
 
         p, pair = self.profile, self.matched_pair()
         if not p.deep_blocks or "runs" not in pair:

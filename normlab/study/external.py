@@ -72,13 +72,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from normlab.probe.fits import mean_ci
 from normlab.study.experiments import StudyContext
-from normlab.study.schema import ClaimResult
+from normlab.study.schema import ClaimResult, Pretrained  # noqa: F401 (re-exported)
 from normlab.study.verdict import decide
 
 PLACEMENTS = ("pre", "post")
@@ -86,15 +85,6 @@ MATCH_TOLERANCE = 0.05  # nats of validation loss between the two sides of a pai
 TRAINED = ("completed",)
 
 
-@dataclass(frozen=True)
-class Pretrained:
-    """One pretrained checkpoint handed to C10 or C12 by the study."""
-
-    placement: str  # "pre" | "post"
-    seed: int  # pairs are formed by seed (the same data order)
-    run_dir: Path  # an ordinary run folder with a checkpoint
-    val_loss: float  # validation loss of that checkpoint
-    outcome: str = "completed"  # "stalled" / "diverged" runs are reported, never compared
 
 
 # -- pairing by seed at matched loss --------------------------------------------------------------

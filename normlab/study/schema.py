@@ -14,6 +14,7 @@ its per-placement predictions (`normlab.study.verdict.Prediction`) next to the p
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Verdict = Literal["supported", "not supported", "inconclusive", "not run"]
@@ -55,3 +56,14 @@ class ClaimResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """One pretrained checkpoint handed to C10 or C12 by the study."""
+
+    placement: str  # "pre" | "post"
+    seed: int  # pairs are formed by seed (the same data order)
+    run_dir: Path  # an ordinary run folder with a checkpoint
+    val_loss: float  # validation loss of that checkpoint
+    outcome: str = "completed"  # "stalled" / "diverged" runs are reported, never compared
