@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
-from normlab.study.claims import CLAIMS, sweep_fits
+from normlab.study.claims import CLAIMS as _EMPIRICAL
 from normlab.study.profiles import PROFILES
+from normlab.study.theory import THEORY_CLAIMS, sweep_fits
 from normlab.study.verdict import min_detectable, predict_band, predict_direction
 
+CLAIMS = {**_EMPIRICAL, **THEORY_CLAIMS}
 SEEDS = 5
 DEPTHS = (3, 6, 12, 24)
 

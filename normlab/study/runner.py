@@ -23,6 +23,7 @@ from normlab.study.claims import CLAIMS
 from normlab.study.experiments import StudyContext
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
+from normlab.study.theory import THEORY_CLAIMS
 from normlab.train.logging import write_json_atomic
 
 ALL_CLAIMS = tuple(f"C{i}" for i in range(1, 14))
@@ -42,7 +43,7 @@ def parse_claims(text: str | Sequence[str] | None) -> list[str]:
 
 def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
     """Every claim's experiment; C10 and C12 live with the fine-tuning and interop code."""
-    funcs = dict(CLAIMS)
+    funcs = {**CLAIMS, **THEORY_CLAIMS}
     from normlab.study.external import c10, c12
 
     funcs.update(C10=c10, C12=c12)
