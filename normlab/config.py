@@ -66,7 +66,21 @@ class ModelConfig(_Frozen):
     max_seq_len: int = Field(256, ge=1)
     positions: Literal["learned", "rope"] = "learned"
     rope_base: float = Field(10000.0, gt=1.0)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
+    mlp: Literal["gelu", "swiglu", "relu"] = Field(
+        "gelu", description="MLP activation: gelu, swiglu (gated), or relu (Vaswani et al. 2017; "
+        "the FFN of Xiong et al.'s analysis, with d_ff = d_model)"
+    )
+    attention: Literal["softmax", "uniform", "none"] = Field(
+        "softmax", description="softmax: scaled dot-product attention; uniform: every allowed "
+        "position weighted equally, as with W^Q = W^K = 0 (the setting Xiong et al. 2020 "
+        "analyse); none: no attention sublayer (FFN-only blocks)"
+    )
+    embedding: Literal["normal", "unit", "fairseq"] = Field(
+        "normal", description="normal: token and position tables N(0, init_std) (GPT-2); unit: "
+        "tables of variance 1/2 each, so x_0 ~ N(0, I_d) (Xiong et al.'s Lemma 2); fairseq: "
+        "tokens N(0, d^-1/2) times sqrt(d) at the input and an untied head N(0, d^-1/2) "
+        "(fairseq's embed_scale and output projection)"
+    )
     gelu_approx: Literal["none", "tanh"] = Field(
         "none", description="GELU of the gelu MLP: exact (none) or the tanh approximation (GPT-2)"
     )
@@ -102,7 +116,12 @@ class ModelConfig(_Frozen):
     deepnorm_other_blocks: int | None = Field(
         None, ge=1, description="decoder blocks M (encdec_encoder) or encoder blocks N"
     )
-    admin_omega: Literal["closed_form", "profile"] | float = "closed_form"
+    admin_omega: Literal["closed_form", "profile", "o1"] | float = Field(
+        "closed_form", description="Admin's omega: closed_form (admin-torch's default O(log n) "
+        "output change, omega^2 = (n+1)/ln(n+1) - 1), o1 (admin-torch's O(1) setting, "
+        "omega^2 = n), profile (Liu et al.'s profiling pass), or a number; n = residual "
+        "sublayers"
+    )
     mix_switch: int | float = Field(
         0.25, description="Mix-LN: blocks before the switch are post; an int count or a ratio"
     )
@@ -151,6 +170,7 @@ class ModelConfig(_Frozen):
                 "final_norm: resi_dual's output is a_L + Norm(d_L), so its final norm cannot "
                 "be off; use auto or on"
             )
+        problems += self._source_setting_problems()
         if isinstance(self.mix_switch, float) and not 0.0 <= self.mix_switch <= 1.0:
             problems.append(f"mix_switch: ratio {self.mix_switch} outside [0, 1]")
         if isinstance(self.mix_switch, int) and not 0 <= self.mix_switch <= self.n_blocks:
@@ -167,6 +187,30 @@ class ModelConfig(_Frozen):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _source_setting_problems(self) -> list[str]:
+        """Combinations of the analysed-setting options (attention, relu, embedding) that mean
+        nothing, each named with what to choose instead."""
+        problems = []
+        if self.attention != "softmax":
+            if self.residual_attention:
+                problems.append(f"residual_attention: RealFormer adds softmax scores, which "
+                                f"attention={self.attention} does not compute; use "
+                                "attention: softmax")
+            if self.placement in ("hybrid", "hybrid_star"):
+                problems.append(f"attention: {self.placement} normalizes Q and K inside softmax "
+                                "attention; use attention: softmax")
+            if self.positions == "rope":
+                problems.append(f"positions: rope rotates queries and keys, which "
+                                f"attention={self.attention} does not use; use positions: "
+                                "learned")
+        if self.attention == "none" and self.placement == "b2t":
+            problems.append("attention: b2t's skip is defined around the attention sublayer; "
+                            "use attention: softmax or uniform")
+        if self.mlp != "gelu" and self.gelu_approx != "none":
+            problems.append(f"gelu_approx: {self.gelu_approx} applies to mlp=gelu only (mlp is "
+                            f"{self.mlp}); remove it")
+        return problems
 
     # -- derived values ------------------------------------------------------------------------
     @property

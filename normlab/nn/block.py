@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from normlab.config import ModelConfig
-from normlab.nn.layers import MLP, Attention, ForwardState
+from normlab.nn.layers import MLP, Attention, ForwardState, NoAttention
 from normlab.nn.norms import make_norm
 from normlab.nn.plan import BlockPlan, SublayerPlan
 from normlab.nn.taps import Tap
@@ -81,7 +81,9 @@ class Block(nn.Module):
     def __init__(self, plan: BlockPlan, cfg: ModelConfig) -> None:
         super().__init__()
         self.plan = plan
-        self.attn = Sublayer(plan.attn, cfg, Attention(cfg, plan.attn.qkv_norm))
+        attention = (NoAttention() if plan.attn.absent
+                     else Attention(cfg, plan.attn.qkv_norm))
+        self.attn = Sublayer(plan.attn, cfg, attention)
         self.mlp = Sublayer(plan.mlp, cfg, MLP(cfg))
 
     def forward(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:

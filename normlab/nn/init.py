@@ -37,38 +37,70 @@ def _xavier_slices(weight: torch.Tensor, n_slices: int, gain: float = 1.0) -> No
             part.uniform_(-bound, bound)
 
 
+def embedding_stds(embedding: str, d: int, std: float, has_positions: bool
+                   ) -> tuple[float, float, float]:
+    """Init std of the token table, the position table and an untied LM head.
+
+    - `normal`: all `std` (GPT-2);
+    - `unit`: token and position tables of variance 1/2 each (1 for tokens alone without a
+      position table), so that x_0 ~ N(0, I_d) as Xiong et al.'s Lemma 2 assumes (arXiv
+      2002.04745); the head `std`;
+    - `fairseq`: tokens N(0, d^-1/2), multiplied by sqrt(d) at the input (unit variance), positions
+      `std`, an untied head N(0, d^-1/2): fairseq's `embed_scale` and output projection, so the
+      logits are of order 1 whether the head is tied or not.
+    """
+    if embedding == "unit":
+        tok = 2 ** -0.5 if has_positions else 1.0
+        return tok, 2 ** -0.5, std
+    if embedding == "fairseq":
+        return d ** -0.5, std, d ** -0.5
+    if embedding == "normal":
+        return std, std, std
+    raise ValueError(f"unknown embedding {embedding!r}")
+
+
 @torch.no_grad()
-def init_weights(model: nn.Module, scheme: str, plan: ModelPlan, std: float = 0.02) -> None:
+def init_weights(model: nn.Module, scheme: str, plan: ModelPlan, std: float = 0.02,
+                 embedding: str = "normal") -> None:
+    """`embedding` draws the tables (see `embedding_stds`); `scheme` the blocks' linear maps."""
     n_blocks = len(plan.blocks)
+    d = model.tok_emb.weight.shape[1]
+    tok_std, pos_std, head_std = embedding_stds(embedding, d, std,
+                                                getattr(model, "pos_emb", None) is not None)
     for name, p in model.named_parameters():
         if name.endswith(".bias"):
             p.zero_()
         elif "emb" in name and p.dim() == 2:
-            p.normal_(0.0, std)
+            p.normal_(0.0, pos_std if name.startswith("pos_emb") else tok_std)
     for name in ("lm_head", "classifier"):
         head = getattr(model, name, None)
         if head is not None and head.weight is not getattr(model.tok_emb, "weight", None):
-            head.weight.normal_(0.0, std)
+            head.weight.normal_(0.0, head_std if name == "lm_head" else std)
 
     beta = plan.constants.get("deepnorm_beta", 1.0)
     for i, block in enumerate(model.blocks):
         attn, mlp = block.attn.fn, block.mlp.fn
         swiglu_slices = 2 if mlp.swiglu else 1
-        maps = [(attn.qkv.weight, 3), (attn.proj.weight, 1), (mlp.fc_in.weight, swiglu_slices),
-                (mlp.fc_out.weight, 1)]
+        maps = [(mlp.fc_in.weight, swiglu_slices), (mlp.fc_out.weight, 1)]
+        outputs = [mlp.fc_out.weight]  # the maps that write into the residual stream
+        if hasattr(attn, "qkv"):  # `attention: none` has no weights
+            maps = [(attn.qkv.weight, 3), (attn.proj.weight, 1)] + maps
+            outputs = [attn.proj.weight] + outputs
         if scheme in ("normal", "gpt2_scaled"):
             for w, _ in maps:
                 w.normal_(0.0, std)
-            if scheme == "gpt2_scaled":
-                for w in (attn.proj.weight, mlp.fc_out.weight):
-                    w.normal_(0.0, std / math.sqrt(2 * n_blocks))
+            if scheme == "gpt2_scaled":  # std / sqrt(number of residual sublayers)
+                for w in outputs:
+                    w.normal_(0.0, std / math.sqrt(len(outputs) * n_blocks))
         elif scheme in ("xavier", "deepnorm", "admin", "ds_init"):
             for w, k in maps:
                 _xavier_slices(w, k)
             if scheme == "deepnorm":
-                d = attn.proj.weight.shape[0]
-                attn.qkv.weight[2 * d:].mul_(beta)  # V only; Q and K keep their xavier scale
-                for w in (attn.proj.weight, mlp.fc_in.weight, mlp.fc_out.weight):
+                if hasattr(attn, "qkv"):
+                    d = attn.proj.weight.shape[0]
+                    attn.qkv.weight[2 * d:].mul_(beta)  # V only; Q and K keep their xavier scale
+                    attn.proj.weight.mul_(beta)
+                for w in (mlp.fc_in.weight, mlp.fc_out.weight):
                     w.mul_(beta)
             elif scheme == "ds_init":
                 for w, _ in maps:

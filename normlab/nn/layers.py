@@ -58,6 +58,7 @@ class Attention(nn.Module):
         d = cfg.d_model
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
         self.causal = cfg.causal
+        self.uniform = cfg.attention == "uniform"
         self.residual_attention = cfg.residual_attention
         self.qkv = nn.Linear(d, 3 * d, bias=cfg.bias)
         self.proj = nn.Linear(d, d, bias=cfg.bias)
@@ -72,6 +73,8 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
         B, T, _ = x.shape
+        if self.uniform:
+            return self.resid_dropout(self.proj(self._uniform(x, state)))
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
         q, k, v = qkv.unbind(2)
         if self.qkv_norms is not None:
@@ -90,6 +93,22 @@ class Attention(nn.Module):
             )
         y = y.transpose(1, 2).reshape(B, T, -1)
         return self.resid_dropout(self.proj(y))
+
+    def _uniform(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
+        """Every allowed position weighted equally: softmax of all-zero scores, as with
+        W^Q = W^K = 0 (Xiong et al. 2020, arXiv 2002.04745, Sec. 3.3). Only the V third of the
+        fused projection is used; Q and K keep their slots so checkpoints share one layout."""
+        d = x.shape[-1]
+        bias = None if self.qkv.bias is None else self.qkv.bias[2 * d:]
+        v = F.linear(x, self.qkv.weight[2 * d:], bias)  # [B, T, d]; heads do not matter here
+        if state.key_mask is not None:  # padding (encoder): mean over the unpadded keys
+            m = state.key_mask[:, 0, 0, :, None].to(v.dtype)  # [B, T, 1]
+            return ((v * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp_min(1.0)
+                    ).expand_as(v)
+        if not self.causal:
+            return v.mean(1, keepdim=True).expand_as(v)
+        counts = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=v.dtype)[None, :, None]
+        return v.cumsum(1) / counts
 
     def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: ForwardState,
                   dropout_p: float) -> torch.Tensor:
@@ -137,14 +156,23 @@ def explicit_attention_pays(q: torch.Tensor) -> bool:
             and B * H * T * T <= EXPLICIT_ATTENTION_MAX_SCORES)
 
 
+class NoAttention(nn.Module):
+    """The attention sublayer of `attention: none`: adds nothing, so a block is its MLP only."""
+
+    def forward(self, x: torch.Tensor, state: ForwardState | None = None) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
 class MLP(nn.Module):
-    """Position-wise MLP: GELU (`fc_out(gelu(fc_in x))`) or SwiGLU (Shazeer 2020, arXiv 2002.05202),
-    whose `fc_in` holds the gate and the value halves side by side."""
+    """Position-wise MLP: GELU (`fc_out(gelu(fc_in x))`), ReLU (Vaswani et al. 2017) or SwiGLU
+    (Shazeer 2020, arXiv 2002.05202), whose `fc_in` holds the gate and the value halves side by
+    side."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         f = cfg.ff_width
         self.swiglu = cfg.mlp == "swiglu"
+        self.relu = cfg.mlp == "relu"
         self.gelu_approx = cfg.gelu_approx  # "tanh": GPT-2's gelu_new (Hendrycks & Gimpel 2016)
         self.fc_in = nn.Linear(cfg.d_model, 2 * f if self.swiglu else f, bias=cfg.bias)
         self.fc_out = nn.Linear(f, cfg.d_model, bias=cfg.bias)
@@ -155,6 +183,8 @@ class MLP(nn.Module):
         if self.swiglu:
             gate, value = h.chunk(2, dim=-1)
             h = F.silu(gate) * value
+        elif self.relu:
+            h = F.relu(h)
         else:
             h = F.gelu(h, approximate=self.gelu_approx)
         return self.dropout(self.fc_out(h))

@@ -65,7 +65,8 @@ class NormTransformer(HookedMixin, nn.Module):
         else:
             self.classifier = nn.Linear(d, cfg.n_classes, bias=True)
 
-        init_weights(self, self.plan.init, self.plan, std=cfg.init_std)
+        init_weights(self, self.plan.init, self.plan, std=cfg.init_std,
+                     embedding=cfg.embedding)
         reason = HARMFUL_INIT.get((cfg.placement, self.plan.init))
         if reason:
             warnings.warn(
@@ -79,6 +80,8 @@ class NormTransformer(HookedMixin, nn.Module):
         if self.cfg.max_seq_len < T:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
         x = self.tok_emb(idx)
+        if self.cfg.embedding == "fairseq":  # Vaswani et al.'s sqrt(d) scale (fairseq embed_scale)
+            x = x * math.sqrt(self.cfg.d_model)
         if self.pos_emb is not None:
             x = x + self._positions(T)
         return self.embed_norm(self.drop(x))
@@ -179,8 +182,10 @@ def profile_admin_omega(model: NormTransformer, idx: torch.Tensor) -> list[float
     model.train(was_training)
     total = 1.0
     omegas = []
-    for i in range(len(model.blocks)):
+    for i, block in enumerate(model.blocks):
         for kind in ("attn", "mlp"):
+            if getattr(block, kind).plan.absent:  # attention: none adds nothing to profile
+                continue
             omegas.append(math.sqrt(total))
             total += cap[f"blocks.{i}.{kind}.branch_added"].float().var().item()
     for s, w in zip(subs, omegas, strict=True):
@@ -195,7 +200,8 @@ def build_model(cfg: ModelConfig, *, seed: int | None = 0,
     if seed is not None:
         torch.manual_seed(seed)
     model = NormTransformer(cfg)
-    if cfg.admin_omega == "profile" and any(b.attn.skip is not None for b in model.blocks):
+    if cfg.admin_omega == "profile" and any(s.skip is not None for b in model.blocks
+                                            for s in (b.attn, b.mlp)):
         if profile_batch is None:
             gen = torch.Generator().manual_seed(0 if seed is None else seed)
             profile_batch = torch.randint(0, cfg.vocab_size, (8, min(64, cfg.max_seq_len)),

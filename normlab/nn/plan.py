@@ -37,6 +37,7 @@ class SublayerPlan:
     dual: bool = False  # ResiDual: the branch also accumulates into the second stream
     qkv_norm: str | None = None  # HybridNorm: Q, K, V normalized per head after projection
     skip_normed: bool = False  # HybridNorm's FFN: the residual is taken after in_norm, not before
+    absent: bool = False  # attention: none: the sublayer adds nothing and has no norms
 
     def __post_init__(self) -> None:
         if self.skip_normed and (self.in_norm is None or self.dual):
@@ -101,6 +102,7 @@ class ModelPlan:
     dual_stream: bool
     init: str
     constants: dict[str, float] = field(default_factory=dict)
+    setting: tuple[str, ...] = ()  # non-default attention, MLP and embedding, in words
 
     def __str__(self) -> str:
         """`print(plan)` shows the readable `describe()`; `repr(plan)` keeps the fields."""
@@ -111,12 +113,15 @@ class ModelPlan:
         if self.constants:
             consts = ", ".join(f"{k}={v:.6g}" for k, v in self.constants.items())
             lines.append(f"constants: {consts}")
+        lines.extend(self.setting)
         x0 = "x = Emb(tokens)"
         if self.embed_norm:
             x0 = f"x = {NORM_SYMBOL[self.embed_norm]}(Emb(tokens))"
         lines.append(x0 + (";  a = x;  d = x" if self.dual_stream else ""))
         for b in self.blocks:
             for s in b.sublayers:
+                if s.absent:
+                    continue
                 lines.append(f"block {b.index:>3} {s.kind:<4} [{b.placement}]  {s.formula()}")
         if self.dual_stream:
             lines.append(f"out = a + {NORM_SYMBOL[self.final_norm or 'identity']}(d)")
@@ -155,6 +160,12 @@ def admin_closed_form_omega(n_residual_sublayers: int) -> float:
     "Understanding the Difficulty of Training Transformers", arXiv 2004.08249)."""
     n = n_residual_sublayers
     return math.sqrt((n + 1) / math.log(n + 1) - 1)
+
+
+def admin_o1_omega(n_residual_sublayers: int) -> float:
+    """Admin's omega for an O(1) output change, `sqrt(n)` (admin-torch's
+    `output_change_scale='O(1)'`; Liu et al. 2020, arXiv 2004.08249)."""
+    return math.sqrt(n_residual_sublayers)
 
 
 DEFAULT_INIT = {
@@ -306,9 +317,12 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         beta = cfg.deepnorm_beta if cfg.deepnorm_beta is not None else b
         constants["deepnorm_alpha"], constants["deepnorm_beta"] = alpha, beta
     omega = 1.0
+    n_residual = (1 if cfg.attention == "none" else 2) * L  # residual sublayers in use
     if "admin" in names:
         if cfg.admin_omega == "closed_form":
-            omega = admin_closed_form_omega(2 * L)
+            omega = admin_closed_form_omega(n_residual)
+        elif cfg.admin_omega == "o1":
+            omega = admin_o1_omega(n_residual)
         elif isinstance(cfg.admin_omega, float):
             omega = cfg.admin_omega
         constants["admin_omega"] = omega  # "profile": 1.0 until the profiling pass sets it
@@ -343,6 +357,8 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
             subs = _resi_dual(n)
         else:  # pragma: no cover - the config's Literal rules this out
             raise ValueError(f"unknown placement {name!r}")
+        if cfg.attention == "none":
+            subs = (SublayerPlan("attn", absent=True), subs[1])
         blocks.append(BlockPlan(i, name, *subs))
 
     if cfg.final_norm == "on":
@@ -361,4 +377,26 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         dual_stream=cfg.placement == "resi_dual",
         init=init,
         constants=constants,
+        setting=setting_lines(cfg),
     )
+
+
+def setting_lines(cfg: ModelConfig) -> tuple[str, ...]:
+    """The attention, MLP and embedding of `cfg` in words, where they are not the defaults."""
+    lines = []
+    if cfg.attention == "uniform":
+        lines.append("attention: uniform (every allowed position weighted equally, as with "
+                     "W^Q = W^K = 0)")
+    elif cfg.attention == "none":
+        lines.append("attention: none (each block is its MLP sublayer only)")
+    if cfg.mlp != "gelu" or cfg.d_ff is not None:
+        lines.append(f"MLP: {cfg.mlp}, width {cfg.ff_width}")
+    if cfg.embedding == "unit":
+        lines.append("embedding: unit (token and position tables of variance 1/2: "
+                     "x_0 ~ N(0, I_d))")
+    elif cfg.embedding == "fairseq":
+        lines.append("embedding: fairseq (tokens N(0, d^-1/2) times sqrt(d); an untied head "
+                     "N(0, d^-1/2))")
+    if cfg.kind == "decoder" and not cfg.tie_embeddings:
+        lines.append("head: untied")
+    return tuple(lines)
