@@ -42,7 +42,7 @@ def study(
     except (ConfigError, DataError) as e:
         fail(str(e))
     colours = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
-               "not run": "dim"}
+               "calibration failed": "magenta", "not run": "dim"}
     table = Table(title=f"normlab study, profile {profile} ({time.perf_counter() - t0:.0f} s)")
     for col in ("claim", "title", "verdict", "effect [95% interval], n"):
         table.add_column(col)

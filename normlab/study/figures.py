@@ -1,12 +1,15 @@
 """Study figures not covered by the probe figures: loss curves of runs (mean over seeds with a
-min-max band) and bar charts of means with 95% intervals, in the placement styles of
+min-max band), bar charts of means with 95% intervals, and the theory claims' ladders, in the
+placement styles of
 `normlab.plotting` (Agg canvas, no pyplot; the format follows the file suffix, .svg or .png)."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from normlab.plotting import mean_band, new_figure, save_figure, seeds_text, styles_for
 from normlab.train.logging import read_metrics
@@ -117,3 +120,62 @@ def plot_bars(values: Mapping[str, Mapping], path: Path, ylabel: str, title: str
                f"whisker = 95% t-interval{'; ' + title if title else ''}.")
     alt = f"Bar chart of {ylabel} for {'; '.join(labels)}."
     return save_figure(fig, path, alt=alt, caption=caption)
+
+
+VERDICT_COLORS = {"supported": "#009E73", "not supported": "#D55E00", "inconclusive": "#777777"}
+
+
+def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mapping[str, str],
+                title: str = "") -> Path | None:
+    """A theory claim's ladder: one panel per prediction, the measured value with its 95%
+    interval on each rung (source setting first, normlab's block last), the predicted band or
+    threshold shaded, each point coloured by its verdict."""
+    subjects = [s for s in quantities if any(p["subject"] == s for r in rows
+                                             for p in r["predictions"])]
+    if not rows or not subjects:
+        return None
+    n = len(rows)
+    fig = new_figure(max(5.5, 0.75 * n + 2.5), 2.1 * len(subjects) + 1.2)
+    axes = fig.subplots(len(subjects), 1, squeeze=False, sharex=True)[:, 0]
+    for ax, subject in zip(axes, subjects, strict=True):
+        for i, row in enumerate(rows):
+            pred = next((p for p in row["predictions"] if p["subject"] == subject), None)
+            if pred is None:
+                continue
+            e = pred["effect"]
+            est, lo, hi = e["estimate"], e["ci_low"], e["ci_high"]
+            if not all(isinstance(v, int | float) and math.isfinite(v) for v in (est, lo, hi)):
+                continue
+            color = VERDICT_COLORS.get(pred["verdict"], "#777777")
+            ax.errorbar(i, est, yerr=[[est - lo], [hi - est]], fmt="o", color=color, capsize=4,
+                        markersize=6, markerfacecolor="white" if row["calibration"] else color)
+        expected = next((p["effect"]["expected"] for r in rows for p in r["predictions"]
+                         if p["subject"] == subject), "")
+        _shade_expected(ax, expected, n)
+        ax.set_ylabel(quantities[subject], fontsize=8)
+        ax.grid(alpha=0.3, axis="y")
+    axes[-1].set_xticks(range(n), [r["rung"] for r in rows], rotation=25, ha="right",
+                        fontsize=8)
+    cal = sum(1 for r in rows if r["calibration"])
+    for ax in axes:
+        ax.axvspan(-0.5, cal - 0.5, color="#E69F00", alpha=0.08, linewidth=0)
+        ax.set_xlim(-0.5, n - 0.5)
+    if title:
+        axes[0].set_title(title, fontsize=10)
+    fig.tight_layout()
+    caption = ("Each panel is one prediction; points are the mean over seeds with the 95% "
+               "t-interval, green supported, orange not supported, grey inconclusive; hollow "
+               "points and the tinted region are the source's own setting (the calibration); "
+               "the grey band or line is what the source predicts. Rungs left to right change one "
+               "thing each toward normlab's block.")
+    alt = f"Ladder of {', '.join(subjects)} from the source's setting to normlab's block."
+    return save_figure(fig, path, alt=alt, caption=caption)
+
+
+def _shade_expected(ax, expected: str, n: int) -> None:
+    """The predicted band (`in [a, b]`) shaded, or the threshold (`> t`) drawn as a line."""
+    nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", expected)]
+    if expected.startswith("in [") and len(nums) == 2:
+        ax.axhspan(nums[0], nums[1], color="#999999", alpha=0.2, linewidth=0)
+    elif nums:
+        ax.axhline(nums[0], color="#555555", linewidth=1, linestyle="--")

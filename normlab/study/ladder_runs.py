@@ -1,0 +1,111 @@
+"""The measurements behind the theory claims' ladders, cached in the study folder.
+
+- `init_ladder`: every rung x placement x depth x seed at init: `normlab.probe.init_stats` (squared
+  stream norms, Post-LN's norm input, each block's W^2 gradient) and, on request, the output
+  change under a weight perturbation (Admin's measure);
+- `update_ladder`: DeepNet's model update `||f(x; theta_1) - f(x; theta_0)||` after the first
+  AdamW steps, per rung x variant x depth x seed, and the distance between two independent inits
+  (the scale at which the measure saturates).
+
+Placements may name a variant of a placement: `admin_o1` is Admin with admin-torch's O(1) omega.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from normlab.config import ModelConfig, parse_config
+from normlab.study.ladders import Rung
+
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "admin_o1": ("admin", {"admin_omega": "o1"}),
+}
+
+
+def rung_config(ctx: Any, rung: Rung, placement: str, n_blocks: int) -> ModelConfig:
+    """The model of `rung` for `placement` (or a variant in `VARIANTS`) at depth `n_blocks`."""
+    base, extra = VARIANTS.get(placement, (placement, {}))
+    data = {"n_blocks": n_blocks, "max_seq_len": ctx.profile.probe_seq_len,
+            **rung.model_fields(base), **extra}
+    return parse_config(ModelConfig, data)
+
+
+def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence[str],
+                depths: Sequence[int], perturb: bool = False) -> dict[str, Any]:
+    """`{rung.key: {placement: [{"n_blocks", "seed", "stats", "perturb_change"}]}}`."""
+    def compute() -> dict[str, Any]:
+        from normlab.nn import build_model
+        from normlab.probe.init_stats import init_statistics
+        from normlab.probe.sensitivity import perturbation_sensitivity
+
+        p = ctx.profile
+        batches = ctx.probe_batches()
+        ctx.log(f"{name}: {len(rungs)} rungs x {len(placements)} placements x depths "
+                f"{list(depths)} x {p.init_seeds} seeds at init")
+        out: dict[str, Any] = {}
+        for rung in rungs:
+            out[rung.key] = {}
+            for placement in placements:
+                rows = []
+                for L in depths:
+                    cfg = rung_config(ctx, rung, placement, L)
+                    for seed in range(p.init_seeds):
+                        model = build_model(cfg, seed=seed)
+                        row = {"n_blocks": L, "seed": seed,
+                               "stats": init_statistics(model, batches)}
+                        if perturb:
+                            row["perturb_change"] = perturbation_sensitivity(
+                                model, batches, seed=seed)["perturb_change"]
+                        rows.append(row)
+                out[rung.key][placement] = rows
+        return out
+    return ctx.cached(name, compute)
+
+
+UPDATE_VARIANTS: dict[str, tuple[str, bool]] = {  # label: (placement, with warmup)
+    "post, no warmup": ("post", False),
+    "post, warmup": ("post", True),
+    "deepnorm, no warmup": ("deepnorm", False),
+    "pre, no warmup": ("pre", False),
+}
+
+
+def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
+                  depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]:
+    """DeepNet's model update per (rung, lr) x variant x depth x seed, and the init-to-init
+    distance of post per rung and depth: `{rung.key: {"lr", "series": {label: [{"n_blocks",
+    "seed", "update": [..]}]}, "init_distance": [{"n_blocks", "seed", "distance"}]}}`."""
+    def compute() -> dict[str, Any]:
+        from normlab.nn import build_model
+        from normlab.probe import text_batches
+        from normlab.probe.sensitivity import update_size
+        from normlab.study.experiments import output_distance
+
+        p = ctx.profile
+        train = text_batches("shakespeare", n_batches=steps, batch_size=p.probe_batch_size,
+                             seq_len=p.probe_seq_len, split="train")
+        batches = ctx.probe_batches()
+        ctx.log(f"{name}: {len(rungs)} rungs x {len(UPDATE_VARIANTS)} variants x depths "
+                f"{list(depths)} x {p.init_seeds} seeds, {steps} steps")
+        out: dict[str, Any] = {}
+        for rung, lr in rungs:
+            series: dict[str, list] = {label: [] for label in UPDATE_VARIANTS}
+            dist = []
+            for L in depths:
+                for label, (placement, warm) in UPDATE_VARIANTS.items():
+                    cfg = rung_config(ctx, rung, placement, L)
+                    for seed in range(p.init_seeds):
+                        res = update_size(build_model(cfg, seed=seed), train, batches[0],
+                                          steps=steps, lr=lr, warmup=warmup if warm else 0,
+                                          seed=seed)
+                        series[label].append({"n_blocks": L, "seed": seed,
+                                              "update": res["update_size"]})
+                cfg = rung_config(ctx, rung, "post", L)
+                for seed in range(p.init_seeds):
+                    a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
+                    dist.append({"n_blocks": L, "seed": seed,
+                                 "distance": output_distance(a, b, batches[0][0])})
+            out[rung.key] = {"lr": lr, "series": series, "init_distance": dist}
+        return out
+    return ctx.cached(name, compute)
