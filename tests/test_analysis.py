@@ -279,8 +279,15 @@ def test_logit_attrs_needs_a_decoder(tokens):
 # --- the worked example in docs/analysis.md ---------------------------------------------------
 
 def test_the_worked_example_in_the_docs_runs_and_prints_what_the_docs_show(capsys):
+    """The snippet asserts that the attributions sum to the logit; this checks its table."""
     doc = (Path(__file__).parent.parent / "docs" / "analysis.md").read_text()
+    doc = doc.split("## Worked example", 1)[1]
     code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
     shown = re.search(r"```text\n(.*?)```", doc, re.S).group(1)
     exec(compile(code, "docs/analysis.md", "exec"), {})
-    assert capsys.readouterr().out == shown
+    printed = capsys.readouterr().out
+    number = r"-?\d+\.\d+"
+    # the same table; numbers as shown up to another CPU's rounding through 300 training steps
+    assert re.sub(number, "#", printed) == re.sub(number, "#", shown)
+    for got, want in zip(re.findall(number, printed), re.findall(number, shown), strict=True):
+        assert math.isclose(float(got), float(want), rel_tol=0.1, abs_tol=0.03), (got, want)
