@@ -26,8 +26,8 @@ Which module carries each tap (per block, relative to the layer; "in" = the modu
 | mlp.branch_raw, .branch_added | output.dense out | mlp out | mlp out |
 | mlp.stream_out | layer out | layer out | layer out |
 | final.in / final.out | last layer out (no final norm) | ln_f in / out | norm in / out |
-| attn.{in,post}_norm.* | attention.output.LayerNorm (post_norm) | ln_1 (in_norm) | input_layernorm (in_norm) |
-| mlp.{in,post}_norm.* | output.LayerNorm (post_norm) | ln_2 (in_norm) | post_attention_layernorm (in_norm) |
+| attn.post_norm.* / .in_norm.* | attention.output.LayerNorm | ln_1 | input_layernorm |
+| mlp.post_norm.* / .in_norm.* | output.LayerNorm | ln_2 | post_attention_layernorm |
 | final.norm.* | - | ln_f | norm |
 
 (ro: read-only, the residual add happens inside the layer's forward.)

@@ -9,10 +9,10 @@ Norms carry three more (`normlab.nn.norms`): `{norm}.in`, `{norm}.scale` (the pe
 1/std or 1/rms, [..., 1]) and `{norm}.out`, e.g. `blocks.{i}.attn.in_norm.scale`,
 `final.norm.scale`; attention carries `blocks.{i}.attn.fn.{q,k,v}` ([B, H, T, head_dim], after any
 QKV norm and RoPE) and `blocks.{i}.attn.fn.pattern` (softmax probabilities [B, H, T, T]).
-A tap is an identity module: with no hook attached it only costs
-a module call; the norm and attention taps are not even called unless hooked (`active`), and the
-values only they need (the explicit scale, the attention pattern) are computed only then. A forward hook that returns a tensor replaces the value (interventions such as the
-merge test use this on `branch_in`).
+A tap is an identity module: with no hook attached it only costs a module call; the norm and
+attention taps are not even called unless hooked (`active`), and the values only they need (the
+explicit scale, the attention pattern) are computed only then. A forward hook that returns a
+tensor replaces the value (interventions such as the merge test use this on `branch_in`).
 """
 
 from __future__ import annotations
