@@ -26,7 +26,6 @@ of a logit. Unlike TransformerLens, normlab does not fold the norm's weight into
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -131,17 +130,11 @@ class ResidualAnalysis:
     model: Any
     n_blocks: int
 
-    def __getitem__(self, key: Any) -> torch.Tensor:  # pragma: no cover - ActivationCache's
-        raise NotImplementedError
-
-    def _tensors_map(self) -> Mapping[str, torch.Tensor]:  # pragma: no cover
-        raise NotImplementedError
-
     def _need(self, name: str, what: str) -> torch.Tensor:
-        if name not in self._tensors_map():
+        if name not in self:  # type: ignore[operator]  # the cache is a Mapping
             raise KeyError(f"{what} needs tap {name!r}, which is not in the cache; run_with_cache "
                            "with names_filter=None (every tap) or including it")
-        return self[name]
+        return self[name]  # type: ignore[index]
 
     def _model(self, what: str) -> Any:
         if getattr(self, "model", None) is None:

@@ -11,6 +11,8 @@ a list of them, or a callable `name -> bool`; a hook function is called as `fn(t
 with `hook.name` the tap's name and may return a tensor that replaces the value; every hook is
 removed when the call returns, also after an exception. The names are normlab's tap names, the
 same for every placement (see `normlab.nn.taps`), not TransformerLens's `hook_resid_post`.
+The cache also decomposes the residual stream (`accumulated_resid`, `decompose_resid`,
+`apply_ln_to_stack`, `logit_attrs`; see `normlab.nn.analysis` and docs/analysis.md).
 """
 
 from __future__ import annotations
@@ -74,9 +76,6 @@ class ActivationCache(ResidualAnalysis, Mapping[str, torch.Tensor]):
         self._tensors = dict(tensors)
         self.n_blocks = n_blocks
         self.model = model
-
-    def _tensors_map(self) -> Mapping[str, torch.Tensor]:
-        return self._tensors
 
     def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
         if isinstance(key, tuple):
