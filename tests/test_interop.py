@@ -530,3 +530,77 @@ def test_claim_c12_without_the_hf_packages_is_not_run_and_says_what_to_install(m
     result = c12(StudyContext(tmp_path, PROFILES["tiny"], log=lambda _: None))
     assert result.verdict == "not run"
     assert "transformers" in result.note and "pip install" in result.note
+
+
+# --- norm taps and the residual analysis on imported models -----------------------------------
+
+@pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_norm_scale_taps_and_residual_analysis_on_hf_models(make):
+    hf = make()
+    wrapper = HFTapModel(hf)
+    idx = _tokens()
+    rms = wrapper.cfg.norm == "rmsnorm"
+    with torch.no_grad():
+        logits, cache = wrapper.run_with_cache(idx)
+        torch.testing.assert_close(logits, hf(idx, use_cache=False).logits)
+        norms = ["final.norm"] + [f"blocks.{i}.{k}.in_norm" for i in range(wrapper.cfg.n_blocks)
+                                  for k in ("attn", "mlp")]
+        for name in norms:
+            module = wrapper._norm_module(name)
+            x = cache[f"{name}.in"].double()
+            if rms:
+                expected = 1 / torch.sqrt((x**2).mean(-1, keepdim=True) + module.variance_epsilon)
+            else:
+                expected = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + module.eps)
+            torch.testing.assert_close(cache[f"{name}.scale"].double(), expected, rtol=1e-6,
+                                       atol=0)
+            torch.testing.assert_close(cache[f"{name}.out"], module(cache[f"{name}.in"]))
+        torch.testing.assert_close(cache["blocks.1.attn.in_norm.out"],
+                                   cache["blocks.1.attn.branch_in"])
+        # the final norm with its frozen scale reproduces its output on the whole stream
+        lensed = cache.accumulated_resid(apply_ln=True)
+        torch.testing.assert_close(lensed[-1], cache["final.out"], rtol=0, atol=1e-5)
+        torch.testing.assert_close(cache.accumulated_resid(layer=1, apply_ln=True)[-1],
+                                   cache["blocks.1.attn.in_norm.out"], rtol=0, atol=1e-5)
+        stack = cache.decompose_resid()
+        total = stack[0]
+        for part in stack[1:]:
+            total = total + part
+        assert torch.equal(total, cache["final.in"])
+        target = torch.roll(idx, -1, dims=1)
+        attrs = cache.logit_attrs(stack, target)
+        torch.testing.assert_close(attrs.sum(0) + cache.logit_bias(target),
+                                   logits.gather(-1, target[..., None])[..., 0], rtol=0,
+                                   atol=1e-4)
+        # a hook that returns a new scale is used: the cached scale keeps the logits, twice it
+        # gives the norm of the stream with twice the scale
+        frozen = wrapper.run_with_hooks(idx, fwd_hooks=[
+            ("final.norm.scale", lambda s, hook: cache["final.norm.scale"])])
+        torch.testing.assert_close(frozen, logits, rtol=0, atol=1e-5)
+        doubled = wrapper.run_with_hooks(idx, fwd_hooks=[
+            ("final.norm.scale", lambda s, hook: 2 * s)])
+        spec = cache.reading_norm()
+        by_hand = spec.apply(cache["final.in"], 2 * cache["final.norm.scale"], add_bias=True)
+        torch.testing.assert_close(doubled, hf.lm_head(by_hand), rtol=0, atol=1e-4)
+    assert wrapper.site_of("blocks.1.mlp.in_norm.scale").endswith(
+        ("ln_2 (scale, from the input)", "post_attention_layernorm (scale, from the input)"))
+    assert hooks_left(hf) == []
+
+
+def test_bert_norm_taps_and_no_decomposition_of_a_post_ln_stream():
+    hf = _bert(transformers.BertForMaskedLM)
+    wrapper = HFTapModel(hf)
+    with torch.no_grad():
+        _, cache = wrapper.run_with_cache(_tokens())
+    x = cache["blocks.0.attn.post_norm.in"].double()
+    ln = hf.bert.encoder.layer[0].attention.output.LayerNorm
+    torch.testing.assert_close(cache["blocks.0.attn.post_norm.scale"].double(),
+                               1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + ln.eps),
+                               rtol=1e-6, atol=0)
+    torch.testing.assert_close(cache["blocks.0.attn.post_norm.out"],
+                               cache["blocks.0.attn.stream_out"])
+    stack = cache.accumulated_resid()
+    assert torch.equal(cache.apply_ln_to_stack(stack), stack)  # no final norm: as it is
+    with pytest.raises(ValueError, match=r"decompose_resid: blocks\.0\.attn \(bert, post-LN\) "
+                                         "re-normalizes"):
+        cache.decompose_resid()

@@ -26,8 +26,18 @@ Which module carries each tap (per block, relative to the layer; "in" = the modu
 | mlp.branch_raw, .branch_added | output.dense out | mlp out | mlp out |
 | mlp.stream_out | layer out | layer out | layer out |
 | final.in / final.out | last layer out (no final norm) | ln_f in / out | norm in / out |
+| attn.post_norm.* / .in_norm.* | attention.output.LayerNorm | ln_1 | input_layernorm |
+| mlp.post_norm.* / .in_norm.* | output.LayerNorm | ln_2 | post_attention_layernorm |
+| final.norm.* | - | ln_f | norm |
 
 (ro: read-only, the residual add happens inside the layer's forward.)
+
+Each norm carries normlab's norm taps (`normlab.nn.norms`): `.in` (the norm module's input),
+`.scale` (1/std or 1/rms per token, [B, T, 1], computed from the input with the module's own eps
+only while hooked; a hook returning a new scale makes the norm's output be recomputed with it)
+and `.out` (the module's output). With them, `run_with_cache` and the cache's residual analysis
+(`accumulated_resid`, `apply_ln_to_stack`, and for the pre-norm families `decompose_resid` and
+`logit_attrs`) work on the wrapper as on a normlab model.
 
 `blocks.{i}` fires once per forward at the layer's output, called as `block(x_in, state)` where
 `state.block_input` is the layer input and `state.block_out` its output; what it returns
@@ -50,8 +60,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.interop.errors import InteropError
+from normlab.nn.analysis import NormSpec, norm_spec
+from normlab.nn.hooked import HookedMixin
 from normlab.nn.model import ModelOutput
-from normlab.nn.taps import Tap
+from normlab.nn.norms import add_norm_taps
+from normlab.nn.taps import Tap, active
 
 SUBLAYER_TAPS = ("stream_in", "branch_in", "branch_raw", "branch_added", "stream_out")
 
@@ -68,6 +81,7 @@ class Family:
     layers: str  # path of the ModuleList of blocks in the base model
     final_norm: str | None  # path of the final norm in the base model
     sites: dict[str, tuple[str, str, bool]]
+    norms: dict[str, str]  # normlab's norm name in a block (`attn.in_norm`) -> module path
 
 
 def _pre_sites(ln1: str, attn: str, ln2: str, mlp: str) -> dict[str, tuple[str, str, bool]]:
@@ -94,12 +108,15 @@ FAMILIES: dict[str, Family] = {
          "mlp.branch_in": ("intermediate", "in", True),
          "mlp.branch_raw": ("output.dense", "out", True),
          "mlp.branch_added": ("output.dense", "out", True),
-         "mlp.stream_out": ("", "out", True)}),
+         "mlp.stream_out": ("", "out", True)},
+        {"attn.post_norm": "attention.output.LayerNorm", "mlp.post_norm": "output.LayerNorm"}),
     "gpt2": Family("gpt2", ("gpt2",), "pre", "layernorm", "h", "ln_f",
-                   _pre_sites("ln_1", "attn", "ln_2", "mlp")),
+                   _pre_sites("ln_1", "attn", "ln_2", "mlp"),
+                   {"attn.in_norm": "ln_1", "mlp.in_norm": "ln_2"}),
     "llama": Family("llama", ("llama", "mistral", "qwen2", "qwen3"), "pre", "rmsnorm", "layers",
                     "norm", _pre_sites("input_layernorm", "self_attn",
-                                       "post_attention_layernorm", "mlp")),
+                                       "post_attention_layernorm", "mlp"),
+                    {"attn.in_norm": "input_layernorm", "mlp.in_norm": "post_attention_layernorm"}),
 }
 
 
@@ -219,29 +236,35 @@ class HFPlan:
 
 
 class _SublayerTaps(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, norms: Iterable[str] = ()) -> None:
         super().__init__()
         for name in SUBLAYER_TAPS:
             self.add_module(name, Tap())
+        for name in norms:  # in_norm / post_norm: a holder of the norm taps
+            self.add_module(name, _NormTaps())
+
+
+class _NormTaps(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        add_norm_taps(self, scale=True)
 
 
 class BlockProxy(nn.Module):
     """Stands for Hugging Face layer i: hooks on it see `(x_in, state)` and the layer output."""
 
-    def __init__(self) -> None:
+    def __init__(self, norms: Iterable[str] = ()) -> None:
         super().__init__()
-        self.attn = _SublayerTaps()
-        self.mlp = _SublayerTaps()
+        norms = list(norms)
+        for kind in ("attn", "mlp"):
+            self.add_module(kind, _SublayerTaps(n.split(".")[1] for n in norms
+                                                if n.startswith(kind + ".")))
 
     def forward(self, x: torch.Tensor, state: SimpleNamespace) -> torch.Tensor:
         return state.block_out
 
 
-def _active(tap: nn.Module) -> bool:
-    return bool(tap._forward_hooks or tap._forward_pre_hooks)
-
-
-class HFTapModel(nn.Module):
+class HFTapModel(HookedMixin, nn.Module):
     """A Hugging Face model seen through normlab's tap names (see the module doc)."""
 
     def __init__(self, hf_model: nn.Module) -> None:
@@ -262,9 +285,11 @@ class HFTapModel(nn.Module):
             architecture=type(hf_model).__name__)
         self.plan = HFPlan(fam.placement, "layernorm" if fam.name == "bert" else None,
                            fam.norm if fam.final_norm else None)
-        self.blocks = nn.ModuleList(BlockProxy() for _ in range(len(self._layers)))
+        self.blocks = nn.ModuleList(BlockProxy(fam.norms) for _ in range(len(self._layers)))
         self.final = nn.Module()
         self.final.add_module("in", Tap())
+        if self._final_norm is not None:
+            self.final.add_module("norm", _NormTaps())
         self.final.add_module("out", Tap())
 
     # -- where each tap lives ------------------------------------------------------------------
@@ -273,6 +298,10 @@ class HFTapModel(nn.Module):
         `model.layers.3.post_attention_layernorm (input)`."""
         base_name = {id(m): n for n, m in self.hf.named_modules()}
         parts = tap.split(".")
+        if parts[-2:-1] in (["in_norm"], ["post_norm"]) or parts[:2] == ["final", "norm"]:
+            norm = self._norm_module(".".join(parts[:-1]))
+            side = {"in": "input", "out": "output", "scale": "scale, from the input"}[parts[-1]]
+            return f"{base_name[id(norm)]} ({side})"
         if parts[0] == "final":
             if self._final_norm is None:
                 return f"{base_name[id(self._layers[-1])]} (output)"
@@ -287,6 +316,23 @@ class HFTapModel(nn.Module):
         ro = "" if writable else ", read-only"
         return f"{base_name[id(module)]} ({'input' if side == 'in' else 'output'}{ro})"
 
+    def _norm_module(self, name: str) -> nn.Module:
+        """The Hugging Face norm module of normlab norm `name` (`blocks.3.attn.in_norm`,
+        `final.norm`)."""
+        if name == "final.norm":
+            return self._final_norm
+        _, i, rest = name.split(".", 2)
+        return self._layers[int(i)].get_submodule(self.family.norms[rest])
+
+    def _norms(self) -> Iterator[tuple[str, nn.Module, nn.Module]]:
+        """(normlab name, Hugging Face module, tap holder) of every norm."""
+        for i, proxy in enumerate(self.blocks):
+            for rest in self.family.norms:
+                name = f"blocks.{i}.{rest}"
+                yield name, self._norm_module(name), proxy.get_submodule(rest)
+        if self._final_norm is not None:
+            yield "final.norm", self._final_norm, self.final.norm
+
     def tap_table(self) -> list[tuple[str, str]]:
         names = [n for n, m in self.named_modules() if isinstance(m, Tap)]
         return [(n, self.site_of(n)) for n in names]
@@ -295,7 +341,7 @@ class HFTapModel(nn.Module):
     def _fire(self, taps: Sequence[tuple[str, nn.Module, bool]], value: torch.Tensor
               ) -> torch.Tensor:
         for name, tap, writable in taps:
-            if not _active(tap):
+            if not active(tap):
                 continue
             new = tap(value)
             if new is not value:
@@ -357,7 +403,7 @@ class HFTapModel(nn.Module):
                 def post(_m, _args, out, taps=layer_out, kept=kept, proxy=proxy, i=i):
                     x = _first(out)
                     y = self._fire(taps, x)
-                    if _active(proxy):
+                    if active(proxy):
                         state = SimpleNamespace(block_input=kept["x"], block_out=y)
                         y = proxy(kept["x"], state)
                     if i == last and self._final_norm is None:
@@ -368,6 +414,8 @@ class HFTapModel(nn.Module):
 
                 handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
                 handles.append(layer.register_forward_hook(post))
+            for name, module, taps in self._norms():
+                handles.extend(self._norm_bridge(name, module, taps))
             if self._final_norm is not None:
                 handles.append(self._final_norm.register_forward_pre_hook(
                     on_input([("final.in", getattr(self.final, "in"), True)]),
@@ -378,6 +426,58 @@ class HFTapModel(nn.Module):
         finally:
             for h in handles:
                 h.remove()
+
+    def _norm_bridge(self, name: str, module: nn.Module, taps: nn.Module) -> list[Any]:
+        """Hooks that pass a Hugging Face norm's input, scale and output through its taps. The
+        pre-hook runs after the site hooks on the module's input and the forward hook before
+        those on its output, the order of normlab's own norm taps."""
+        spec = norm_spec(module, self.family.norm, name)
+        kept: dict[str, torch.Tensor] = {}
+        tap_in, tap_out = getattr(taps, "in"), taps.out
+
+        def pre(_m, args, kwargs):
+            x = _input_of(args, kwargs)
+            y = self._fire([(f"{name}.in", tap_in, True)], x)
+            if active(taps.scale):
+                scale = spec.scale_of(y)
+                new = taps.scale(scale)
+                if new is not scale:  # recompute the output with the replaced scale
+                    kept["x"], kept["scale"] = y, new
+            return None if y is x else _with_input(args, kwargs, y)
+
+        def post(_m, _args, out):
+            x = _first(out)
+            y = x
+            if kept:
+                y = spec.apply(kept.pop("x"), kept.pop("scale"), add_bias=True).to(x.dtype)
+            y = self._fire([(f"{name}.out", tap_out, True)], y)
+            return None if y is x else _with_first(out, y)
+
+        return [module.register_forward_pre_hook(pre, with_kwargs=True),
+                module.register_forward_hook(post, prepend=True)]
+
+    # -- what the residual-stream analysis reads (`normlab.nn.analysis`) -----------------------
+    def residual_sum_problem(self) -> str | None:
+        if self.family.placement == "post":
+            return (f"blocks.0.attn ({self.family.name}, post-LN) re-normalizes the stream after "
+                    "its add")
+        return None
+
+    def analysis_norm(self, site: str) -> NormSpec | None:
+        """The norm reading the stream at `site`: `final` or `blocks.{i}.{attn|mlp}`."""
+        name = "final.norm" if site == "final" else f"{site}.in_norm"
+        if site == "final" and self._final_norm is None:
+            return None
+        if site != "final" and name.split(".", 2)[2] not in self.family.norms:
+            return None  # post-LN: the sublayer reads the stream as it is
+        return norm_spec(self._norm_module(name), self.family.norm, name)
+
+    def analysis_unembed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        head = self.hf.get_output_embeddings() if self.objective == "causal_lm" else None
+        if head is None:
+            raise InteropError(f"logit attribution needs a causal LM head; "
+                               f"{self.cfg.architecture} is {self.objective}")
+        return head.weight, head.bias
 
     # -- forwards ------------------------------------------------------------------------------
     def _kwargs(self, attention_mask: torch.Tensor | None) -> dict[str, Any]:

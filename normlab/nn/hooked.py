@@ -11,6 +11,8 @@ a list of them, or a callable `name -> bool`; a hook function is called as `fn(t
 with `hook.name` the tap's name and may return a tensor that replaces the value; every hook is
 removed when the call returns, also after an exception. The names are normlab's tap names, the
 same for every placement (see `normlab.nn.taps`), not TransformerLens's `hook_resid_post`.
+The cache also decomposes the residual stream (`accumulated_resid`, `decompose_resid`,
+`apply_ln_to_stack`, `logit_attrs`; see `normlab.nn.analysis` and docs/analysis.md).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from normlab.nn.analysis import ResidualAnalysis
 from normlab.nn.taps import capture, hooked, select_taps, tap_names
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
@@ -60,14 +63,19 @@ class HookPoint:
         return int(m.group(1)) if m else None
 
 
-class ActivationCache(Mapping[str, torch.Tensor]):
+class ActivationCache(ResidualAnalysis, Mapping[str, torch.Tensor]):
     """Recorded activations by tap name (gradients, with `incl_bwd`, as `NAME_grad`): a read-only
     mapping (`keys()`, `items()`, `in`, `len`) that also takes `cache[name, block]` for
-    `blocks.{block}.{name}` and stacks a per-block name across blocks with `stack`."""
+    `blocks.{block}.{name}` and stacks a per-block name across blocks with `stack`. With the
+    model that filled it (`run_with_cache` passes it), it also has the residual-stream analysis
+    of `normlab.nn.analysis`: `accumulated_resid`, `decompose_resid`, `apply_ln_to_stack`,
+    `logit_attrs`, `logit_bias`."""
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor], n_blocks: int) -> None:
+    def __init__(self, tensors: Mapping[str, torch.Tensor], n_blocks: int,
+                 model: nn.Module | None = None) -> None:
         self._tensors = dict(tensors)
         self.n_blocks = n_blocks
+        self.model = model
 
     def __getitem__(self, key: str | tuple[str, int]) -> torch.Tensor:
         if isinstance(key, tuple):
@@ -141,7 +149,7 @@ class HookedMixin:
                 out.loss.backward()
         tensors = dict(cap.activations)
         tensors.update((f"{name}_grad", g) for name, g in cap.grads.items())
-        return _output(out, return_type), ActivationCache(tensors, len(self.blocks))
+        return _output(out, return_type), ActivationCache(tensors, len(self.blocks), model=self)
 
     def run_with_hooks(self, *args: Any, fwd_hooks: Sequence[tuple[NamesFilter, HookFn]] = (),
                        return_type: ReturnType = "logits", **kwargs: Any) -> Any:

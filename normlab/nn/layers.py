@@ -1,7 +1,7 @@
 """The sublayers every placement shares: multi-head attention and the MLP.
 
 Attention goes through `scaled_dot_product_attention` (fused kernels) unless RealFormer's residual
-attention needs the raw scores, which takes the explicit path.
+attention needs the raw scores, or the `pattern` tap is hooked, which take the explicit path.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from torch import nn
 
 from normlab.config import ModelConfig
 from normlab.nn.norms import make_norm
+from normlab.nn.taps import Tap, active, fire
 
 
 @dataclass
@@ -51,6 +52,11 @@ class Attention(nn.Module):
     `q_norm`/`k_norm`/`v_norm`), before RoPE.
     `residual_attention` (RealFormer, He et al. 2020, arXiv 2012.11747) adds the previous block's
     pre-softmax scores to this block's: `S_l = Q K^T / sqrt(d_k) + S_{l-1}`.
+
+    Taps: `q`, `k`, `v` ([B, H, T, head_dim], after the QKV norms and RoPE: what the scores are
+    computed from) and `pattern` (the softmax probabilities [B, H, T, T] before attention dropout,
+    TransformerLens's `hook_pattern`). Hooking `pattern` switches to the explicit path, which
+    materializes it; otherwise the fused kernel runs and the taps are not called.
     """
 
     def __init__(self, cfg: ModelConfig, qkv_norm: str | None = None) -> None:
@@ -70,6 +76,8 @@ class Attention(nn.Module):
                 make_norm(qkv_norm, self.head_dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
                 for _ in range(3)
             )
+        for name in ("q", "k", "v", "pattern"):
+            self.add_module(name, Tap())
 
     def forward(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
         B, T, _ = x.shape
@@ -83,8 +91,9 @@ class Attention(nn.Module):
         if state.rope is not None:
             cos, sin = state.rope
             q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
+        q, k, v = fire(self.q, q), fire(self.k, k), fire(self.v, v)
         p = self.attn_dropout if self.training else 0.0
-        if self.residual_attention or explicit_attention_pays(q):
+        if self.residual_attention or explicit_attention_pays(q) or active(self.pattern):
             y = self._explicit(q, k, v, state, p)
         else:
             y = F.scaled_dot_product_attention(
@@ -121,7 +130,8 @@ class Attention(nn.Module):
                     else q.new_zeros(1, 1, 1))
             scores = torch.baddbmm(bias, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2),
                                    alpha=scale)
-            att = F.dropout(scores.softmax(dim=-1), p=dropout_p)
+            probs = fire(self.pattern, scores.softmax(dim=-1).view(B, H, T, T))
+            att = F.dropout(probs.flatten(0, 1), p=dropout_p)
             return torch.bmm(att, v.flatten(0, 1)).view(B, H, T, Dh)
         allowed = state.key_mask
         if self.causal:
@@ -134,7 +144,7 @@ class Attention(nn.Module):
             state.prev_scores = scores
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
-        att = F.dropout(scores.softmax(dim=-1), p=dropout_p)
+        att = F.dropout(fire(self.pattern, scores.softmax(dim=-1)), p=dropout_p)
         return att @ v
 
 

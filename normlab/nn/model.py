@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from normlab.config import ModelConfig
+from normlab.nn.analysis import NormSpec, norm_spec, residual_sum_problem
 from normlab.nn.block import Block
 from normlab.nn.hooked import HookedMixin
 from normlab.nn.init import init_weights
@@ -136,6 +137,27 @@ class NormTransformer(HookedMixin, nn.Module):
         return ModelOutput(logits, loss)
 
     activation_checkpointing = False  # see `checkpointed_block`; set by the trainer
+
+    # -- what the residual-stream analysis reads (`normlab.nn.analysis`) -----------------------
+    def residual_sum_problem(self) -> str | None:
+        return residual_sum_problem(self.plan)
+
+    def analysis_norm(self, site: str) -> NormSpec | None:
+        """The norm reading the stream at `site`: `final` or `blocks.{i}.{attn|mlp}` (its input
+        norm; LNS's `in_scale` after it is not part of it)."""
+        if site == "final":
+            if self.plan.dual_stream:
+                raise ValueError("the final norm of ResiDual reads the second stream d, not the "
+                                 "stream the blocks write (the head reads a + Norm(d))")
+            return norm_spec(self.final.norm, self.plan.final_norm, "final.norm")
+        sub = self.get_submodule(site)
+        return norm_spec(sub.in_norm, sub.plan.in_norm, f"{site}.in_norm")
+
+    def analysis_unembed(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.cfg.kind != "decoder":
+            raise ValueError("logit attribution needs a decoder's LM head; this model is "
+                             f"kind={self.cfg.kind} (a classifier pools the stream first)")
+        return self.lm_head.weight, self.lm_head.bias
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -2,12 +2,86 @@
 
 `make_norm(kind, dim, ...)` is the one place a norm is built, so every placement gets the same
 implementation of each kind.
+
+LayerNorm, RMSNorm and DyT carry taps (`normlab.nn.taps`): `in` (what the norm reads), `out` (what
+it returns) and, for LayerNorm and RMSNorm, `scale`, the per-token factor [..., 1] that divides
+the (centred) input: `1/sqrt(Var[x] + eps)` for LayerNorm (Ba et al. 2016, arXiv 1607.06450),
+`1/sqrt(mean(x^2) + eps)` for RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467), so that
+
+    LayerNorm(x) = (x - mean(x)) * scale * weight + bias,   RMSNorm(x) = x * scale * weight.
+
+DyT has no `scale`: `tanh(alpha x)` acts on each feature alone, with one learned scalar alpha
+shared by every token; nothing is computed per token that freezing could hold fixed (its
+input-dependent slope `alpha (1 - tanh^2(alpha x))` differs per feature and is not a scale).
+While `scale` is hooked the norm is computed explicitly from it (stats in float32 at least), so a
+hook that returns a tensor replaces the scale (freezing it, for instance); otherwise the fused
+kernel runs and the taps cost one check each.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from normlab.nn.taps import Tap, active, fire
+
+
+def add_norm_taps(norm: nn.Module, scale: bool) -> None:
+    """The `in`, (`scale`) and `out` taps of a norm module."""
+    norm.add_module("in", Tap())
+    if scale:
+        norm.add_module("scale", Tap())
+    norm.add_module("out", Tap())
+
+
+def _stat_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def layernorm_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1/std per token, [..., 1] (biased variance, as LayerNorm), in float32 at least."""
+    xf = x.to(_stat_dtype(x))
+    return torch.rsqrt(xf.var(-1, keepdim=True, unbiased=False) + eps)
+
+
+def rmsnorm_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """1/rms per token, [..., 1], in float32 at least."""
+    xf = x.to(_stat_dtype(x))
+    return torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class LayerNorm(nn.LayerNorm):
+    """`nn.LayerNorm` with the taps `in`, `scale`, `out` (the module doc)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__(dim, eps=eps, bias=bias)
+        add_norm_taps(self, scale=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = fire(getattr(self, "in"), x)
+        if not active(self.scale):
+            return fire(self.out, super().forward(x))
+        xf = x.to(_stat_dtype(x))
+        s = self.scale(layernorm_scale(x, self.eps))
+        y = ((xf - xf.mean(-1, keepdim=True)) * s).to(x.dtype) * self.weight
+        return fire(self.out, y + self.bias if self.bias is not None else y)
+
+
+class RMSNorm(nn.RMSNorm):
+    """`nn.RMSNorm` with the taps `in`, `scale`, `out` (the module doc)."""
+
+    def __init__(self, dim: int, eps: float | None = None) -> None:
+        super().__init__(dim, eps=eps)
+        add_norm_taps(self, scale=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = fire(getattr(self, "in"), x)
+        if not active(self.scale):
+            return fire(self.out, super().forward(x))
+        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        s = self.scale(rmsnorm_scale(x, eps))
+        y = (x.to(s.dtype) * s).to(x.dtype)
+        return fire(self.out, y * self.weight if self.weight is not None else y)
 
 
 class DyT(nn.Module):
@@ -21,10 +95,12 @@ class DyT(nn.Module):
         self.alpha = nn.Parameter(torch.tensor(float(alpha)))
         self.weight = nn.Parameter(torch.ones(dim))
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+        add_norm_taps(self, scale=False)  # no per-token scale (the module doc)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = fire(getattr(self, "in"), x)
         y = torch.tanh(self.alpha * x) * self.weight
-        return y + self.bias if self.bias is not None else y
+        return fire(self.out, y + self.bias if self.bias is not None else y)
 
 
 class TokenBatchNorm(nn.BatchNorm1d):
@@ -43,9 +119,9 @@ def make_norm(
     kind: str, dim: int, *, eps: float = 1e-5, bias: bool = True, dyt_alpha: float = 0.5
 ) -> nn.Module:
     if kind == "layernorm":
-        return nn.LayerNorm(dim, eps=eps, bias=bias)
+        return LayerNorm(dim, eps=eps, bias=bias)
     if kind == "rmsnorm":
-        return nn.RMSNorm(dim, eps=eps)
+        return RMSNorm(dim, eps=eps)
     if kind == "dyt":
         return DyT(dim, alpha=dyt_alpha, bias=bias)
     if kind == "identity":

@@ -29,6 +29,7 @@ from normlab.config import ModelConfig
 from normlab.nn.layers import Attention
 from normlab.nn.model import ModelOutput, NormTransformer
 from normlab.nn.norms import DyT
+from normlab.nn.taps import Tap
 
 
 def unstackable_reason(cfg: ModelConfig) -> str | None:
@@ -212,7 +213,8 @@ class StackedTransformer(NormTransformer):
             if name == "":
                 continue
             mods = [mm[name] for mm in member_modules]
-            if not any(True for _ in module.children()):
+            # a norm's only children are its taps: a leaf (the stacked norm has no taps)
+            if all(isinstance(c, Tap) for c in module.children()):
                 stacked = _stacked_leaf(mods, tied)
                 if stacked is not None:
                     parent, _, attr = name.rpartition(".")

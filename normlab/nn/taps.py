@@ -5,9 +5,14 @@ Every sublayer has five taps, the same for every placement:
 F reads: the normalized and scaled stream), `.branch_raw` (F's output), `.branch_added` (what is
 actually added to the stream, after an output norm or gate), `.stream_out` (stream leaving the
 sublayer, after any post-add norm); plus `final.in` and `final.out` around the final norm.
-A tap is an identity module: with no hook attached it only costs
-a module call. A forward hook that returns a tensor replaces the value (interventions such as the
-merge test use this on `branch_in`).
+Norms carry three more (`normlab.nn.norms`): `{norm}.in`, `{norm}.scale` (the per-token factor
+1/std or 1/rms, [..., 1]) and `{norm}.out`, e.g. `blocks.{i}.attn.in_norm.scale`,
+`final.norm.scale`; attention carries `blocks.{i}.attn.fn.{q,k,v}` ([B, H, T, head_dim], after any
+QKV norm and RoPE) and `blocks.{i}.attn.fn.pattern` (softmax probabilities [B, H, T, T]).
+A tap is an identity module: with no hook attached it only costs a module call; the norm and
+attention taps are not even called unless hooked (`active`), and the values only they need (the
+explicit scale, the attention pattern) are computed only then. A forward hook that returns a
+tensor replaces the value (interventions such as the merge test use this on `branch_in`).
 """
 
 from __future__ import annotations
@@ -30,15 +35,33 @@ class Tap(nn.Module):
         return x
 
 
+def active(tap: nn.Module) -> bool:
+    """Whether any hook is attached to `tap` (what a forward checks before computing a value
+    that only a tap needs)."""
+    return bool(tap._forward_hooks or tap._forward_pre_hooks)
+
+
+def fire(tap: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`tap(x)` when the tap is hooked, else `x` without a module call."""
+    return tap(x) if tap._forward_hooks or tap._forward_pre_hooks else x
+
+
 @dataclass
-class Capture:
-    """Activations (and, after backward, gradients) recorded at the selected taps."""
+class Capture(Mapping[str, torch.Tensor]):
+    """Activations (and, after backward, gradients) recorded at the selected taps: a read-only
+    mapping of the activations by tap name (`keys()`, `items()`, `in`, `len`)."""
 
     activations: dict[str, torch.Tensor] = field(default_factory=dict)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self.activations[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.activations)
+
+    def __len__(self) -> int:
+        return len(self.activations)
 
 
 def tap_names(model: nn.Module) -> list[str]:
