@@ -1,8 +1,8 @@
 """The measurements the claims share, computed once per study folder and cached there.
 
-- `init_sweep`: probes of models at init over placements x depths x seeds (Xavier init and a
-  unit-variance embedding, the setting of Xiong et al.'s analysis, for pre and post; admin and
-  deepnorm keep their own inits).
+- `init_sweep`: stream probes of pre and post at init over depths x seeds (Xavier init and a
+  unit-variance embedding), reported beside C2's trained models; the theory claims measure on
+  ladders of their own (`normlab.study.ladder_runs`).
 - `tuned(family)`: training runs on the Shakespeare corpus, one family (a placement plus model
   fields) over an lr grid that is extended until it brackets the best lr; paired seeds (seed s
   is the same data order and init draw for every family); warmup a fixed fraction of the run.
@@ -34,9 +34,6 @@ from normlab.train.trainer import FINISHED, train_many_step
 DIVERGED_LOSS = math.log(256)
 
 Log = Callable[[str], None]
-
-INIT_EMBED_STD = 2 ** -0.5
-
 
 class StudyContext:
     """Caches shared measurements in the study folder; every claim reads from here."""
@@ -80,69 +77,22 @@ class StudyContext:
         # Xiong et al.'s Lemma 2 assumes a unit-variance input x_0 ~ N(0, I_d): token and
         # position embeddings each of variance 1/2 sum to it (E||x_0||^2 = d).
         data = {"d_model": p.width, "n_heads": p.heads, "max_seq_len": p.probe_seq_len,
-                "init": "xavier", "init_std": INIT_EMBED_STD, **fields}
+                "init": "xavier", "embedding": "unit", **fields}
         return parse_config(ModelConfig, data)
 
     # -- shared measurements ------------------------------------------------------------------
     def init_sweep(self) -> dict[str, Any]:
-        """pre / post / admin / deepnorm at every init depth and seed: stream, grads, perturb."""
+        """pre and post at every init depth and seed (Xavier, unit-variance embedding): the
+        stream probes that C2 reports beside its trained models (the theory claims measure on
+        their own ladders, `normlab.study.ladder_runs`)."""
         def compute() -> dict[str, Any]:
             p = self.profile
             self.log(f"depth sweep at init: depths {list(p.init_depths)}, {p.init_seeds} seeds")
-            placements = ["pre", "post", "admin", "deepnorm"]
-            result = {}
-            for placement in placements:
-                # admin and deepnorm keep their own inits (their constants are part of the method)
-                init = "xavier" if placement in ("pre", "post") else None
-                base = self.init_base(init=init)
-                result[placement] = depth_sweep(
-                    base, [placement], list(p.init_depths), list(range(p.init_seeds)),
-                    self.probe_batches(), ("stream", "grads", "perturb"))
-            return result
-        return self.cached("init_sweep", compute)
-
-    def update_sizes(self) -> dict[str, Any]:
-        """DeepNet's model update ||f(x; theta_t) - f(x; theta_0)|| over the first steps at the
-        profile's `update_lr` and `update_blocks`, plus the distance between the outputs of two
-        independent inits: the scale at which the measure saturates."""
-        def compute() -> dict[str, Any]:
-            from normlab.nn import build_model
-
-            p = self.profile
-            L, lr = p.update_blocks, p.update_lr
-            self.log(f"update size: {L} blocks, lr {lr:g}, {p.update_steps} steps")
-            train_batches = text_batches("shakespeare", n_batches=p.update_steps,
-                                         batch_size=p.probe_batch_size,
-                                         seq_len=p.probe_seq_len, split="train")
-            batches = self.probe_batches()
-            variants = {"post, no warmup": ("post", "xavier", 0),
-                        "post, warmup": ("post", "xavier", p.update_steps),
-                        "deepnorm, no warmup": ("deepnorm", None, 0),
-                        "pre, no warmup": ("pre", "xavier", 0)}
-            out: dict[str, Any] = {"n_blocks": L, "lr": lr, "steps": p.update_steps,
-                                   "series": {}, "init_distance": []}
-            for label, (placement, init, warmup) in variants.items():
-                per_seed = []
-                for seed in range(p.init_seeds):
-                    model = build_model(self.update_base(placement, L, init), seed=seed)
-                    res = probe_model(model, batches[:1], ("update",), train_batches=train_batches,
-                                      update_steps=p.update_steps, update_lr=lr,
-                                      update_warmup=warmup, seed=seed)
-                    per_seed.append(res["series"]["update_size"])
-                out["series"][label] = per_seed
-            for seed in range(p.init_seeds):  # two independent post inits: the saturation scale
-                cfg = self.update_base("post", L, "xavier")
-                a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
-                out["init_distance"].append(output_distance(a, b, batches[0][0]))
-            return out
-        return self.cached("update_sizes", compute)
-
-    def update_base(self, placement: str, n_blocks: int, init: str | None) -> ModelConfig:
-        """The trained models' shape and init (not the init sweep's unit-variance embedding)."""
-        return parse_config(ModelConfig, {
-            "placement": placement, "n_blocks": n_blocks, "d_model": self.profile.width,
-            "n_heads": self.profile.heads, "max_seq_len": self.profile.probe_seq_len,
-            "init": init})
+            return {placement: depth_sweep(self.init_base(), [placement], list(p.init_depths),
+                                           list(range(p.init_seeds)), self.probe_batches(),
+                                           ("stream",))
+                    for placement in ("pre", "post")}
+        return self.cached("init_sweep_stream", compute)
 
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,

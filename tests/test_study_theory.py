@@ -1,0 +1,290 @@
+"""The theory claims' decisions on planted ladders: a world where every source statement holds on
+every rung supports every prediction; breaking one prediction on one rung makes exactly that
+prediction "not supported" there, and the ladder names that rung as the departure; breaking it in
+the source's own setting turns the claim into "calibration failed"; noise leaves the calibration
+inconclusive. The derived predictions are checked on planted laws (a + b ln n gives the O(log n)
+band; a bound violated is not supported).
+
+A fake study context serves the cached ladders from a few planted parameters per rung, so each
+rule is tested without building a model.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from normlab.study import theory
+from normlab.study.ladders import fairseq_ladder, xiong_ladder
+from normlab.study.profiles import PROFILES
+
+SEEDS = 6
+
+# What the sources state, per placement, in the planted parameters' terms.
+XIONG = {"pre_inc": 1.0, "post_norm_in": 1.5, "pre_mech": 0.0, "post_slope": 0.0,
+         "post_trend": 1.0, "pre_trend": 0.0}
+ADMIN = {"post": "n", "pre": "log", "admin": "log", "admin_o1": "const"}
+DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
+
+
+class Planted:
+    """Per rung key, parameters overriding the source-consistent defaults; noise per value."""
+
+    def __init__(self, noise: float = 0.005, **by_rung: dict[str, Any]) -> None:
+        self.noise, self.by_rung = noise, by_rung
+        self.rng = random.Random(0)
+
+    def param(self, rung: str, key: str, default: Any) -> Any:
+        return self.by_rung.get(rung, {}).get(key, default)
+
+    def jitter(self, value: float) -> float:
+        return value * math.exp(self.noise * self.rng.gauss(0.0, 1.0))
+
+
+class FakeContext:
+    def __init__(self, tmp: Path, world: Planted, failing_lrs: tuple[float, ...] = ()) -> None:
+        self.out, self.world, self.failing_lrs = tmp, world, failing_lrs
+        self.fig_dir = tmp / "figures"
+        self.fig_dir.mkdir(exist_ok=True)
+        self.profile = PROFILES["quick"]
+        self.log = lambda _m: None
+
+    def cached(self, name: str, compute) -> Any:
+        if name.startswith("ladder_xiong"):
+            return self._xiong()
+        if name.startswith("ladder_admin"):
+            return self._admin()
+        if name.startswith("ladder_deepnet"):
+            return self._deepnet()
+        raise AssertionError(name)
+
+    def depths(self) -> list[int]:
+        return sorted(set(self.profile.init_depths) | {theory.FIG3_DEPTH})
+
+    # -- Xiong's ladder: C1, C4, C5 ------------------------------------------------------------
+    def _stats(self, rung: str, placement: str, L: int) -> dict[str, Any]:
+        w, d = self.world, 64.0
+        inc = w.param(rung, "pre_inc", 0.5 if rung == "source_a" else XIONG["pre_inc"])
+        if placement == "pre":
+            sq = [d * (1 + w.jitter(inc) * (l + 1)) for l in range(L)]
+            # the mechanism: grad ~ E||x_L||^-1/2-power, times L^(planted departure)
+            grad = (sq[-1] / d) ** -0.5 * L ** w.param(rung, "pre_mech", XIONG["pre_mech"])
+            trend = w.param(rung, "pre_trend", XIONG["pre_trend"])
+            norm_in = [d * 3.0] * L
+        else:
+            sq = [d] * L
+            grad = L ** w.param(rung, "post_slope", XIONG["post_slope"])
+            trend = w.param(rung, "post_trend", XIONG["post_trend"])
+            norm_in = [d * w.jitter(w.param(rung, "post_norm_in", XIONG["post_norm_in"]))] * L
+        trend = trend + w.noise * 20 * w.rng.gauss(0.0, 1.0)
+        fc = [math.exp(trend * i / max(1, L - 1)) for i in range(L)]
+        return {"per_block": {"sq_norm": sq, "mlp_norm_input_sq": norm_in, "fc_out_grad": fc},
+                "summary": {"embed_sq": d, "final_in_sq": sq[-1],
+                            "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
+
+    def _xiong(self) -> dict[str, Any]:
+        rungs = xiong_ladder(64, 2)
+        return {r.key: {pl: [{"n_blocks": L, "seed": s, "stats": self._stats(r.key, pl, L)}
+                             for s in range(SEEDS) for L in self.depths()]
+                        for pl in ("pre", "post")} for r in rungs}
+
+    # -- Admin's ladder: C8 ----------------------------------------------------------------------
+    def _admin(self) -> dict[str, Any]:
+        laws = {"n": lambda n: float(n), "log": math.log, "const": lambda n: 1.0}
+        out = {}
+        for r in fairseq_ladder(64, 2):
+            out[r.key] = {}
+            for pl, law in ADMIN.items():
+                f = laws[self.world.param(r.key, pl, law)]
+                out[r.key][pl] = [{"n_blocks": L, "seed": s,
+                                   "perturb_change": self.world.jitter(f(2 * L))}
+                                  for s in range(SEEDS) for L in self.profile.init_depths]
+        return out
+
+    # -- DeepNet's ladder: C7 --------------------------------------------------------------------
+    def _deepnet(self) -> dict[str, Any]:
+        p, w = self.profile, self.world
+        keys = [r.key for r in fairseq_ladder(64, 2)[:-1]]
+        keys.insert(1, "lr")
+        depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
+        out = {}
+        for key in keys:
+            def series(name: str, depth_key: str | None, key=key) -> list[dict[str, Any]]:
+                size = w.param(key, name, DEEPNET.get(name, 0.01))
+                slope = w.param(key, depth_key, DEEPNET[depth_key]) if depth_key else 0.0
+                return [{"n_blocks": L, "seed": s,
+                         "update": [0.0, w.jitter(size * (L / 24) ** slope)]}
+                        for L in depths for s in range(SEEDS)]
+            out[key] = {"lr": 1e-3, "series": {
+                "post, no warmup": series("post", "post_depth"),
+                "post, warmup": series("post_warmup", None),
+                "deepnorm, no warmup": series("deepnorm", "deepnorm_depth"),
+                "pre, no warmup": series("pre", None)},
+                "init_distance": [{"n_blocks": L, "seed": s, "distance": 10.0}
+                                  for L in depths for s in range(SEEDS)]}
+        return out
+
+    def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
+        return {lr: [{"seed": s, "failed": lr in self.failing_lrs,
+                      "outcome": "stalled" if lr in self.failing_lrs else "completed"}
+                     for s in range(SEEDS)] for lr in lrs}
+
+    def trained_probes(self) -> dict[str, Any]:
+        return {"pair": {"matched": False, "reason": "not trained in this test"}}
+
+
+CLAIMS = {"C1": theory.c1, "C4": theory.c4, "C5": theory.c5, "C7": theory.c7, "C8": theory.c8}
+# Per claim, each prediction's subject and a planted value that breaks it (on any rung).
+BREAKS: dict[str, dict[str, dict[str, Any]]] = {
+    "C1": {"pre": {"pre_inc": 2.0}, "post": {"post_norm_in": 2.2}},
+    "C4": {"post": {"post_slope": 0.35}, "pre": {"pre_mech": 0.35},
+           "pre vs post": {"post_slope": -0.24, "pre_mech": 0.24}},
+    "C5": {"post vs pre": {"pre_trend": 3.0}, "post": {"post_trend": -0.5, "pre_trend": -1.0}},
+    "C7": {"post vs deepnorm": {"deepnorm": 1.0}, "post vs pre": {"pre": 1.0},
+           "post: depth": {"post_depth": -1.0, "deepnorm_depth": -1.5},
+           "post vs deepnorm: depth": {"deepnorm_depth": 2.0}},
+    "C8": {"post": {"post": "log", "pre": "const"}, "pre": {"pre": "const"},
+           "admin": {"admin": "const"}, "admin O(1)": {"admin_o1": "log"},
+           "post vs pre": {"post": "log", "pre": "n"}},
+}
+
+
+# Breaks that must move more than one prediction (the predictions share a measurement).
+COUPLED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("C5", "post"): ("post",),
+    ("C8", "post vs pre"): ("post", "pre", "post vs pre"),
+    ("C8", "post"): ("post", "pre"),
+    ("C7", "post: depth"): ("post: depth",),
+}
+
+
+def _final_key(cid: str) -> str:
+    return "deep" if cid == "C5" else "init" if cid in ("C1", "C4", "C8") else "tied"
+
+
+def _source_keys(cid: str) -> list[str]:
+    return ["source_a", "source_b"] if cid in ("C1", "C4", "C5") else ["source"]
+
+
+def _verdicts(result) -> dict[str, str]:
+    return {p["subject"]: p["verdict"] for p in result.predictions}
+
+
+@pytest.mark.parametrize("cid", sorted(CLAIMS))
+def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid, tmp_path):
+    result = CLAIMS[cid](FakeContext(tmp_path, Planted()))
+    assert result.calibration == "passed", [(r["rung"], r["verdict"]) for r in result.ladder]
+    assert all(r["verdict"] == "supported" for r in result.ladder), [
+        (r["rung"], [(p["subject"], p["verdict"]) for p in r["predictions"]])
+        for r in result.ladder]
+    assert result.verdict == "supported"
+    assert result.departure == "holds on every rung"
+    assert result.figures and result.figures[0].endswith("_ladder.svg")
+
+
+@pytest.mark.parametrize(("cid", "subject"), [(c, s) for c in BREAKS for s in BREAKS[c]])
+def test_each_prediction_broken_in_turn_on_normlab_s_block(cid, subject, tmp_path):
+    key = _final_key(cid)
+    if cid == "C5":  # the deep rung reads the last rung's measurements at the deepest model
+        key = "init"
+    result = CLAIMS[cid](FakeContext(tmp_path, Planted(**{key: BREAKS[cid][subject]})))
+    verdicts = _verdicts(result)
+    expected = {s: "not supported" if s in COUPLED.get((cid, subject), (subject,)) else
+                "supported" for s in verdicts}
+    assert verdicts == expected
+    assert result.calibration == "passed"
+    assert result.verdict == "not supported"
+    first = next(r["rung"] for r in result.ladder if r["key"] == key)
+    assert result.departure.startswith("departs when") and first in result.departure
+
+
+@pytest.mark.parametrize("cid", sorted(CLAIMS))
+def test_a_prediction_broken_in_the_source_setting_fails_the_calibration(cid, tmp_path):
+    subject, change = next(iter(BREAKS[cid].items()))
+    world = Planted(**{k: change for k in _source_keys(cid) + ["lr"]})
+    result = CLAIMS[cid](FakeContext(tmp_path, world))
+    assert result.calibration == "failed"
+    assert result.verdict == "calibration failed"
+    assert "Calibration failed" in result.note
+
+
+def test_one_reading_that_holds_passes_the_calibration_and_names_the_departure(tmp_path):
+    result = theory.c1(FakeContext(tmp_path, Planted(source_b={"pre_inc": 2.0})))
+    assert result.calibration == "passed (source, reading A: FFN only)"
+    assert "uniform attention added" in result.departure
+
+
+def test_a_planted_departure_is_attributed_to_its_rung(tmp_path):
+    result = theory.c4(FakeContext(tmp_path, Planted(gelu={"post_slope": 0.6},
+                                                     tied={"post_slope": 0.6},
+                                                     init={"post_slope": 0.6})))
+    assert result.departure.startswith("departs when a 4d GELU MLP")
+
+
+@pytest.mark.parametrize("cid", sorted(CLAIMS))
+def test_noise_leaves_the_calibration_inconclusive(cid, tmp_path):
+    result = CLAIMS[cid](FakeContext(tmp_path, Planted(noise=3.0)))
+    assert result.calibration in ("inconclusive", "failed") or result.verdict != "supported"
+    assert result.verdict in ("inconclusive", "calibration failed", "not supported")
+
+
+def test_c7_runs_at_the_smallest_lr_where_post_without_warmup_failed(tmp_path):
+    grid = sorted(PROFILES["quick"].lrs)
+    result = theory.c7(FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:])))
+    assert result.numbers["lr"]["C6"] == grid[1]
+    assert "failed (stalled)" in result.numbers["lr"]["why"]
+    never = theory.c7(FakeContext(tmp_path, Planted()))
+    assert never.numbers["lr"]["C6"] == grid[-1] and "at no lr" in never.numbers["lr"]["why"]
+
+
+# -- the derived predictions on planted laws -------------------------------------------------------
+
+NS = [2 * L for L in (3, 6, 12, 24, 48)]
+
+
+def _slope(values: list[float]) -> float:
+    return theory.loglog_fit([(n, v, 0) for n, v in zip(NS, values, strict=True)],
+                             n_boot=0)["slope"]
+
+
+@pytest.mark.parametrize(("a", "b"), [(0.0, 1.0), (1.0, 1.0), (0.5, 2.0)])
+def test_a_planted_log_law_falls_in_the_log_band(a, b):
+    bands = theory.nearest_law_bands(theory.log_law_slope(NS))
+    lo, hi = bands["O(log n)"]
+    assert lo <= _slope([a + b * math.log(n) for n in NS]) <= hi
+
+
+def test_planted_linear_and_constant_laws_fall_in_their_own_bands():
+    bands = theory.nearest_law_bands(theory.log_law_slope(NS))
+    assert bands["O(n)"][0] <= _slope([3.0 + 2.0 * n for n in NS]) <= bands["O(n)"][1]
+    assert bands["O(1)"][0] <= _slope([5.0] * len(NS)) <= bands["O(1)"][1]
+    # the bands meet halfway between the laws' slopes 0, s_log and 1
+    assert bands["O(1)"][1] == bands["O(log n)"][0]
+    assert bands["O(log n)"][1] == bands["O(n)"][0]
+    assert theory.log_law_slope(NS) == pytest.approx(0.337, abs=0.01)
+
+
+def test_the_lemma_bounds_a_planted_increment_and_reject_a_violation(tmp_path):
+    inside = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 1.4})))
+    assert _verdicts(inside)["pre"] == "supported"
+    above = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 1.6})))
+    assert _verdicts(above)["pre"] == "not supported"
+    below = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 0.4})))
+    assert _verdicts(below)["pre"] == "not supported"
+
+
+def test_per_block_increment_and_norm_input_read_the_stated_quantities():
+    stats = {"per_block": {"sq_norm": [3.0, 5.0, 7.0], "mlp_norm_input_sq": [3.0, 6.0, 9.0]},
+             "summary": {"embed_sq": 2.0, "d_model": 2, "n_blocks": 3}}
+    assert theory.per_block_increment(stats) == pytest.approx((7.0 - 2.0) / (3 * 2))
+    assert theory.norm_input_over_d(stats) == pytest.approx(3.0)
+
+
+def test_law_bands_meet_halfway_between_the_laws_slopes():
+    bands = theory.nearest_law_bands(0.4)
+    assert bands == {"O(1)": pytest.approx((-0.2, 0.2)), "O(log n)": pytest.approx((0.2, 0.7)),
+                     "O(n)": pytest.approx((0.7, 1.3))}
