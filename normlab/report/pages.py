@@ -33,7 +33,56 @@ from normlab.report.study import ClaimView, Study
 from normlab.study.schema import VERDICTS, Effect
 
 # Extra claim fields with a place of their own on the page (see ClaimView.extra).
-PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled")
+PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibration",
+                "ladder", "departure")
+
+
+@dataclass
+class LadderCell:
+    measured: Interval | None
+    verdict: str
+
+
+@dataclass
+class LadderRow:
+    """One rung of a theory claim's ladder: the setting, the one change from the previous rung,
+    and each prediction's measured value and verdict there."""
+    rung: str
+    change: str
+    calibration: bool
+    verdict: str
+    cells: list[LadderCell]
+
+
+@dataclass
+class Ladder:
+    subjects: list[str]
+    rows: list[LadderRow]
+    calibration: str   # passed / passed (<readings>) / failed / inconclusive
+    departure: str
+
+
+def ladder_of(extra: dict[str, Any]) -> Ladder | None:
+    """The ladder a theory claim wrote (`normlab.study.theory.ladder_row`); None without one."""
+    rows = extra.get("ladder")
+    if not (isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows)):
+        return None
+    subjects: list[str] = []
+    for r in rows:
+        for p in r.get("predictions") or []:
+            if isinstance(p, dict) and str(p.get("subject")) not in subjects:
+                subjects.append(str(p.get("subject")))
+    out = []
+    for r in rows:
+        by_subject = {str(p.get("subject")): p for p in r.get("predictions") or []
+                      if isinstance(p, dict)}
+        cells = [LadderCell(as_interval(by_subject[s].get("effect")),
+                            str(by_subject[s].get("verdict", ""))) if s in by_subject
+                 else LadderCell(None, "") for s in subjects]
+        out.append(LadderRow(str(r.get("rung", "")), str(r.get("change", "")),
+                             bool(r.get("calibration")), str(r.get("verdict", "")), cells))
+    return Ladder(subjects, out, str(extra.get("calibration") or ""),
+                  str(extra.get("departure") or ""))
 
 
 @dataclass
@@ -74,6 +123,7 @@ class ClaimPage:
     diagnosis: str = ""                  # why an inconclusive verdict is inconclusive
     stalled: list[str] = field(default_factory=list)  # sides that did not train: not compared
     extra: list[Block] = field(default_factory=list)
+    ladder: Ladder | None = None         # theory claims: source setting -> normlab's block
 
 
 def effect_interval(e: Effect | None) -> Interval | None:
@@ -148,7 +198,8 @@ def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
         diagnosis=str(extra.get("diagnosis") or ""),
         stalled=[str(x) for x in extra.get("stalled") or []]
         if isinstance(extra.get("stalled"), list) else [],
-        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS])
+        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS],
+        ladder=ladder_of(extra))
 
 
 _HEADER = (("profile", "profile"), ("created", "date"), ("elapsed_s", "elapsed"),

@@ -235,12 +235,8 @@ def c1(ctx: StudyContext) -> ClaimResult:
     exponents = {r.label: mean_ci([growth_exponent_sq(s) for s in at_deepest(r, "pre")])
                  for r in rungs}
     allowed = [1 - math.log(3) / math.log(L), 1 + math.log(3) / math.log(L)]
-    trained = ctx.trained_probes()
-    trained_exp = {pl: mean_ci([s["summary"].get("growth_exponent") for s in trained[pl]["seeds"]])
-                   for pl in ("pre", "post") if pl in trained}
     numbers = {"growth_exponent_of_E_x_sq_at_init": exponents,
-               "exponent_range_the_bounds_allow": allowed,
-               "growth_exponent_trained": trained_exp}
+               "exponent_range_the_bounds_allow": allowed}
     return ladder_claim(
         ctx, "C1", "Pre-Norm's stream grows with depth; Post-Norm's stays constant",
         "Xiong et al.'s Lemma 2: at init, for Pre-LN, (1 + l/2)d <= E||x_l||^2 <= (1 + 3l/2)d; "
