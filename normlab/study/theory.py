@@ -462,10 +462,10 @@ def c7(ctx: StudyContext) -> ClaimResult:
                               "without warmup)", _log_ratios(post, pre), ">", DEEPNET_FACTOR,
                               DEEPNET_FACTOR),
             predict_direction("post: depth", "log-log slope of post's first update against L",
-                              "DeepNet Theorem 4.1: Post-LN's update bound grows with depth",
+                              "DeepNet Theorem 4.2: Post-LN's update grows with depth",
                               s_post, ">", 0.0, 0.0),
             predict_direction("post vs deepnorm: depth", "slope(post) - slope(DeepNorm)",
-                              "DeepNet Theorem 4.2: DeepNorm's update stays bounded in depth",
+                              "DeepNet Theorem 4.2: DeepNorm's update is bounded in depth",
                               [a - b for a, b in zip(s_post, s_dn, strict=True)], ">", 0.0, 0.0),
         ]
 
@@ -486,7 +486,7 @@ def c7(ctx: StudyContext) -> ClaimResult:
         ctx, "C7", "DeepNet: Post-LN's early model update explodes without warmup",
         "Post-LN without warmup makes a large change of the model output at the very first "
         "steps; DeepNorm's update stays bounded, and Post-LN's grows with depth.",
-        "Wang et al. 2022, DeepNet (2203.00555), Sec. 3 (Fig. 5) and Theorems 4.1-4.2",
+        "Wang et al. 2022, DeepNet (2203.00555), Sec. 3 (Fig. 5) and Theorem 4.2",
         f"||f(x; theta_1) - f(x; theta_0)|| after the first AdamW step (beta2 0.98), before "
         f"the measure saturates; {p.update_blocks} blocks for the ratios (each must exceed a "
         "factor 2), depths "
