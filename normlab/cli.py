@@ -1,17 +1,22 @@
-"""The command line, its top layer: the core commands (plan, train, runs, advise) and the
-import of every other command module, each of which registers itself on `normlab.app.app`.
-Nothing imports this module but the entry points. Bad input exits with status 2 and one message.
+"""The command line, its top layer: the core commands (plan, train, runs, advise, sample) and
+the lazy import of every other command module, each of which registers itself on
+`normlab.app.app` when imported. Nothing imports this module but the entry points. Bad input
+exits with status 2 and one message.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.table import Table
+from typer.core import TyperGroup
 
+from normlab import __version__
 from normlab.app import SetOpt, app, check_output_folder
 from normlab.config import (
     MAX_BLOCKS,
@@ -227,16 +232,67 @@ def advise(
         console.print(f"  - {reason}", highlight=False)
 
 
-# The commands kept with their libraries register themselves on `app` when imported; after the
-# core ones above, in the order of `normlab --help`.
-# isort: off
-import normlab.probe.command  # noqa: E402,F401
-import normlab.interop.command  # noqa: E402,F401  (probe-hf)
-import normlab.study.command  # noqa: E402,F401
-import normlab.report.command  # noqa: E402,F401
-import normlab.finetune_command  # noqa: E402,F401
-import normlab.sweep.command  # noqa: E402,F401
-# isort: on
+# The commands kept with their libraries register themselves on `app` when their module is
+# imported; a module is imported only when its command runs (or its help is asked for), so that
+# `normlab --help` and the core commands above do not pay for torch. The command list of
+# `normlab --help` shows each one's first sentence from here (tests/test_cli_help.py checks that
+# it is the command's own), in this order, after the core commands.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("normlab.probe.command", "Probe stability and effective depth of a model."),
+    "probe-hf": ("normlab.interop.command", "Probe real checkpoints (Hugging Face, GGUF) offline."),
+    "study": ("normlab.study.command", "Put the Pre-Norm vs Post-Norm claims to the test."),
+    "report": ("normlab.report.command", "Write one self-contained HTML report."),
+    "finetune": ("normlab.finetune_command", "Fine-tune a trained run on a Shakespeare task."),
+    "sweep": ("normlab.sweep.command", "Many runs from one spec, resumable."),
+}
+
+
+class LazyCommands(TyperGroup):
+    """The root command group: the core commands are defined, the others are named in
+    `LAZY_COMMANDS` and imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.commands, *(n for n in LAZY_COMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            importlib.import_module(LAZY_COMMANDS[cmd_name][0])
+            self.commands.update(
+                (name, cmd) for name, cmd in typer.main.get_group(app).commands.items()
+                if name not in self.commands)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, self.commands[n].get_short_help_str(limit) if n in self.commands
+                 else click.utils.make_default_short_help(LAZY_COMMANDS[n][1], limit))
+                for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+app.info.cls = LazyCommands
+
+
+def load_commands() -> click.Group:
+    """Every command imported: the whole command tree, as `normlab --help` names it."""
+    for module, _ in LAZY_COMMANDS.values():
+        importlib.import_module(module)
+    return typer.main.get_command(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"normlab {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="print the version and exit")
+          ] = False) -> None:
+    """normlab: where the normalization goes in a Transformer."""
 
 
 def main() -> None:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
-from normlab.cli import app
+from normlab.cli import app, load_commands
 from normlab.config import (
     ConfigError,
     DataConfig,
@@ -163,7 +162,7 @@ def _paths(cmd, path=()):
 
 
 def test_the_fuzz_set_covers_every_command():
-    commands = {" ".join(p) for p in _paths(typer.main.get_command(app))
+    commands = {" ".join(p) for p in _paths(load_commands())
                 if p and not hasattr(_command(p), "commands")}
     covered = {" ".join(line.split()[:2]) if line.startswith("sweep") else line.split()[0]
                for line, _ in CASES}
@@ -171,7 +170,7 @@ def test_the_fuzz_set_covers_every_command():
 
 
 def _command(path):
-    cmd = typer.main.get_command(app)
+    cmd = load_commands()
     for name in path:
         cmd = cmd.commands[name]
     return cmd
