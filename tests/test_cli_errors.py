@@ -263,3 +263,34 @@ def test_a_run_that_fits_is_not_refused():
     from normlab.memory import check_run_fits
 
     check_run_fits(load_run_config(None, []))  # the default run: a few hundred MiB
+
+
+def test_a_file_where_the_run_folder_goes_is_named(files, monkeypatch):
+    from normlab.config import load_run_config
+
+    monkeypatch.chdir(files)
+    sets = ["--set=train.steps=1", "--set=model.n_blocks=1", "--set=model.d_model=16"]
+    run_id = load_run_config(None, [s.removeprefix("--set=") for s in sets]).run_id()
+    (files / "runs" / run_id).write_text("in the way\n")
+    try:
+        r = _invoke(["train", *sets, "--root=runs", "--quiet"])
+    finally:
+        (files / "runs" / run_id).unlink()
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert f"runs/{run_id}: is a file" in " ".join(r.output.split())
+
+
+def test_report_of_a_file_says_it_needs_a_folder(files, monkeypatch):
+    monkeypatch.chdir(files)
+    r = _invoke(["report", "afile"])
+    assert r.exit_code == 2, r.output
+    assert "afile: is a file; give a folder" in " ".join(r.output.split())
+    assert not (files / "report.html").exists() and not (files / "afile.html").exists()
+
+
+def test_two_checkpoints_are_refused_not_half_probed(files, monkeypatch):
+    monkeypatch.chdir(files)
+    r = _invoke(["probe", "--checkpoint", "runs", "--checkpoint", "afile"])
+    assert r.exit_code == 2, r.output
+    assert "--checkpoint is given 2 times" in " ".join(r.output.split())

@@ -351,6 +351,9 @@ def train_run(
         tune_cpu_allocator()
     distributed.check_divisible(tc.batch_size, dist.world_size)
     run_dir = Path(root) / cfg.run_id()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir}: is a file, where this run's folder goes; move it away "
+                             "or train under another --root")
     if resume == "require" and not run_dir.exists():
         raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
     with contextlib.ExitStack() as held:
