@@ -7,6 +7,7 @@ rejected with one message per problem naming the field and the allowed values (`
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -317,16 +318,31 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
         loc = ".".join(str(p) for p in parts)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(_section_class(cls, item["loc"][:-1]).model_fields))
-            msg = f"unknown field; known fields are: {allowed}"
+            known = sorted(_section_class(cls, item["loc"][:-1]).model_fields)
+            msg = (f"unknown field{did_you_mean(str(item['loc'][-1]), known)}; known fields are: "
+                   f"{', '.join(known)}")
         elif item["type"] == "literal_error":
-            msg = f"{msg}, got {item.get('input')!r}"
+            got = item.get("input")
+            valid = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+            hint = did_you_mean(got, valid) if isinstance(got, str) else ""
+            msg = f"{msg}, got {got!r}{hint}"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         by_loc.setdefault(loc, []).append(msg)
     lines = [f"{loc}: {'; or '.join(dict.fromkeys(msgs))}" if loc else "; ".join(msgs)
              for loc, msgs in by_loc.items()]
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """`" (did you mean 'placement'?)"` for the choice closest to a mistyped `word` (one that
+    starts with it or it starts with, else difflib's closest match), or "" when none is close."""
+    lowered = word.lower()
+    near = [c for c in choices if c != word and (
+        c.lower().startswith(lowered) or lowered.startswith(c.lower()))]
+    near = sorted(near, key=lambda c: abs(len(c) - len(word)))[:1] or difflib.get_close_matches(
+        word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near and word else ""
 
 
 def _section_class(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:

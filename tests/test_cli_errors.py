@@ -47,6 +47,7 @@ def files(tmp_path_factory) -> Path:
     (d / "dupspec.yaml").write_text(SPEC + "axes:\n  train.warmup: [0]\n")
     (d / "basesec.yaml").write_text(SPEC.replace("train: {steps: 2}", "train: 5"))
     (d / "huge.yaml").write_text(SPEC.replace("steps: 2", "steps: 2, batch_size: 100000000"))
+    (d / "prenorm.yaml").write_text("model:\n  placement: prenorm\n")
     (d / "runs").mkdir()
     return d
 
@@ -136,6 +137,11 @@ CASES = [
     ("report runs --out dir.yaml", "dir.yaml is a folder"),
     ("report nope", "nope"),
     ("runs afile", "afile"),
+    # a near miss is named: "did you mean", for fields and for values
+    ("train --set model.placment=pre", "model.placment: unknown field (did you mean 'placement'?)"),
+    ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
+    ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
+    ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
 ]
 
 
