@@ -405,6 +405,10 @@ class DataConfig(_Frozen):
     seq_len: int = Field(128, ge=2)
 
 
+MAX_NAME = 80
+TAG = re.compile(rf"[A-Za-z0-9_.:/-]{{1,{MAX_NAME}}}")
+
+
 class TrainConfig(_Frozen):
     """Optimizer, schedule, divergence detection, logging and checkpointing of one run."""
 
@@ -444,6 +448,34 @@ class TrainConfig(_Frozen):
     activation_checkpointing: bool = Field(
         False, description="recompute each block in the backward pass: memory of one block's "
         "activations instead of all, for about one extra forward")
+    name: str | None = Field(
+        None, min_length=1, max_length=MAX_NAME, description="the run's name, shown by `normlab "
+        "runs`, reports and summary.json; a label, not part of the run id")
+    tags: tuple[str, ...] = Field(
+        (), description="labels for the run (letters, digits and - _ . : /), shown with its name; "
+        "not part of the run id")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or not value.isprintable()):
+            raise ValueError("a name is one line of printable text, without leading or trailing "
+                             "spaces")
+        return value
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        if isinstance(value, str):  # `--set train.tags=baseline`: one tag
+            value = (value,)
+        if isinstance(value, (list, tuple)):
+            for tag in value:
+                if not isinstance(tag, str) or not TAG.fullmatch(tag):
+                    raise ValueError(f"tag {tag!r}: use 1 to {MAX_NAME} letters, digits and "
+                                     "- _ . : / (e.g. baseline, lr-sweep)")
+            if len(set(value)) < len(value):
+                raise ValueError("a tag is given twice; give each once")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -453,6 +485,8 @@ class TrainConfig(_Frozen):
 
 
 EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
+# A run's name and tags label it; they say nothing about what is computed.
+LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
 HASHED_WHEN_SET = ("stall_margin",)
@@ -502,10 +536,11 @@ class RunConfig(_Frozen):
 
         The execution options (`EXECUTION_OPTIONS`) change how a run is computed, not what, so
         they are left out: a run started with them can be resumed without, and the other way.
+        So are its name and tags (`LABELS`): the same config under another name is the same run.
         The fields of `HASHED_WHEN_SET` count only when they differ from their default.
         """
         data = self.to_dict()
-        for key in EXECUTION_OPTIONS:
+        for key in EXECUTION_OPTIONS + LABELS:
             data["train"].pop(key, None)
         for key in HASHED_WHEN_SET:
             if data["train"][key] == TrainConfig.model_fields[key].default:

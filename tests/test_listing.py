@@ -140,3 +140,32 @@ def test_a_damaged_folder_reads_damaged_not_markup(pre_post, tmp_path):
     out = runs(tmp_path)
     assert "[bold red]" not in out and "[/]" not in out
     assert rows(out)[run.name][header(out).index("outcome")] == "damaged"
+
+
+def test_name_and_tags_label_a_run_without_changing_its_id(tmp_path):
+    named = tiny("train.name=first try", "train.tags=[baseline, lr-sweep]")
+    assert named.run_id() == tiny().run_id()
+    s = train_run(named, tmp_path, progress=False)
+    assert (s["name"], s["tags"]) == ("first try", ["baseline", "lr-sweep"])
+    out = runs(tmp_path)
+    cols = header(out)
+    row = rows(out)[s["run_id"]]
+    assert row[cols.index("name")] == "first try"
+    assert row[cols.index("tags")] == "baseline,lr-sweep"
+    from normlab.report.runs import find_folders, read_runs, runs_view
+
+    view = runs_view(read_runs(tmp_path, find_folders(tmp_path)[0]), tmp_path)
+    titles = [c.title for c in view.config_columns]
+    cells = view.lines[0].cells
+    assert cells[titles.index("name")].text == "first try"
+    assert cells[titles.index("tags")].text == "baseline, lr-sweep"
+
+
+@pytest.mark.parametrize("setting,why", [
+    ("train.tags=[a b]", "tag 'a b'"), ("train.tags=[x, x]", "given twice"),
+    ("train.name=" + "n" * 81, "at most 80 characters"), ('train.name="two\\nlines"', "one line")])
+def test_bad_names_and_tags_are_refused_by_name(setting, why):
+    from normlab.config import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        tiny(setting)

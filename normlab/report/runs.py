@@ -36,7 +36,8 @@ _PATH_LABELS = {"model.placement": "placement", "model.n_blocks": "blocks",
                 "train.batch_size": "batch size", "data.seq_len": "sequence length",
                 "model.final_norm": "final norm", "model.norm": "norm",
                 "train.precision": "precision", "train.schedule": "lr schedule",
-                "model.init": "init", "model.d_ff": "MLP width"}
+                "model.init": "init", "model.d_ff": "MLP width",
+                "train.name": "name", "train.tags": "tags"}
 
 
 def path_label(path: str) -> str:
@@ -97,7 +98,9 @@ def read_runs(root: Path, folders: list[Path]) -> list[RunRow]:
     from normlab.sweep.summarize import varying_paths
 
     rows = [read_run(f, root) for f in folders]
-    varying = [p for p in varying_paths([r.flat for r in rows]) if p != "train.seed"]
+    # a group is its runs' settings: seeds and labels (name, tags) do not split it
+    varying = [p for p in varying_paths([r.flat for r in rows])
+               if p not in ("train.seed", "train.name", "train.tags")]
     for r in rows:
         if r.curve is not None:
             r.curve.group = group_label(r, varying)
@@ -177,10 +180,11 @@ RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
 
 def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     from normlab.sweep.summarize import varying_paths
+    from normlab.train.listing import label_paths
 
     flats = [r.flat for r in rows]
     varying = varying_paths(flats)
-    columns = list(dict.fromkeys([*ALWAYS, *varying]))
+    columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *varying]))
     shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
                     if len({repr(r.get(p)) for r in rows}) == 1]
 

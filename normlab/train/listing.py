@@ -37,6 +37,11 @@ def varying_paths(configs: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
 
 
+def label_paths(configs: list[dict[str, Any]]) -> list[str]:
+    """`train.name` and `train.tags` when some run has them: shown whether or not they vary."""
+    return [p for p in ("train.name", "train.tags") if any(c.get(p) for c in configs)]
+
+
 def described_config(folder: RunFolder) -> dict[str, Any]:
     """A run's config as listings show it: resolved by the plan (`resolved_run_fields`) when
     this normlab accepts it; otherwise the YAML as written (an older or newer run), its model
@@ -56,7 +61,8 @@ def described_config(folder: RunFolder) -> dict[str, Any]:
 def run_columns(folders: list[RunFolder]) -> list[str]:
     """The fields in which the readable runs differ: config paths, then `meta.*` fields."""
     readable = [f for f in folders if not f.damaged]
-    columns = varying_paths([flatten(described_config(f)) for f in readable])
+    flats = [flatten(described_config(f)) for f in readable]
+    columns = list(dict.fromkeys([*label_paths(flats), *varying_paths(flats)]))
     meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS} for f in readable])
     return columns + meta
 

@@ -233,7 +233,8 @@ def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
                 final: dict[str, Any], reason: str | None = None, **extra: Any
                 ) -> dict[str, Any]:
     """The content of summary.json when a run stops (see the module docstring)."""
-    return {"run_id": cfg.run_id(), "outcome": outcome, "step": step, "reason": reason,
+    return {"run_id": cfg.run_id(), "name": cfg.train.name, "tags": list(cfg.train.tags),
+            "outcome": outcome, "step": step, "reason": reason,
             "steps_planned": cfg.train.steps,
             # the settings the placement decided (init, final norm, constants), not null/auto
             "resolved": {k: v for k, v in resolved_settings(cfg.model).items() if v is not None},
