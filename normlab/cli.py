@@ -174,7 +174,21 @@ def runs(root: Annotated[Path, typer.Argument(
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
-    console.print(runs_table(root))
+    table = runs_table(root)
+    if console.is_terminal:
+        console.print(table)
+        return
+    width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs
+    console.width = max(width, _natural_width(table))
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+def _natural_width(table: Table) -> int:
+    """The width at which `table` needs no folding."""
+    return console.measure(table, options=console.options.update_width(10_000)).maximum
 
 
 @app.command()

@@ -17,6 +17,7 @@ from normlab.train.rundir import RunFolder, find_run_folders, read_run_folder
 
 # meta fields of config.yaml that can differ between runs of equal configs' numbers
 META_COLUMNS = ("threads", "world_size", "torch", "normlab")
+RESULT_HEADS = ("outcome", "step", "train loss", "val loss", "best val")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -111,7 +112,7 @@ def runs_table(root: Path):
     from rich.table import Table
     from rich.text import Text
 
-    paths = find_run_folders(root)[0]
+    paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
     sweeps = sweep_names(root, paths)
     folders = [read_run_folder(p) for p in paths]
     columns = run_columns(folders)
@@ -119,17 +120,20 @@ def runs_table(root: Path):
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
     table = Table(title=Text(title))
     heads = ["run", *(["sweep"] if sweeps else []), *(c.split(".", 1)[-1] for c in columns),
-             "outcome", "step", "train loss", "val loss", "best val"] + (
+             *RESULT_HEADS] + (
         ["why damaged"] if damaged else [])
-    for head in heads:
-        table.add_column(head)
-    for f in folders:
+    names = [f.run_id if f.path.parent == root or f.path in sweeps else
+             f.path.relative_to(root).as_posix() for f in folders]
+    # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
+    # more lines rather than end in "..."
+    table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
+    for head in heads[1:]:
+        whole = head in RESULT_HEADS
+        table.add_column(head, no_wrap=whole, overflow="ellipsis" if whole else "fold")
+    for f, name in zip(folders, names, strict=True):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
-        # a run directly in ROOT or in a sweep is named by its id; one deeper by its path
-        name = f.run_id if f.path.parent == root or f.path in sweeps else (
-            f.path.relative_to(root).as_posix())
         cells = [Text(name), *([Text(sweeps.get(f.path, "-"))] if sweeps else []),
                  *(Text(_text(_value(f, c))) for c in columns),
                  Text("damaged", style="bold red") if f.damaged else Text(outcome),
