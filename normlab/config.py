@@ -59,51 +59,64 @@ class ModelConfig(_Frozen):
     kind: Literal["decoder", "encoder"] = Field(
         "decoder", description="decoder: causal LM head; encoder: bidirectional + classifier"
     )
-    vocab_size: int = Field(256, ge=2)
-    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS)
-    d_model: int = Field(256, ge=2)
-    n_heads: int = Field(4, ge=1)
+    vocab_size: int = Field(256, ge=2, description="token ids; normlab's byte data needs 256")
+    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS, description="Transformer blocks L (depth)")
+    d_model: int = Field(256, ge=2, description="width d of the residual stream")
+    n_heads: int = Field(4, ge=1, description="attention heads; must divide d_model")
     d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4*d (8/3*d SwiGLU)")
-    max_seq_len: int = Field(256, ge=1)
-    positions: Literal["learned", "rope"] = "learned"
-    rope_base: float = Field(10000.0, gt=1.0)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
+    max_seq_len: int = Field(256, ge=1, description="longest sequence (learned positions)")
+    positions: Literal["learned", "rope"] = Field(
+        "learned", description="learned absolute position embeddings, or rotary (RoPE)")
+    rope_base: float = Field(10000.0, gt=1.0, description="RoPE frequency base")
+    mlp: Literal["gelu", "swiglu"] = Field(
+        "gelu", description="MLP: GELU (GPT-2) or SwiGLU (LLaMA)")
     gelu_approx: Literal["none", "tanh"] = Field(
         "none", description="GELU of the gelu MLP: exact (none) or the tanh approximation (GPT-2)"
     )
-    bias: bool = True
-    tie_embeddings: bool = True
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bias: bool = Field(True, description="biases on the linear maps")
+    tie_embeddings: bool = Field(True, description="output head shares the token embedding")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0,
+                           description="dropout on attention weights and branch outputs")
     n_classes: int = Field(3, ge=2, description="classifier outputs (encoder only)")
-    pooling: Literal["mean", "first"] = "mean"
+    pooling: Literal["mean", "first"] = Field(
+        "mean", description="classifier pooling over positions (encoder only)")
 
-    norm: NormKind = "layernorm"
+    norm: NormKind = Field("layernorm", description="kind of every norm the placement puts in")
     norm_bias: bool = Field(True, description="LayerNorm with a bias (beta) or without")
-    norm_eps: float = Field(1e-5, gt=0.0)
+    norm_eps: float = Field(1e-5, gt=0.0, description="epsilon of LayerNorm and RMSNorm")
     dyt_alpha: float = Field(0.5, gt=0.0, description="initial alpha of DyT")
     out_norm: NormKind | None = Field(
         None, description="kind of the branch-output norm of sandwich/peri (default: norm)"
     )
 
-    placement: Placement = "pre"
+    placement: Placement = Field(
+        "pre", description="where the norms go relative to the residual (`normlab plan`)")
     block_placements: tuple[BlockPlacement, ...] | None = Field(
         None, description="one placement per block (placement=custom)"
     )
-    final_norm: Literal["auto", "on", "off"] = "auto"
+    final_norm: Literal["auto", "on", "off"] = Field(
+        "auto", description="norm before the head; auto: on where the placement leaves the "
+        "stream unnormalized (pre, sandwich, peri, lns, resi_dual, hybrid)")
     embed_norm: bool | None = Field(None, description="norm on the embedding output (peri: on)")
     residual_attention: bool = Field(False, description="RealFormer residual attention scores")
 
-    init: InitScheme | None = Field(None, description="default: the placement's paper")
-    init_std: float = Field(0.02, gt=0.0)
+    init: InitScheme | None = Field(
+        None, description="init scheme; null: the placement's paper's (pre: gpt2_scaled, post: "
+        "xavier; `normlab plan` prints it)")
+    init_std: float = Field(0.02, gt=0.0, description="std of the normal-based inits")
     deepnorm_arch: DeepNormArch | None = Field(
         None, description="which DeepNet table row sets alpha/beta (default from kind)"
     )
-    deepnorm_alpha: float | None = Field(None, gt=0.0)
-    deepnorm_beta: float | None = Field(None, gt=0.0)
+    deepnorm_alpha: float | None = Field(
+        None, gt=0.0, description="DeepNorm residual scale; default from the DeepNet table")
+    deepnorm_beta: float | None = Field(
+        None, gt=0.0, description="DeepNorm init gain; default from the DeepNet table")
     deepnorm_other_blocks: int | None = Field(
         None, ge=1, description="decoder blocks M (encdec_encoder) or encoder blocks N"
     )
-    admin_omega: Literal["closed_form", "profile"] | float = "closed_form"
+    admin_omega: Literal["closed_form", "profile"] | float = Field(
+        "closed_form", description="Admin's initial omega: closed form, profiled on a batch, "
+        "or a number")
     mix_switch: int | float = Field(
         0.25, description="Mix-LN: blocks before the switch are post; an int count or a ratio"
     )
@@ -401,8 +414,8 @@ class DataConfig(_Frozen):
         "shakespeare", description="shakespeare, a .txt file, a folder of .txt files, or a list"
     )
     val_fraction: float = Field(0.1, gt=0.0, le=0.5, description="bytes held out as whole works")
-    split_seed: int = Field(0, ge=0)
-    seq_len: int = Field(128, ge=2)
+    split_seed: int = Field(0, ge=0, description="seed of the choice of held-out works")
+    seq_len: int = Field(128, ge=2, description="tokens per training sequence")
 
 
 MAX_NAME = 80
@@ -412,25 +425,29 @@ TAG = re.compile(rf"[A-Za-z0-9_.:/-]{{1,{MAX_NAME}}}")
 class TrainConfig(_Frozen):
     """Optimizer, schedule, divergence detection, logging and checkpointing of one run."""
 
-    steps: int = Field(200, ge=1)
-    batch_size: int = Field(16, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
-    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = "cosine"
+    steps: int = Field(200, ge=1, description="optimizer steps")
+    batch_size: int = Field(16, ge=1, description="sequences per step (all processes together)")
+    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per step")
+    lr: float = Field(1e-3, gt=0.0, description="peak AdamW learning rate")
+    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = Field(
+        "cosine", description="lr after warmup: constant, cosine or linear decay to the floor, "
+        "or lr * sqrt(warmup/step)")
     warmup: int = Field(0, ge=0, description="linear warmup steps (0 allowed)")
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="decay floor, as a share of lr")
-    weight_decay: float = Field(0.1, ge=0.0)
-    beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    beta2: float = Field(0.95, ge=0.0, lt=1.0)
-    eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(
+        0.1, ge=0.0, description="AdamW decay of weight matrices (not norms, biases, embeddings)")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1")
+    beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW beta2")
+    eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon")
     grad_clip: float | None = Field(1.0, gt=0.0, description="max grad norm; null disables")
-    eval_every: int = Field(50, ge=0, description="0: only at the end")
-    eval_batches: int = Field(8, ge=1)
-    log_every: int = Field(10, ge=1)
+    eval_every: int = Field(50, ge=0, description="steps between evaluations; 0: only at the end")
+    eval_batches: int = Field(8, ge=1, description="held-out batches per evaluation")
+    log_every: int = Field(10, ge=1, description="steps between metrics.jsonl records")
     block_stats_every: int | None = Field(
         None, ge=0, description="per-block grad/stream norms every N steps; null: on logged "
         "steps, at most every 10th; 0: off")
-    checkpoint_every: int = Field(0, ge=0, description="0: only at the end and on a signal")
+    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0: only at "
+                                  "the end and on a signal")
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
     # A model that has not beaten the unigram predictor by a tenth of a nat has learned no
@@ -440,10 +457,11 @@ class TrainConfig(_Frozen):
     stall_margin: float = Field(
         0.1, ge=0.0, description="a run that ends with val loss above the unigram entropy of its "
         "training bytes minus this (nats) is `stalled`: it learned no context")
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="where to train; auto: cuda, then mps, then cpu")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="bf16: autocast matrix work to bfloat16, fp32 master weights")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="seed of the init, the batches and dropout")
     compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
     activation_checkpointing: bool = Field(
         False, description="recompute each block in the backward pass: memory of one block's "
