@@ -17,7 +17,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from normlab import __version__
-from normlab.app import SetOpt, app, check_output_folder
+from normlab.app import SetOpt, app, check_output_folder, finite
 from normlab.config import (
     MAX_BLOCKS,
     PLACEMENTS,
@@ -184,6 +184,31 @@ def runs(root: Annotated[Path, typer.Argument(
         console.print(table)
     finally:
         console.width = width
+
+
+@app.command()
+def sample(
+    run_dir: Annotated[Path, typer.Argument(
+        metavar="RUN_DIR", help="a finished run folder (runs/<run_id>)")],
+    prompt: Annotated[str, typer.Option(help="text the model continues")] = "\n",
+    tokens: Annotated[int, typer.Option(min=1, help="bytes to generate")] = 200,
+    temperature: Annotated[float, typer.Option(
+        min=0, callback=finite, help="softmax temperature; 0: the most likely byte each time")
+    ] = 0.8,
+    top_k: Annotated[int | None, typer.Option(
+        min=1, max=256, help="draw from the K most likely bytes only [default: all]")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the draws")] = 0,
+) -> None:
+    """Generate text from a trained run. The run's byte-level model continues the prompt (as
+    nanoGPT's sample.py); the prompt and its continuation are printed."""
+    from normlab.sample import SampleError, sample_run
+
+    try:
+        text = sample_run(run_dir, prompt, tokens=tokens, temperature=temperature, top_k=top_k,
+                          seed=seed)
+    except SampleError as e:
+        fail(str(e))
+    sys.stdout.write(prompt + text + ("" if text.endswith("\n") else "\n"))
 
 
 def _natural_width(table: Table) -> int:

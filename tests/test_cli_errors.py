@@ -137,6 +137,9 @@ CASES = [
     ("report runs --out dir.yaml", "dir.yaml is a folder"),
     ("report nope", "nope"),
     ("runs afile", "afile"),
+    ("sample nope", "nope: no such run folder"),
+    ("sample runs", "runs: not a run folder"),
+    ("sample afile --tokens 0", "--tokens"),
     # a near miss is named: "did you mean", for fields and for values
     ("train --set model.placment=pre", "model.placment: unknown field (did you mean 'placement'?)"),
     ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
