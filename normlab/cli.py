@@ -290,8 +290,8 @@ class LazyCommands(TyperGroup):
     """The root command group: the core commands are defined, the others are named in
     `LAZY_COMMANDS` and imported on first use."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*self.commands, *(n for n in LAZY_COMMANDS if n not in self.commands)]
+    def list_commands(self, ctx: click.Context | None) -> list[str]:
+        return [*(n for n in self.commands if n not in LAZY_COMMANDS), *LAZY_COMMANDS]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
@@ -318,7 +318,10 @@ def load_commands() -> click.Group:
     """Every command imported: the whole command tree, as `normlab --help` names it."""
     for module, _ in LAZY_COMMANDS.values():
         importlib.import_module(module)
-    return typer.main.get_command(app)
+    group = typer.main.get_command(app)
+    assert isinstance(group, LazyCommands)
+    group.commands = {name: group.commands[name] for name in group.list_commands(None)}
+    return group
 
 
 def _version(value: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -54,3 +55,11 @@ def test_version():
     r = CliRunner().invoke(app, ["--version"])
     assert r.exit_code == 0
     assert r.output.strip() == f"normlab {normlab.__version__}"
+
+
+def test_the_readme_command_table_names_every_command():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    table = readme.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    for name in load_commands().commands:
+        assert f"| `normlab {name}" in table, name
+    assert "| `normlab --version`" in table

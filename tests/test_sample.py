@@ -88,3 +88,14 @@ def test_a_folder_that_cannot_be_sampled_is_named(runs, tmp_path, target, needle
 def test_bad_settings_exit_2(runs, args, needle):
     r = cli(runs["done"], *args)
     assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_the_documented_python_example_runs(runs, capsys):
+    """docs/probes.md's `load_trained_model` example, on a tiny trained run."""
+    doc = (Path(__file__).parents[1] / "docs" / "probes.md").read_text()
+    section = doc.split("A trained run from Python:", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "load_trained_model(" in code and "generate(" in code
+    code = code.replace('"runs/<run_id>"', repr(str(runs["done"])))
+    exec(compile(code, "docs/probes.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("ROMEO:")
