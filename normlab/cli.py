@@ -190,7 +190,8 @@ def runs(root: Annotated[Path, typer.Argument(
 def sample(
     run_dir: Annotated[Path, typer.Argument(
         metavar="RUN_DIR", help="a finished run folder (runs/<run_id>)")],
-    prompt: Annotated[str, typer.Option(help="text the model continues")] = "\n",
+    prompt: Annotated[str, typer.Option(help="text the model continues",
+                                        show_default="a newline")] = "\n",
     tokens: Annotated[int, typer.Option(min=1, help="bytes to generate")] = 200,
     temperature: Annotated[float, typer.Option(
         min=0, callback=finite, help="softmax temperature; 0: the most likely byte each time")
