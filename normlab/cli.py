@@ -6,12 +6,12 @@ exits with status 2 and one message.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 from rich.table import Table
 from typer.core import TyperGroup
@@ -291,10 +291,10 @@ class LazyCommands(TyperGroup):
     """The root command group: the core commands are defined, the others are named in
     `LAZY_COMMANDS` and imported on first use."""
 
-    def list_commands(self, ctx: click.Context | None) -> list[str]:
+    def list_commands(self, ctx: typer.Context | None) -> list[str]:
         return [*(n for n in self.commands if n not in LAZY_COMMANDS), *LAZY_COMMANDS]
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
         if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
             importlib.import_module(LAZY_COMMANDS[cmd_name][0])
             self.commands.update(
@@ -302,12 +302,20 @@ class LazyCommands(TyperGroup):
                 if name not in self.commands)
         return self.commands.get(cmd_name)
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+        """An unknown command gets a "did you mean" among all commands, loaded or not."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in self.list_commands(ctx):
+            near = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(n) for n in names)
         rows = [(n, self.commands[n].get_short_help_str(limit) if n in self.commands
-                 else click.utils.make_default_short_help(LAZY_COMMANDS[n][1], limit))
-                for n in names]
+                 else LAZY_COMMANDS[n][1]) for n in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -315,7 +323,7 @@ class LazyCommands(TyperGroup):
 app.info.cls = LazyCommands
 
 
-def load_commands() -> click.Group:
+def load_commands() -> LazyCommands:
     """Every command imported: the whole command tree, as `normlab --help` names it."""
     for module, _ in LAZY_COMMANDS.values():
         importlib.import_module(module)

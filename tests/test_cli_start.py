@@ -63,3 +63,11 @@ def test_the_readme_command_table_names_every_command():
     for name in load_commands().commands:
         assert f"| `normlab {name}" in table, name
     assert "| `normlab --version`" in table
+
+
+def test_a_mistyped_command_is_matched_against_every_command():
+    # in a fresh process, where no lazily imported command is loaded yet
+    r = subprocess.run([sys.executable, "-m", "normlab", "prob"], capture_output=True,
+                       text=True, cwd=Path(__file__).parents[1])
+    assert r.returncode == 2
+    assert "Did you mean 'probe', 'probe-hf'?" in r.stderr
