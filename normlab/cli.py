@@ -131,7 +131,8 @@ def train(
                               highlight=False)
         raise typer.Exit(_train_exit_code(summary["outcome"]))
     outcome = summary["outcome"]
-    line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
+    named = f" ({cfg.train.name})" if cfg.train.name else ""
+    line = f"{summary['run_id']}{named}: {outcome} at step {summary['step']}"
     if summary.get("reason"):
         line += f" ({summary['reason']})"
     for key in ("train_loss", "val_loss"):

@@ -169,3 +169,10 @@ def test_bad_names_and_tags_are_refused_by_name(setting, why):
 
     with pytest.raises(ConfigError, match=why):
         tiny(setting)
+
+
+def test_train_names_the_run_it_finished(tmp_path):
+    sets = [f"--set={s}" for s in [*TINY, "train.name=my run"]]
+    r = CliRunner().invoke(app, ["train", *sets, f"--root={tmp_path}", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert f"{tiny().run_id()} (my run): " in r.output
