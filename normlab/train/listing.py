@@ -59,19 +59,21 @@ def described_config(folder: RunFolder) -> dict[str, Any]:
     return folder.raw_config | {"model": resolved}
 
 
-def run_columns(folders: list[RunFolder]) -> list[str]:
-    """The fields in which the readable runs differ: config paths, then `meta.*` fields."""
-    readable = [f for f in folders if not f.damaged]
-    flats = [flatten(described_config(f)) for f in readable]
-    columns = list(dict.fromkeys([*label_paths(flats), *varying_paths(flats)]))
-    meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS} for f in readable])
+def run_columns(folders: list[RunFolder], flats: list[dict[str, Any]]) -> list[str]:
+    """The fields in which the readable runs differ (config paths, `flats` being each folder's
+    `described_config` flattened), then `meta.*` fields."""
+    readable = [(f, flat) for f, flat in zip(folders, flats, strict=True) if not f.damaged]
+    configs = [flat for _, flat in readable]
+    columns = list(dict.fromkeys([*label_paths(configs), *varying_paths(configs)]))
+    meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS}
+                          for f, _ in readable])
     return columns + meta
 
 
-def _value(folder: RunFolder, path: str) -> Any:
+def _value(folder: RunFolder, flat: dict[str, Any], path: str) -> Any:
     if path.startswith("meta."):
         return folder.meta.get(path[len("meta."):])
-    return flatten(described_config(folder)).get(path)
+    return flat.get(path)
 
 
 def _text(v: Any) -> str:
@@ -115,7 +117,8 @@ def runs_table(root: Path):
     paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
     sweeps = sweep_names(root, paths)
     folders = [read_run_folder(p) for p in paths]
-    columns = run_columns(folders)
+    flats = [flatten(described_config(f)) for f in folders]
+    columns = run_columns(folders, flats)
     damaged = sum(f.damaged for f in folders)
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
     table = Table(title=Text(title))
@@ -130,12 +133,12 @@ def runs_table(root: Path):
     for head in heads[1:]:
         whole = head in RESULT_HEADS
         table.add_column(head, no_wrap=whole, overflow="ellipsis" if whole else "fold")
-    for f, name in zip(folders, names, strict=True):
+    for f, flat, name in zip(folders, flats, names, strict=True):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
         cells = [Text(name), *([Text(sweeps.get(f.path, "-"))] if sweeps else []),
-                 *(Text(_text(_value(f, c))) for c in columns),
+                 *(Text(_text(_value(f, flat, c))) for c in columns),
                  Text("damaged", style="bold red") if f.damaged else Text(outcome),
                  Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
                  Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
