@@ -276,7 +276,7 @@ def advise(
 # The commands kept with their libraries register themselves on `app` when their module is
 # imported; a module is imported only when its command runs (or its help is asked for), so that
 # `normlab --help` and the core commands above do not pay for torch. The command list of
-# `normlab --help` shows each one's first sentence from here (tests/test_cli_help.py checks that
+# `normlab --help` shows each one's first sentence from here (tests/test_cli_start.py checks that
 # it is the command's own), in this order, after the core commands.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("normlab.probe.command", "Probe stability and effective depth of a model."),

@@ -71,3 +71,10 @@ def test_a_mistyped_command_is_matched_against_every_command():
                        text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 2
     assert "Did you mean 'probe', 'probe-hf'?" in r.stderr
+
+
+def test_the_version_is_the_packages():
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert meta["project"]["version"] == normlab.__version__
