@@ -1,18 +1,23 @@
-"""The command line, its top layer: the core commands (plan, train, runs, advise) and the
-import of every other command module, each of which registers itself on `normlab.app.app`.
-Nothing imports this module but the entry points. Bad input exits with status 2 and one message.
+"""The command line, its top layer: the core commands (plan, train, runs, advise, sample) and
+the lazy import of every other command module, each of which registers itself on
+`normlab.app.app` when imported. Nothing imports this module but the entry points. Bad input
+exits with status 2 and one message.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from typer.core import TyperGroup
 
-from normlab.app import SetOpt, app, check_output_folder
+from normlab import __version__
+from normlab.app import SetOpt, app, check_output_folder, finite
 from normlab.config import (
     MAX_BLOCKS,
     PLACEMENTS,
@@ -126,7 +131,8 @@ def train(
                               highlight=False)
         raise typer.Exit(_train_exit_code(summary["outcome"]))
     outcome = summary["outcome"]
-    line = f"{summary['run_id']}: {outcome} at step {summary['step']}"
+    named = f" ({cfg.train.name})" if cfg.train.name else ""
+    line = f"{summary['run_id']}{named}: {outcome} at step {summary['step']}"
     if summary.get("reason"):
         line += f" ({summary['reason']})"
     for key in ("train_loss", "val_loss"):
@@ -169,7 +175,47 @@ def runs(root: Annotated[Path, typer.Argument(
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
-    console.print(runs_table(root))
+    table = runs_table(root)
+    if console.is_terminal:
+        console.print(table)
+        return
+    width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs
+    console.width = max(width, _natural_width(table))
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+@app.command()
+def sample(
+    run_dir: Annotated[Path, typer.Argument(
+        metavar="RUN_DIR", help="a finished run folder (runs/<run_id>)")],
+    prompt: Annotated[str, typer.Option(help="text the model continues",
+                                        show_default="a newline")] = "\n",
+    tokens: Annotated[int, typer.Option(min=1, help="bytes to generate")] = 200,
+    temperature: Annotated[float, typer.Option(
+        min=0, callback=finite, help="softmax temperature; 0: the most likely byte each time")
+    ] = 0.8,
+    top_k: Annotated[int | None, typer.Option(
+        min=1, max=256, help="draw from the K most likely bytes only [default: all]")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="seed of the draws")] = 0,
+) -> None:
+    """Generate text from a trained run. The run's byte-level model continues the prompt (as
+    nanoGPT's sample.py); the prompt and its continuation are printed."""
+    from normlab.sample import SampleError, sample_run
+
+    try:
+        text = sample_run(run_dir, prompt, tokens=tokens, temperature=temperature, top_k=top_k,
+                          seed=seed)
+    except SampleError as e:
+        fail(str(e))
+    sys.stdout.write(prompt + text + ("" if text.endswith("\n") else "\n"))
+
+
+def _natural_width(table: Table) -> int:
+    """The width at which `table` needs no folding."""
+    return console.measure(table, options=console.options.update_width(10_000)).maximum
 
 
 @app.command()
@@ -227,16 +273,78 @@ def advise(
         console.print(f"  - {reason}", highlight=False)
 
 
-# The commands kept with their libraries register themselves on `app` when imported; after the
-# core ones above, in the order of `normlab --help`.
-# isort: off
-import normlab.probe.command  # noqa: E402,F401
-import normlab.interop.command  # noqa: E402,F401  (probe-hf)
-import normlab.study.command  # noqa: E402,F401
-import normlab.report.command  # noqa: E402,F401
-import normlab.finetune_command  # noqa: E402,F401
-import normlab.sweep.command  # noqa: E402,F401
-# isort: on
+# The commands kept with their libraries register themselves on `app` when their module is
+# imported; a module is imported only when its command runs (or its help is asked for), so that
+# `normlab --help` and the core commands above do not pay for torch. The command list of
+# `normlab --help` shows each one's first sentence from here (tests/test_cli_start.py checks that
+# it is the command's own), in this order, after the core commands.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("normlab.probe.command", "Probe stability and effective depth of a model."),
+    "probe-hf": ("normlab.interop.command", "Probe real checkpoints (Hugging Face, GGUF) offline."),
+    "study": ("normlab.study.command", "Put the Pre-Norm vs Post-Norm claims to the test."),
+    "report": ("normlab.report.command", "Write one self-contained HTML report."),
+    "finetune": ("normlab.finetune_command", "Fine-tune a trained run on a Shakespeare task."),
+    "sweep": ("normlab.sweep.command", "Many runs from one spec, resumable."),
+}
+
+
+class LazyCommands(TyperGroup):
+    """The root command group: the core commands are defined, the others are named in
+    `LAZY_COMMANDS` and imported on first use."""
+
+    def list_commands(self, ctx: typer.Context | None) -> list[str]:
+        return [*(n for n in self.commands if n not in LAZY_COMMANDS), *LAZY_COMMANDS]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            importlib.import_module(LAZY_COMMANDS[cmd_name][0])
+            self.commands.update(
+                (name, cmd) for name, cmd in typer.main.get_group(app).commands.items()
+                if name not in self.commands)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> Any:
+        """An unknown command gets a "did you mean" among all commands, loaded or not."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in self.list_commands(ctx):
+            near = difflib.get_close_matches(name, self.list_commands(ctx))
+            hint = f" Did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: typer.Context, formatter: Any) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, self.commands[n].get_short_help_str(limit) if n in self.commands
+                 else LAZY_COMMANDS[n][1]) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+app.info.cls = LazyCommands
+
+
+def load_commands() -> LazyCommands:
+    """Every command imported: the whole command tree, as `normlab --help` names it."""
+    for module, _ in LAZY_COMMANDS.values():
+        importlib.import_module(module)
+    group = typer.main.get_command(app)
+    assert isinstance(group, LazyCommands)
+    group.commands = {name: group.commands[name] for name in group.list_commands(None)}
+    return group
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"normlab {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="print the version and exit")
+          ] = False) -> None:
+    """normlab: where the normalization goes in a Transformer."""
 
 
 def main() -> None:

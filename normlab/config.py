@@ -7,6 +7,7 @@ rejected with one message per problem naming the field and the allowed values (`
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import re
@@ -58,14 +59,15 @@ class ModelConfig(_Frozen):
     kind: Literal["decoder", "encoder"] = Field(
         "decoder", description="decoder: causal LM head; encoder: bidirectional + classifier"
     )
-    vocab_size: int = Field(256, ge=2)
-    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS)
-    d_model: int = Field(256, ge=2)
-    n_heads: int = Field(4, ge=1)
+    vocab_size: int = Field(256, ge=2, description="token ids; normlab's byte data needs 256")
+    n_blocks: int = Field(6, ge=1, le=MAX_BLOCKS, description="Transformer blocks L (depth)")
+    d_model: int = Field(256, ge=2, description="width d of the residual stream")
+    n_heads: int = Field(4, ge=1, description="attention heads; must divide d_model")
     d_ff: int | None = Field(None, ge=1, description="MLP hidden width; default 4*d (8/3*d SwiGLU)")
-    max_seq_len: int = Field(256, ge=1)
-    positions: Literal["learned", "rope"] = "learned"
-    rope_base: float = Field(10000.0, gt=1.0)
+    max_seq_len: int = Field(256, ge=1, description="longest sequence (learned positions)")
+    positions: Literal["learned", "rope"] = Field(
+        "learned", description="learned absolute position embeddings, or rotary (RoPE)")
+    rope_base: float = Field(10000.0, gt=1.0, description="RoPE frequency base")
     mlp: Literal["gelu", "swiglu", "relu"] = Field(
         "gelu", description="MLP activation: gelu, swiglu (gated), or relu (Vaswani et al. 2017; "
         "the FFN of Xiong et al.'s analysis, with d_ff = d_model)"
@@ -84,35 +86,44 @@ class ModelConfig(_Frozen):
     gelu_approx: Literal["none", "tanh"] = Field(
         "none", description="GELU of the gelu MLP: exact (none) or the tanh approximation (GPT-2)"
     )
-    bias: bool = True
-    tie_embeddings: bool = True
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    bias: bool = Field(True, description="biases on the linear maps")
+    tie_embeddings: bool = Field(True, description="output head shares the token embedding")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0,
+                           description="dropout on attention weights and branch outputs")
     n_classes: int = Field(3, ge=2, description="classifier outputs (encoder only)")
-    pooling: Literal["mean", "first"] = "mean"
+    pooling: Literal["mean", "first"] = Field(
+        "mean", description="classifier pooling over positions (encoder only)")
 
-    norm: NormKind = "layernorm"
+    norm: NormKind = Field("layernorm", description="kind of every norm the placement puts in")
     norm_bias: bool = Field(True, description="LayerNorm with a bias (beta) or without")
-    norm_eps: float = Field(1e-5, gt=0.0)
+    norm_eps: float = Field(1e-5, gt=0.0, description="epsilon of LayerNorm and RMSNorm")
     dyt_alpha: float = Field(0.5, gt=0.0, description="initial alpha of DyT")
     out_norm: NormKind | None = Field(
         None, description="kind of the branch-output norm of sandwich/peri (default: norm)"
     )
 
-    placement: Placement = "pre"
+    placement: Placement = Field(
+        "pre", description="where the norms go relative to the residual (`normlab plan`)")
     block_placements: tuple[BlockPlacement, ...] | None = Field(
         None, description="one placement per block (placement=custom)"
     )
-    final_norm: Literal["auto", "on", "off"] = "auto"
+    final_norm: Literal["auto", "on", "off"] = Field(
+        "auto", description="norm before the head; auto: on where the placement leaves the "
+        "stream unnormalized (pre, sandwich, peri, lns, resi_dual, hybrid)")
     embed_norm: bool | None = Field(None, description="norm on the embedding output (peri: on)")
     residual_attention: bool = Field(False, description="RealFormer residual attention scores")
 
-    init: InitScheme | None = Field(None, description="default: the placement's paper")
-    init_std: float = Field(0.02, gt=0.0)
+    init: InitScheme | None = Field(
+        None, description="init scheme; null: the placement's paper's (pre: gpt2_scaled, post: "
+        "xavier; `normlab plan` prints it)")
+    init_std: float = Field(0.02, gt=0.0, description="std of the normal-based inits")
     deepnorm_arch: DeepNormArch | None = Field(
         None, description="which DeepNet table row sets alpha/beta (default from kind)"
     )
-    deepnorm_alpha: float | None = Field(None, gt=0.0)
-    deepnorm_beta: float | None = Field(None, gt=0.0)
+    deepnorm_alpha: float | None = Field(
+        None, gt=0.0, description="DeepNorm residual scale; default from the DeepNet table")
+    deepnorm_beta: float | None = Field(
+        None, gt=0.0, description="DeepNorm init gain; default from the DeepNet table")
     deepnorm_other_blocks: int | None = Field(
         None, ge=1, description="decoder blocks M (encdec_encoder) or encoder blocks N"
     )
@@ -361,16 +372,31 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
         loc = ".".join(str(p) for p in parts)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            allowed = ", ".join(sorted(_section_class(cls, item["loc"][:-1]).model_fields))
-            msg = f"unknown field; known fields are: {allowed}"
+            known = sorted(_section_class(cls, item["loc"][:-1]).model_fields)
+            msg = (f"unknown field{did_you_mean(str(item['loc'][-1]), known)}; known fields are: "
+                   f"{', '.join(known)}")
         elif item["type"] == "literal_error":
-            msg = f"{msg}, got {item.get('input')!r}"
+            got = item.get("input")
+            valid = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+            hint = did_you_mean(got, valid) if isinstance(got, str) else ""
+            msg = f"{msg}, got {got!r}{hint}"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         by_loc.setdefault(loc, []).append(msg)
     lines = [f"{loc}: {'; or '.join(dict.fromkeys(msgs))}" if loc else "; ".join(msgs)
              for loc, msgs in by_loc.items()]
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """`" (did you mean 'placement'?)"` for the choice closest to a mistyped `word` (one that
+    starts with it or it starts with, else difflib's closest match), or "" when none is close."""
+    lowered = word.lower()
+    near = [c for c in choices if c != word and (
+        c.lower().startswith(lowered) or lowered.startswith(c.lower()))]
+    near = sorted(near, key=lambda c: abs(len(c) - len(word)))[:1] or difflib.get_close_matches(
+        word, choices, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]!r}?)" if near and word else ""
 
 
 def _section_class(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:
@@ -429,32 +455,40 @@ class DataConfig(_Frozen):
         "shakespeare", description="shakespeare, a .txt file, a folder of .txt files, or a list"
     )
     val_fraction: float = Field(0.1, gt=0.0, le=0.5, description="bytes held out as whole works")
-    split_seed: int = Field(0, ge=0)
-    seq_len: int = Field(128, ge=2)
+    split_seed: int = Field(0, ge=0, description="seed of the choice of held-out works")
+    seq_len: int = Field(128, ge=2, description="tokens per training sequence")
+
+
+MAX_NAME = 80
+TAG = re.compile(rf"[A-Za-z0-9_.:/-]{{1,{MAX_NAME}}}")
 
 
 class TrainConfig(_Frozen):
     """Optimizer, schedule, divergence detection, logging and checkpointing of one run."""
 
-    steps: int = Field(200, ge=1)
-    batch_size: int = Field(16, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    lr: float = Field(1e-3, gt=0.0)
-    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = "cosine"
+    steps: int = Field(200, ge=1, description="optimizer steps")
+    batch_size: int = Field(16, ge=1, description="sequences per step (all processes together)")
+    grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per step")
+    lr: float = Field(1e-3, gt=0.0, description="peak AdamW learning rate")
+    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = Field(
+        "cosine", description="lr after warmup: constant, cosine or linear decay to the floor, "
+        "or lr * sqrt(warmup/step)")
     warmup: int = Field(0, ge=0, description="linear warmup steps (0 allowed)")
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="decay floor, as a share of lr")
-    weight_decay: float = Field(0.1, ge=0.0)
-    beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    beta2: float = Field(0.95, ge=0.0, lt=1.0)
-    eps: float = Field(1e-8, gt=0.0)
+    weight_decay: float = Field(
+        0.1, ge=0.0, description="AdamW decay of weight matrices (not norms, biases, embeddings)")
+    beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1")
+    beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW beta2")
+    eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon")
     grad_clip: float | None = Field(1.0, gt=0.0, description="max grad norm; null disables")
-    eval_every: int = Field(50, ge=0, description="0: only at the end")
-    eval_batches: int = Field(8, ge=1)
-    log_every: int = Field(10, ge=1)
+    eval_every: int = Field(50, ge=0, description="steps between evaluations; 0: only at the end")
+    eval_batches: int = Field(8, ge=1, description="held-out batches per evaluation")
+    log_every: int = Field(10, ge=1, description="steps between metrics.jsonl records")
     block_stats_every: int | None = Field(
         None, ge=0, description="per-block grad/stream norms every N steps; null: on logged "
         "steps, at most every 10th; 0: off")
-    checkpoint_every: int = Field(0, ge=0, description="0: only at the end and on a signal")
+    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0: only at "
+                                  "the end and on a signal")
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
     # A model that has not beaten the unigram predictor by a tenth of a nat has learned no
@@ -464,14 +498,43 @@ class TrainConfig(_Frozen):
     stall_margin: float = Field(
         0.1, ge=0.0, description="a run that ends with val loss above the unigram entropy of its "
         "training bytes minus this (nats) is `stalled`: it learned no context")
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="where to train; auto: cuda, then mps, then cpu")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32", description="bf16: autocast matrix work to bfloat16, fp32 master weights")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, description="seed of the init, the batches and dropout")
     compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
     activation_checkpointing: bool = Field(
         False, description="recompute each block in the backward pass: memory of one block's "
         "activations instead of all, for about one extra forward")
+    name: str | None = Field(
+        None, min_length=1, max_length=MAX_NAME, description="the run's name, shown by `normlab "
+        "runs`, reports and summary.json; a label, not part of the run id")
+    tags: tuple[str, ...] = Field(
+        (), description="labels for the run (letters, digits and - _ . : /), shown with its name; "
+        "not part of the run id")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and (value != value.strip() or not value.isprintable()):
+            raise ValueError("a name is one line of printable text, without leading or trailing "
+                             "spaces")
+        return value
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        if isinstance(value, str):  # `--set train.tags=baseline`: one tag
+            value = (value,)
+        if isinstance(value, (list, tuple)):
+            for tag in value:
+                if not isinstance(tag, str) or not TAG.fullmatch(tag):
+                    raise ValueError(f"tag {tag!r}: use 1 to {MAX_NAME} letters, digits and "
+                                     "- _ . : / (e.g. baseline, lr-sweep)")
+            if len(set(value)) < len(value):
+                raise ValueError("a tag is given twice; give each once")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -481,6 +544,8 @@ class TrainConfig(_Frozen):
 
 
 EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
+# A run's name and tags label it; they say nothing about what is computed.
+LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
 HASHED_WHEN_SET = ("stall_margin",)
@@ -530,10 +595,11 @@ class RunConfig(_Frozen):
 
         The execution options (`EXECUTION_OPTIONS`) change how a run is computed, not what, so
         they are left out: a run started with them can be resumed without, and the other way.
+        So are its name and tags (`LABELS`): the same config under another name is the same run.
         The fields of `HASHED_WHEN_SET` count only when they differ from their default.
         """
         data = self.to_dict()
-        for key in EXECUTION_OPTIONS:
+        for key in EXECUTION_OPTIONS + LABELS:
             data["train"].pop(key, None)
         for key in HASHED_WHEN_SET:
             if data["train"][key] == TrainConfig.model_fields[key].default:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import typer
 from typer.testing import CliRunner
 
-from normlab.cli import app
+from normlab.cli import app, load_commands
 from normlab.config import (
     ConfigError,
     DataConfig,
@@ -48,6 +47,7 @@ def files(tmp_path_factory) -> Path:
     (d / "dupspec.yaml").write_text(SPEC + "axes:\n  train.warmup: [0]\n")
     (d / "basesec.yaml").write_text(SPEC.replace("train: {steps: 2}", "train: 5"))
     (d / "huge.yaml").write_text(SPEC.replace("steps: 2", "steps: 2, batch_size: 100000000"))
+    (d / "prenorm.yaml").write_text("model:\n  placement: prenorm\n")
     (d / "runs").mkdir()
     return d
 
@@ -137,6 +137,14 @@ CASES = [
     ("report runs --out dir.yaml", "dir.yaml is a folder"),
     ("report nope", "nope"),
     ("runs afile", "afile"),
+    ("sample nope", "nope: no such run folder"),
+    ("sample runs", "runs: not a run folder"),
+    ("sample afile --tokens 0", "--tokens"),
+    # a near miss is named: "did you mean", for fields and for values
+    ("train --set model.placment=pre", "model.placment: unknown field (did you mean 'placement'?)"),
+    ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
+    ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
+    ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
 ]
 
 
@@ -163,7 +171,7 @@ def _paths(cmd, path=()):
 
 
 def test_the_fuzz_set_covers_every_command():
-    commands = {" ".join(p) for p in _paths(typer.main.get_command(app))
+    commands = {" ".join(p) for p in _paths(load_commands())
                 if p and not hasattr(_command(p), "commands")}
     covered = {" ".join(line.split()[:2]) if line.startswith("sweep") else line.split()[0]
                for line, _ in CASES}
@@ -171,7 +179,7 @@ def test_the_fuzz_set_covers_every_command():
 
 
 def _command(path):
-    cmd = typer.main.get_command(app)
+    cmd = load_commands()
     for name in path:
         cmd = cmd.commands[name]
     return cmd
@@ -264,3 +272,34 @@ def test_a_run_that_fits_is_not_refused():
     from normlab.memory import check_run_fits
 
     check_run_fits(load_run_config(None, []))  # the default run: a few hundred MiB
+
+
+def test_a_file_where_the_run_folder_goes_is_named(files, monkeypatch):
+    from normlab.config import load_run_config
+
+    monkeypatch.chdir(files)
+    sets = ["--set=train.steps=1", "--set=model.n_blocks=1", "--set=model.d_model=16"]
+    run_id = load_run_config(None, [s.removeprefix("--set=") for s in sets]).run_id()
+    (files / "runs" / run_id).write_text("in the way\n")
+    try:
+        r = _invoke(["train", *sets, "--root=runs", "--quiet"])
+    finally:
+        (files / "runs" / run_id).unlink()
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert f"runs/{run_id}: is a file" in " ".join(r.output.split())
+
+
+def test_report_of_a_file_says_it_needs_a_folder(files, monkeypatch):
+    monkeypatch.chdir(files)
+    r = _invoke(["report", "afile"])
+    assert r.exit_code == 2, r.output
+    assert "afile: is a file; give a folder" in " ".join(r.output.split())
+    assert not (files / "report.html").exists() and not (files / "afile.html").exists()
+
+
+def test_two_checkpoints_are_refused_not_half_probed(files, monkeypatch):
+    monkeypatch.chdir(files)
+    r = _invoke(["probe", "--checkpoint", "runs", "--checkpoint", "afile"])
+    assert r.exit_code == 2, r.output
+    assert "--checkpoint is given 2 times" in " ".join(r.output.split())

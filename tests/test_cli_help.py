@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from normlab.cli import app
+from normlab.cli import app, load_commands
 
 WIDTH = 80
 
@@ -22,7 +21,7 @@ def _commands(cmd, path: tuple[str, ...] = ()):
             yield from _commands(sub, (*path, name))
 
 
-ROOT = typer.main.get_command(app)
+ROOT = load_commands()
 COMMANDS = list(_commands(ROOT))
 
 

@@ -155,11 +155,12 @@ def test_the_margin_decides_and_names_its_own_run(tmp_path, corpus):
 
 def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     """A run recorded before `stall_margin` existed: its id hashed the config without the field
-    (and without the execution options), its config.yaml has no such key. The same config names
-    the same folder today, and the run is reported, not trained again."""
+    (and without the execution options and the labels added later, name and tags), its
+    config.yaml has no such key. The same config names the same folder today, and the run is
+    reported, not trained again."""
     c = cfg(corpus, *STALLS)
     old = c.to_dict()
-    for key in ("stall_margin", "compile", "activation_checkpointing"):
+    for key in ("stall_margin", "compile", "activation_checkpointing", "name", "tags"):
         del old["train"][key]
     digest = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12]
     old_id = f"pre-L2-d32-{digest}"

@@ -20,8 +20,11 @@ from the same file.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
@@ -155,6 +158,21 @@ def _auto_class(transformers: Any, folder: Path) -> Any:
     return transformers.AutoModel
 
 
+@contextlib.contextmanager
+def quiet_gguf_progress() -> Iterator[None]:
+    """transformers' GGUF loader draws its "Converting and de-quantizing GGUF tensors" bar with
+    tqdm directly, so `disable_progress_bar()` does not reach it; for the block, its tqdm is one
+    that draws nothing."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    shown = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(shown, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = shown
+
+
 def load_checkpoint(name_or_path: str | Path, *, dtype: torch.dtype = torch.float32
                     ) -> LoadedCheckpoint:
     """Find and load a checkpoint and its tokenizer offline; the model is in eval mode."""
@@ -173,8 +191,9 @@ def load_checkpoint(name_or_path: str | Path, *, dtype: torch.dtype = torch.floa
             if find_spec(module) is None:
                 raise MissingDependency(f"{why} (GGUF weights) needs the Python package "
                                         f"{module!r}; install it with `{install}`")
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(spec.folder), gguf_file=spec.gguf_file, dtype=dtype, **offline)
+        with quiet_gguf_progress():
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(spec.folder), gguf_file=spec.gguf_file, dtype=dtype, **offline)
         seconds["model"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         tokenizer = transformers.AutoTokenizer.from_pretrained(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from normlab.config import ModelConfig
+from normlab.config import ModelConfig, RunConfig
 
 NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "identity": "Id",
                "batchnorm": "BN"}
@@ -400,3 +400,44 @@ def setting_lines(cfg: ModelConfig) -> tuple[str, ...]:
     if cfg.kind == "decoder" and not cfg.tie_embeddings:
         lines.append("head: untied")
     return tuple(lines)
+
+
+# --- what a run is, resolved ----------------------------------------------------------------
+
+def resolved_settings(cfg: ModelConfig, plan: ModelPlan | None = None) -> dict[str, object]:
+    """The model fields whose default the placement decides (`init`, `final_norm`, `embed_norm`,
+    `out_norm`, `d_ff`, the DeepNorm, Admin, Mix-LN and gate constants), as the plan resolved
+    them: never `auto` or null for a setting that is in use. A constant the placement does not
+    use is None. Listings, reports and TensorBoard's hparams show these, so that Pre's GPT-2
+    scaled init and Post's Xavier init are seen where the config only says `init: null`."""
+    plan = plan if plan is not None else build_plan(cfg)
+    subs = [s for b in plan.blocks for s in b.sublayers]
+    c = plan.constants
+    gates = [s.gate_init for s in subs if s.gate_init is not None]
+    admin = "admin_omega" in c
+    return {
+        "init": plan.init,
+        "final_norm": "on" if plan.final_norm else "off",
+        "embed_norm": plan.embed_norm is not None,
+        "out_norm": (cfg.out_norm or cfg.norm) if any(s.out_norm for s in subs) else None,
+        "d_ff": cfg.ff_width,
+        "deepnorm_arch": (cfg.deepnorm_arch or cfg.kind) if "deepnorm_alpha" in c else None,
+        "deepnorm_alpha": c.get("deepnorm_alpha"),
+        "deepnorm_beta": c.get("deepnorm_beta"),
+        # "profile" is resolved per sublayer from a batch when the model is built
+        "admin_omega": (cfg.admin_omega if cfg.admin_omega == "profile" else c["admin_omega"])
+        if admin else None,
+        "mix_switch": c.get("mix_switch_block"),
+        "gate_init": gates[0] if len(set(gates)) == 1 else None,
+    }
+
+
+def resolved_model_fields(cfg: ModelConfig) -> dict[str, object]:
+    """Every field of `cfg` (its `to_dict()`), with `resolved_settings` in place of the fields
+    the placement decides."""
+    return cfg.to_dict() | resolved_settings(cfg)
+
+
+def resolved_run_fields(cfg: RunConfig) -> dict[str, object]:
+    """The run config as a mapping (`to_dict()`), its model section by `resolved_model_fields`."""
+    return cfg.to_dict() | {"model": resolved_model_fields(cfg.model)}

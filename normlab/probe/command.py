@@ -157,8 +157,9 @@ def fits_table(fits: dict[str, dict[str, dict]], by_depth: dict[str, dict]) -> T
 
 @app.command()
 def probe(
-    checkpoint: Annotated[Path | None, typer.Option(
-        help="a trained run folder (runs/<run_id>) to probe instead of a model at init")] = None,
+    checkpoint: Annotated[list[Path] | None, typer.Option(
+        help="a trained run folder (runs/<run_id>) to probe instead of a model at init; one "
+        "per command")] = None,
     placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")
                          ] = None,
     placements: Annotated[str | None, typer.Option(
@@ -208,6 +209,11 @@ def probe(
     """Probe stability and effective depth of a model. Stream, gradients, merge test, layer
     drop, logit lens, perturbation and update size, at init (depth sweeps with log-log fits) or
     on a trained run."""
+    if checkpoint and len(checkpoint) > 1:  # click would keep the last one, silently
+        fail(f"--checkpoint is given {len(checkpoint)} times; a probe reads one trained run: "
+             "run `normlab probe --checkpoint RUN --out DIR` once per run, each with its own "
+             "--out (or compare placements at init with --placements)")
+    checkpoint = checkpoint[0] if checkpoint else None
     if hf:
         from normlab.interop.command import probe_hf_cli
 

@@ -22,6 +22,9 @@ def report(
     the verdicts of a study, or the runs, loss curves and stability maps of a folder of runs."""
     from normlab.report.html import ReportError, render
 
+    if dir.exists() and not dir.is_dir():
+        fail(f"DIR {dir}: is a file; give a folder: a study folder (with study.json) or a "
+             "folder of runs and sweeps")
     try:
         path = render(dir, out)
     except ReportError as e:

@@ -35,7 +35,9 @@ _PATH_LABELS = {"model.placement": "placement", "model.n_blocks": "blocks",
                 "train.warmup": "warmup (steps)", "train.seed": "seed", "train.steps": "steps",
                 "train.batch_size": "batch size", "data.seq_len": "sequence length",
                 "model.final_norm": "final norm", "model.norm": "norm",
-                "train.precision": "precision", "train.schedule": "lr schedule"}
+                "train.precision": "precision", "train.schedule": "lr schedule",
+                "model.init": "init", "model.d_ff": "MLP width",
+                "train.name": "name", "train.tags": "tags"}
 
 
 def path_label(path: str) -> str:
@@ -60,16 +62,9 @@ class RunRow:
 
 def find_folders(root: Path) -> tuple[list[Path], list[Path]]:
     """(run folders, sweep roots) below `root`, sorted; run folders are not searched inside."""
-    runs, sweeps = [], []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))  # .git, .venv...
-        here = Path(dirpath)
-        if "sweep.json" in filenames:
-            sweeps.append(here)
-        if "config.yaml" in filenames:
-            runs.append(here)
-            dirnames[:] = []
-    return runs, sweeps
+    from normlab.train.rundir import find_run_folders
+
+    return find_run_folders(root)
 
 
 def one_line(text: str) -> str:
@@ -80,7 +75,7 @@ def one_line(text: str) -> str:
 def read_run(run_dir: Path, base: Path) -> RunRow:
     """One row of the runs table, read by the run-folder reader: a damaged folder is a row
     `damaged` with why, and never stops the report."""
-    from normlab.train.listing import flatten
+    from normlab.train.listing import described_config, flatten
     from normlab.train.logging import read_metrics
     from normlab.train.rundir import read_run_folder
 
@@ -88,9 +83,8 @@ def read_run(run_dir: Path, base: Path) -> RunRow:
     folder = read_run_folder(run_dir)
     row = RunRow(folder=run_dir, name=name, summary=folder.summary or {},
                  outcome=folder.outcome, problem="; ".join(one_line(p) for p in folder.problems))
-    # validated when this normlab can; the raw YAML otherwise (an older or newer run)
-    row.config = dict(folder.config.to_dict() if folder.config is not None
-                      else (folder.raw_config or {}))
+    # resolved by the plan when this normlab can validate it; the raw YAML otherwise
+    row.config = dict(described_config(folder) or {})
     row.config.pop("meta", None)
     row.flat = flatten(row.config)
     row.curve = curve_from_metrics(name, "?", read_metrics(run_dir / "metrics.jsonl"),
@@ -104,7 +98,9 @@ def read_runs(root: Path, folders: list[Path]) -> list[RunRow]:
     from normlab.sweep.summarize import varying_paths
 
     rows = [read_run(f, root) for f in folders]
-    varying = [p for p in varying_paths([r.flat for r in rows]) if p != "train.seed"]
+    # a group is its runs' settings: seeds and labels (name, tags) do not split it
+    varying = [p for p in varying_paths([r.flat for r in rows])
+               if p not in ("train.seed", "train.name", "train.tags")]
     for r in rows:
         if r.curve is not None:
             r.curve.group = group_label(r, varying)
@@ -184,10 +180,11 @@ RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
 
 def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     from normlab.sweep.summarize import varying_paths
+    from normlab.train.listing import label_paths
 
     flats = [r.flat for r in rows]
     varying = varying_paths(flats)
-    columns = list(dict.fromkeys([*ALWAYS, *varying]))
+    columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *varying]))
     shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
                     if len({repr(r.get(p)) for r in rows}) == 1]
 

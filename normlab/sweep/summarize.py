@@ -20,7 +20,7 @@ from typing import Any
 from normlab.sweep.spec import format_value
 from normlab.sweep.state import read_sweep_file
 from normlab.sweep.unfinished import last_progress
-from normlab.train.listing import flatten, varying_paths
+from normlab.train.listing import described_config, flatten, varying_paths
 from normlab.train.logging import read_metrics
 from normlab.train.rundir import read_run_folder, run_folders
 
@@ -68,7 +68,9 @@ def collect(root: Path | str) -> SweepTable:
         entries = [(r["run_id"], flatten(r["config"])) for r in sweep.get("runs", [])]
     else:
         name = root.name
-        entries = [(p.name, flatten(read_run_folder(p).raw_config)) for p in run_folders(root)]
+        # each run as the placement resolved it (init, final norm, constants), as `normlab runs`
+        entries = [(p.name, flatten(described_config(read_run_folder(p))))
+                   for p in run_folders(root)]
         axes = varying_paths([c for _, c in entries if c])
     if not entries:
         raise SummaryError(f"{root}: no runs here (no sweep.json and no run folders)")

@@ -36,6 +36,7 @@ from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
+from normlab.nn.plan import resolved_run_fields
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
 from normlab.train.checkpoint import save_checkpoint
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
@@ -267,7 +268,7 @@ class _GroupLoop:
         summary = run_summary(m.cfg, outcome, m.step, m.best_val, m.final, reason,
                               engine="stacked", group_size=self.group_size, **extra)
         write_json_atomic(m.run_dir / "summary.json", summary)
-        m.metrics.write_hparams(m.cfg.to_dict(), summary)
+        m.metrics.write_hparams(resolved_run_fields(m.cfg), summary)
         m.metrics.close()
         self.summaries[m.run_id] = summary
 

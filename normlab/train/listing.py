@@ -1,7 +1,9 @@
-"""`normlab runs`: the run folders under a root as one table, every folder shown.
+"""`normlab runs`: the run folders under a root (at any depth: a sweep's runs too) as one table,
+every folder shown.
 
-Columns: the run id, the settings in which the listed runs differ (config fields, and the thread
-count or versions they ran with), the outcome, the step and the losses. A damaged folder is a row
+Columns: the run id, its sweep, the settings in which the listed runs differ (config fields as
+the placement resolved them, and the thread count or versions they ran with), the outcome, the
+step and the losses. A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
 """
 
@@ -10,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from normlab.train.rundir import RunFolder, read_run_folder, run_folders
+from normlab.config import ConfigError, ModelConfig, parse_config
+from normlab.train.rundir import RunFolder, find_run_folders, read_run_folder
 
 # meta fields of config.yaml that can differ between runs of equal configs' numbers
 META_COLUMNS = ("threads", "world_size", "torch", "normlab")
+RESULT_HEADS = ("outcome", "step", "train loss", "val loss", "best val")
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -34,18 +38,42 @@ def varying_paths(configs: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
 
 
-def run_columns(folders: list[RunFolder]) -> list[str]:
-    """The fields in which the readable runs differ: config paths, then `meta.*` fields."""
-    readable = [f for f in folders if not f.damaged]
-    columns = varying_paths([flatten(f.raw_config) for f in readable])
-    meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS} for f in readable])
+def label_paths(configs: list[dict[str, Any]]) -> list[str]:
+    """`train.name` and `train.tags` when some run has them: shown whether or not they vary."""
+    return [p for p in ("train.name", "train.tags") if any(c.get(p) for c in configs)]
+
+
+def described_config(folder: RunFolder) -> dict[str, Any]:
+    """A run's config as listings show it: resolved by the plan (`resolved_run_fields`) when
+    this normlab accepts it; otherwise the YAML as written (an older or newer run), its model
+    section resolved when that part is valid on its own."""
+    from normlab.nn.plan import resolved_model_fields, resolved_run_fields
+
+    if folder.config is not None:
+        return resolved_run_fields(folder.config)
+    model = folder.raw_config.get("model")
+    try:
+        resolved = resolved_model_fields(parse_config(ModelConfig, model))
+    except ConfigError:
+        return folder.raw_config
+    return folder.raw_config | {"model": resolved}
+
+
+def run_columns(folders: list[RunFolder], flats: list[dict[str, Any]]) -> list[str]:
+    """The fields in which the readable runs differ (config paths, `flats` being each folder's
+    `described_config` flattened), then `meta.*` fields."""
+    readable = [(f, flat) for f, flat in zip(folders, flats, strict=True) if not f.damaged]
+    configs = [flat for _, flat in readable]
+    columns = list(dict.fromkeys([*label_paths(configs), *varying_paths(configs)]))
+    meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS}
+                          for f, _ in readable])
     return columns + meta
 
 
-def _value(folder: RunFolder, path: str) -> Any:
+def _value(folder: RunFolder, flat: dict[str, Any], path: str) -> Any:
     if path.startswith("meta."):
         return folder.meta.get(path[len("meta."):])
-    return flatten(folder.raw_config).get(path)
+    return flat.get(path)
 
 
 def _text(v: Any) -> str:
@@ -63,32 +91,58 @@ def _loss(summary: dict[str, Any], key: str) -> str:
     return f"{v:.4f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
 
 
-def runs_table(root: Path):
-    """The rich table of `normlab runs` for the run folders directly under `root`."""
-    from rich.markup import escape
-    from rich.table import Table
+def sweep_names(root: Path, folders: list[Path]) -> dict[Path, str]:
+    """The sweep each run folder belongs to (the `name` in its parent's sweep.json, else the
+    parent's path below `root`), for the runs that belong to one."""
+    from normlab.sweep.state import read_sweep_file
 
-    folders = [read_run_folder(p) for p in run_folders(root)]
-    columns = run_columns(folders)
+    out: dict[Path, str] = {}
+    for parent in dict.fromkeys(f.parent for f in folders):
+        if (parent / "sweep.json").is_file():
+            sweep = read_sweep_file(parent) or {}
+            label = sweep.get("name")
+            if not isinstance(label, str) or not label:
+                label = parent.relative_to(root).as_posix() if parent != root else parent.name
+            out.update((f, label) for f in folders if f.parent == parent)
+    return out
+
+
+def runs_table(root: Path):
+    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
+    (`runs/sweeps/<name>/`) marked by their sweep. Cells are plain text (never read as Rich
+    markup: a path or a value may hold brackets)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
+    sweeps = sweep_names(root, paths)
+    folders = [read_run_folder(p) for p in paths]
+    flats = [flatten(described_config(f)) for f in folders]
+    columns = run_columns(folders, flats)
     damaged = sum(f.damaged for f in folders)
-    title = f"{len(folders)} runs in {escape(str(root))}" + (
-        f", {damaged} damaged" if damaged else "")
-    table = Table(title=title)
-    heads = ["run", *(c.split(".", 1)[-1] for c in columns), "outcome", "step", "train loss",
-             "val loss", "best val"] + (["why damaged"] if damaged else [])
-    for head in heads:
-        table.add_column(head)
-    for f in folders:
+    title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
+    table = Table(title=Text(title))
+    heads = ["run", *(["sweep"] if sweeps else []), *(c.split(".", 1)[-1] for c in columns),
+             *RESULT_HEADS] + (
+        ["why damaged"] if damaged else [])
+    names = [f.run_id if f.path.parent == root or f.path in sweeps else
+             f.path.relative_to(root).as_posix() for f in folders]
+    # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
+    # more lines rather than end in "..."
+    table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
+    for head in heads[1:]:
+        whole = head in RESULT_HEADS
+        table.add_column(head, no_wrap=whole, overflow="ellipsis" if whole else "fold")
+    for f, flat, name in zip(folders, flats, names, strict=True):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
-        cells = [f.run_id, *(_text(_value(f, c)) for c in columns), outcome,
-                 f"{_text(s.get('step'))}/{_text(planned)}", _loss(s, "train_loss"),
-                 _loss(s, "val_loss"), _loss(s, "best_val_loss")]
+        cells = [Text(name), *([Text(sweeps.get(f.path, "-"))] if sweeps else []),
+                 *(Text(_text(_value(f, flat, c))) for c in columns),
+                 Text("damaged", style="bold red") if f.damaged else Text(outcome),
+                 Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
+                 Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
         if damaged:  # the folder's own path is the row's first cell: say the rest
-            cells.append("; ".join(p.replace(f"{f.path}/", "") for p in f.problems))
-        row = [escape(c) for c in cells]
-        if f.damaged:
-            row[len(columns) + 1] = "[bold red]damaged[/]"
-        table.add_row(*row)
+            cells.append(Text("; ".join(p.replace(f"{f.path}/", "") for p in f.problems)))
+        table.add_row(*cells)
     return table

@@ -244,6 +244,22 @@ def read_run_folder(run_dir: Path) -> RunFolder:
     return rf
 
 
+def find_run_folders(root: Path) -> tuple[list[Path], list[Path]]:
+    """(run folders, sweep roots) at any depth below `root`, sorted; a run folder (one with a
+    config.yaml) is not searched inside, hidden folders (.git, .venv) are skipped. A sweep root
+    is a folder with a sweep.json; its runs are its child folders."""
+    runs, sweeps = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        here = Path(dirpath)
+        if "sweep.json" in filenames:
+            sweeps.append(here)
+        if "config.yaml" in filenames:
+            runs.append(here)
+            dirnames[:] = []
+    return runs, sweeps
+
+
 def run_folders(root: Path) -> list[Path]:
     """The run folders directly under `root` (those with a config.yaml), sorted."""
     return sorted(p for p in Path(root).iterdir() if p.is_dir() and (p / "config.yaml").exists())

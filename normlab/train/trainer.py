@@ -39,6 +39,7 @@ from normlab.data import BatchSampler, eval_batches, load_text_data
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
+from normlab.nn.plan import resolved_run_fields, resolved_settings
 from normlab.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train import distributed
 from normlab.train.checkpoint import (
@@ -232,8 +233,11 @@ def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
                 final: dict[str, Any], reason: str | None = None, **extra: Any
                 ) -> dict[str, Any]:
     """The content of summary.json when a run stops (see the module docstring)."""
-    return {"run_id": cfg.run_id(), "outcome": outcome, "step": step, "reason": reason,
+    return {"run_id": cfg.run_id(), "name": cfg.train.name, "tags": list(cfg.train.tags),
+            "outcome": outcome, "step": step, "reason": reason,
             "steps_planned": cfg.train.steps,
+            # the settings the placement decided (init, final norm, constants), not null/auto
+            "resolved": {k: v for k, v in resolved_settings(cfg.model).items() if v is not None},
             "best_val_loss": best_val if best_val < float("inf") else None, **final,
             "threads": torch.get_num_threads(), **extra}
 
@@ -348,6 +352,9 @@ def train_run(
         tune_cpu_allocator()
     distributed.check_divisible(tc.batch_size, dist.world_size)
     run_dir = Path(root) / cfg.run_id()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir}: is a file, where this run's folder goes; move it away "
+                             "or train under another --root")
     if resume == "require" and not run_dir.exists():
         raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
     with contextlib.ExitStack() as held:
@@ -440,7 +447,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                               world_size=dist.world_size, **extra)
         if dist.main:
             write_json_atomic(run_dir / "summary.json", summary)
-            metrics.write_hparams(cfg.to_dict(), summary)
+            metrics.write_hparams(resolved_run_fields(cfg), summary)
         if outcome != "failed":  # ranks in step: none returns before the folder is complete
             dist.barrier()  # (after a failure the others may be inside another collective)
         return summary

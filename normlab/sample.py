@@ -1,0 +1,101 @@
+"""Text from a trained run: `normlab sample RUN_DIR --prompt TEXT`, as nanoGPT's `sample.py`.
+
+The run's byte-level model continues the prompt one byte at a time: logits of the last position,
+divided by the temperature, cut to the `top_k` most likely bytes, and drawn from a seeded
+generator (temperature 0 takes the most likely byte). The context is the last `max_seq_len`
+bytes. Only a finished run (`completed` or `stalled`) of a decoder is sampled; anything else is a
+`SampleError` saying why and what to do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from normlab.data.tokens import VOCAB_SIZE, decode, encode
+
+SAMPLEABLE = ("completed", "stalled")
+
+
+class SampleError(ValueError):
+    """A run folder that cannot be sampled, or settings that cannot be used."""
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, idx: torch.Tensor, new_tokens: int, *,
+             temperature: float = 0.8, top_k: int | None = None,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """`idx` [B, T] continued by `new_tokens` tokens: [B, T + new_tokens]."""
+    was_training = model.training
+    model.eval()
+    context = model.cfg.max_seq_len
+    try:
+        for _ in range(new_tokens):
+            logits = model(idx[:, -context:]).logits[:, -1, :].float()
+            if temperature == 0:
+                nxt = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None and top_k < logits.size(-1):
+                    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                nxt = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+            idx = torch.cat([idx, nxt.to(idx.dtype)], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
+
+
+def check_settings(tokens: int, temperature: float, top_k: int | None) -> None:
+    if tokens < 1:
+        raise SampleError(f"--tokens {tokens}: give at least 1")
+    if not temperature >= 0 or temperature == float("inf"):
+        raise SampleError(f"--temperature {temperature}: give a finite number >= 0 (0: the "
+                          "most likely byte each time)")
+    if top_k is not None and not 1 <= top_k <= VOCAB_SIZE:
+        raise SampleError(f"--top-k {top_k}: give 1 to {VOCAB_SIZE}")
+
+
+def load_sampleable(run_dir: Path):
+    """`(run_config, model)` of a finished decoder run, or `SampleError` naming the problem."""
+    from normlab.train import CheckpointError, load_trained_model
+    from normlab.train.rundir import read_run_folder
+
+    if not run_dir.exists():
+        raise SampleError(f"{run_dir}: no such run folder; `normlab runs` lists the runs")
+    if not run_dir.is_dir():
+        raise SampleError(f"{run_dir}: is a file; give a run folder (runs/<run_id>)")
+    if not (run_dir / "config.yaml").exists():
+        raise SampleError(f"{run_dir}: not a run folder (no config.yaml); give one of the "
+                          "folders `normlab runs` lists")
+    folder = read_run_folder(run_dir)
+    if folder.damaged:
+        raise SampleError(f"{run_dir}: damaged ({'; '.join(folder.problems)})")
+    if folder.config is not None and folder.config.model.kind != "decoder":
+        raise SampleError(f"{run_dir}: an encoder run (a classifier) has no next-token head to "
+                          "sample from; train a decoder")
+    if folder.outcome not in SAMPLEABLE:
+        s = folder.summary
+        where = (f" at step {s['step']} of {s.get('steps_planned', '?')}"
+                 if s.get("step") is not None else "")
+        todo = ("its weights are not a trained model" if folder.outcome == "diverged" else
+                f"finish it first with `normlab train --resume {run_dir}`")
+        raise SampleError(f"{run_dir}: the run is {folder.outcome}{where}, not finished; {todo}")
+    try:
+        return load_trained_model(run_dir)
+    except CheckpointError as e:
+        raise SampleError(str(e)) from None
+
+
+def sample_run(run_dir: Path | str, prompt: str = "\n", *, tokens: int = 200,
+               temperature: float = 0.8, top_k: int | None = None, seed: int = 0) -> str:
+    """The text a finished run's model writes after `prompt` (the continuation only)."""
+    check_settings(tokens, temperature, top_k)
+    if not prompt:
+        raise SampleError("--prompt is empty; give some text to continue (e.g. a newline)")
+    _, model = load_sampleable(Path(run_dir))
+    idx = torch.from_numpy(encode(prompt).astype("int64"))[None, :]
+    gen = torch.Generator().manual_seed(seed)
+    out = generate(model, idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
+    return decode(out[0, idx.size(1):])

@@ -1,0 +1,40 @@
+"""The run configs shipped in examples/ (the README's tour trains them) load, build and train."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from normlab.config import load_run_config
+from normlab.nn import build_model
+from normlab.nn.plan import resolved_settings
+from normlab.train import train_run
+
+EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.yaml"))
+
+
+def test_the_three_examples_ship():
+    assert {p.stem for p in EXAMPLES} == {"pre", "post", "modern"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_an_example_loads_builds_and_trains(path, tmp_path):
+    cfg = load_run_config(path)
+    assert cfg.train.name and "example" in cfg.train.tags
+    model = build_model(cfg.model, seed=0)
+    assert model.num_params() < 500_000  # small enough for a minute or two on a CPU
+    quick = load_run_config(path, ["train.steps=2", "train.eval_batches=1"])
+    s = train_run(quick, tmp_path, progress=False)
+    assert s["outcome"] in ("completed", "stalled"), s
+    assert s["step"] == 2 and s["name"] == cfg.train.name
+
+
+def test_the_examples_differ_where_their_names_say():
+    by = {p.stem: load_run_config(p).model for p in EXAMPLES}
+    assert resolved_settings(by["pre"])["init"] == "gpt2_scaled"
+    assert resolved_settings(by["post"])["init"] == "xavier"
+    m = by["modern"]
+    assert (m.placement, m.norm, m.mlp, m.positions) == ("pre", "rmsnorm", "swiglu", "rope")
+    # pre and post are one model but for the placement
+    assert by["pre"].model_copy(update={"placement": "post"}) == by["post"]

@@ -1,0 +1,178 @@
+"""What a run is, as every listing shows it: `normlab runs`, the report's runs table and
+TensorBoard's hparams give the settings the placement resolved (Pre's GPT-2 scaled init, Post's
+Xavier init and no final norm, DeepNorm's alpha and beta), never `null` or `auto`; a sweep's runs
+are listed too, marked by their sweep; a damaged folder reads `damaged`, not Rich markup."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from normlab.cli import app
+from normlab.config import load_run_config, make_model_config
+from normlab.nn.plan import resolved_settings
+from normlab.train import train_run
+
+TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
+        "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.steps=2",
+        "train.eval_every=0"]
+
+
+def tiny(*extra: str):
+    return load_run_config(None, TINY + list(extra))
+
+
+@pytest.fixture(scope="module")
+def pre_post(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    for placement in ("pre", "post"):
+        train_run(tiny(f"model.placement={placement}"), root, progress=False)
+    return root
+
+
+def table(output: str) -> list[list[str]]:
+    """A rich table's body rows, their cells with wrapped lines joined."""
+    out: list[list[str]] = []
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if not cells:
+            continue
+        if cells[0] or not out:
+            out.append(cells)
+        else:
+            out[-1] = [f"{a} {b}".strip() for a, b in zip(out[-1], cells, strict=True)]
+    return out
+
+
+def rows(output: str) -> dict[str, list[str]]:
+    return {r[0]: r for r in table(output)}
+
+
+def header(output: str) -> list[str]:
+    line = next(ln for ln in output.splitlines() if "outcome" in ln)
+    return [c.strip() for c in line.split("┃")[1:-1]]
+
+
+def runs(root: Path) -> str:
+    r = CliRunner().invoke(app, ["runs", str(root)], terminal_width=400)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_resolved_settings_fill_in_what_the_placement_decides():
+    pre, post = resolved_settings(make_model_config()), resolved_settings(
+        make_model_config(placement="post"))
+    assert (pre["init"], pre["final_norm"], post["init"], post["final_norm"]) == (
+        "gpt2_scaled", "on", "xavier", "off")
+    deep = resolved_settings(make_model_config(placement="deepnorm", n_blocks=6))
+    assert deep["deepnorm_alpha"] == pytest.approx(12 ** 0.25)
+    assert deep["deepnorm_beta"] == pytest.approx(48 ** -0.25)
+    assert resolved_settings(make_model_config(placement="mix", n_blocks=8))["mix_switch"] == 2
+    assert resolved_settings(make_model_config(d_model=64))["d_ff"] == 256
+
+
+def test_runs_shows_the_resolved_init_and_final_norm(pre_post):
+    out = runs(pre_post)
+    cols = header(out)
+    assert "init" in cols and "final_norm" in cols
+    table = rows(out)
+    by_placement = {r[cols.index("placement")]: r for k, r in table.items() if k != "run"}
+    assert by_placement["pre"][cols.index("init")] == "gpt2_scaled"
+    assert by_placement["post"][cols.index("init")] == "xavier"
+    assert by_placement["pre"][cols.index("final_norm")] == "on"
+    assert by_placement["post"][cols.index("final_norm")] == "off"
+
+
+def test_report_runs_table_shows_the_resolved_settings(pre_post, tmp_path):
+    from normlab.report.runs import find_folders, read_runs, runs_view
+
+    folders, _ = find_folders(pre_post)
+    rows_ = read_runs(pre_post, folders)
+    assert sorted(r.get("model.init") for r in rows_) == ["gpt2_scaled", "xavier"]
+    assert sorted(r.get("model.final_norm") for r in rows_) == ["off", "on"]
+    view = runs_view(rows_, tmp_path)
+    shown = [c.text for line in view.lines for c in line.cells]
+    assert "gpt2_scaled" in shown and "xavier" in shown
+    shared = {row.head: row.cells[0].text for _, t in view.sections for row in t.rows}
+    assert shared["d_ff"] == "128"  # 4 * d_model, not null
+
+
+def test_hparams_and_summary_hold_the_resolved_settings(pre_post):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    run = next(p for p in pre_post.iterdir() if p.name.startswith("post-"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["resolved"]["init"] == "xavier" and summary["resolved"]["final_norm"] == "off"
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    raw = acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = HParamsPluginData.FromString(raw).session_start_info.hparams
+    assert start["model.init"].string_value == "xavier"
+    assert start["model.final_norm"].string_value == "off"
+
+
+def test_runs_lists_a_sweeps_runs_marked_by_their_sweep(pre_post, tmp_path):
+    for p in pre_post.iterdir():
+        shutil.copytree(p, tmp_path / p.name)
+    sweep = tmp_path / "sweeps" / "warm"
+    sweep.mkdir(parents=True)
+    (sweep / "sweep.json").write_text(json.dumps({"name": "warmup_grid", "runs": []}))
+    moved = next(p for p in pre_post.iterdir() if p.name.startswith("pre-"))
+    shutil.copytree(moved, sweep / moved.name)
+    out = runs(tmp_path)
+    cols = header(out)
+    assert cols[:2] == ["run", "sweep"]
+    sweep_of = [(r[0], r[1]) for r in table(out)]
+    assert sorted(sweep_of) == sorted([(p.name, "-") for p in pre_post.iterdir()]
+                                      + [(moved.name, "warmup_grid")])
+    assert "3 runs" in out
+
+
+def test_a_damaged_folder_reads_damaged_not_markup(pre_post, tmp_path):
+    run = next(pre_post.iterdir())
+    shutil.copytree(run, tmp_path / run.name)
+    (tmp_path / run.name / "summary.json").write_text("{cut")
+    out = runs(tmp_path)
+    assert "[bold red]" not in out and "[/]" not in out
+    assert rows(out)[run.name][header(out).index("outcome")] == "damaged"
+
+
+def test_name_and_tags_label_a_run_without_changing_its_id(tmp_path):
+    named = tiny("train.name=first try", "train.tags=[baseline, lr-sweep]")
+    assert named.run_id() == tiny().run_id()
+    s = train_run(named, tmp_path, progress=False)
+    assert (s["name"], s["tags"]) == ("first try", ["baseline", "lr-sweep"])
+    out = runs(tmp_path)
+    cols = header(out)
+    row = rows(out)[s["run_id"]]
+    assert row[cols.index("name")] == "first try"
+    assert row[cols.index("tags")] == "baseline,lr-sweep"
+    from normlab.report.runs import find_folders, read_runs, runs_view
+
+    view = runs_view(read_runs(tmp_path, find_folders(tmp_path)[0]), tmp_path)
+    titles = [c.title for c in view.config_columns]
+    cells = view.lines[0].cells
+    assert cells[titles.index("name")].text == "first try"
+    assert cells[titles.index("tags")].text == "baseline, lr-sweep"
+
+
+@pytest.mark.parametrize("setting,why", [
+    ("train.tags=[a b]", "tag 'a b'"), ("train.tags=[x, x]", "given twice"),
+    ("train.name=" + "n" * 81, "at most 80 characters"), ('train.name="two\\nlines"', "one line")])
+def test_bad_names_and_tags_are_refused_by_name(setting, why):
+    from normlab.config import ConfigError
+
+    with pytest.raises(ConfigError, match=why):
+        tiny(setting)
+
+
+def test_train_names_the_run_it_finished(tmp_path):
+    sets = [f"--set={s}" for s in [*TINY, "train.name=my run"]]
+    r = CliRunner().invoke(app, ["train", *sets, f"--root={tmp_path}", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert f"{tiny().run_id()} (my run): " in r.output
