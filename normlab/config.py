@@ -411,6 +411,9 @@ class TrainConfig(_Frozen):
         None, ge=0, description="per-block grad/stream norms every N steps; null: on logged "
         "steps, at most every 10th; 0: off")
     checkpoint_every: int = Field(0, ge=0, description="0: only at the end and on a signal")
+    keep_checkpoints: bool = Field(
+        False, description="also keep each periodic checkpoint's weights as "
+        "checkpoints/step_N.safetensors (a training trajectory to probe)")
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
     # A model that has not beaten the unigram predictor by a tenth of a nat has learned no
@@ -439,7 +442,7 @@ class TrainConfig(_Frozen):
 EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
-HASHED_WHEN_SET = ("stall_margin",)
+HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints")
 
 
 def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:

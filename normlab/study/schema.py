@@ -52,6 +52,9 @@ class ClaimResult:
     diagnosis: str = ""  # why a verdict is inconclusive: absent effect or too small a test
     stalled: list[str] = field(default_factory=list)  # sides whose runs stalled (not compared)
     note: str = ""  # e.g. why not run, with the install command
+    # whether the measurement was checked on a setting with a known answer first (theory
+    # claims): e.g. "passed", "failed"; None when the claim has no calibration
+    calibration: str | None = None
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
