@@ -26,19 +26,23 @@ from normlab.study.schema import ClaimResult
 from normlab.study.theory import THEORY_CLAIMS
 from normlab.train.logging import write_json_atomic
 
-ALL_CLAIMS = tuple(f"C{i}" for i in range(1, 14))
+ALL_CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", *(f"C{i}" for i in range(7, 14)))
+# A name that stands for several claims: C6 (warmup) is asked as two questions.
+CLAIM_GROUPS = {"C6": ("C6a", "C6b")}
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:
     if text is None:
         return list(ALL_CLAIMS)
     items = text.split(",") if isinstance(text, str) else list(text)
-    items = [s.strip().upper() for s in items if s.strip()]
-    unknown = [s for s in items if s not in ALL_CLAIMS]
-    if unknown or not items:
-        raise ConfigError(f"--claims: unknown claim(s) {unknown or items}; choose from "
-                          f"{', '.join(ALL_CLAIMS)}")
-    return sorted(dict.fromkeys(items), key=ALL_CLAIMS.index)
+    by_name = {c.upper(): (c,) for c in ALL_CLAIMS} | CLAIM_GROUPS
+    wanted = [s.strip().upper() for s in items if s.strip()]
+    unknown = [s for s in wanted if s not in by_name]
+    if unknown or not wanted:
+        raise ConfigError(f"--claims: unknown claim(s) {unknown or wanted}; choose from "
+                          f"{', '.join(ALL_CLAIMS)} (C6 means C6a and C6b)")
+    chosen = [c for s in wanted for c in by_name[s]]
+    return sorted(dict.fromkeys(chosen), key=ALL_CLAIMS.index)
 
 
 def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
@@ -61,7 +65,10 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         raise ConfigError(f"--executor: {executor!r} is not one of local, ray")
     selected = parse_claims(claims)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address)
+    if executor == "local" and address:
+        raise ConfigError("--address: only with --executor ray (a Ray cluster's address)")
+    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address,
+                       claims=selected)
     if profile != "tiny":
         log(f"estimated time: {format_duration(estimate_seconds(ctx.profile))} on this machine "
             f"({ctx.profile.workers} workers; measured from a few training steps)")
