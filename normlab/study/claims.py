@@ -306,10 +306,6 @@ def c11(ctx: StudyContext) -> ClaimResult:
     if deep_cost:
         n = min(len(deep_cost), len(shallow))
         predictions.append(predict_direction(
-            f"pre, {p.deep_blocks} blocks", "val loss with the final norm replaced by identity "
-            "- with it", "without it the head reads a stream whose scale grows with depth",
-            deep_cost, ">", 0.0, 0.0, threshold_source=src))
-        predictions.append(predict_direction(
             f"pre, {p.deep_blocks} vs {p.train_blocks} blocks",
             "cost of dropping the final norm, deep - shallow (per seed)",
             "the output scale grows with depth, so the norm matters more in the deeper model",
