@@ -145,20 +145,13 @@ WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
             "admin_perturb_slope_mean": 0.0},
            {"post_perturb_slope_mean": 0.0, "pre_perturb_slope_mean": 0.3,
             "admin_perturb_slope_mean": 1.0}),
-    "C6": ({"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2, "val_pre_nowarmup": 2.2},
-           {"val_post": 2.2, "val_post_nowarmup": 2.2, "val_pre": 2.2,
-            "val_pre_nowarmup": 3.0}),
-    "C9": ({"val_pre": 2.3, "val_post": 2.2}, {"val_pre": 2.2, "val_post": 2.3}),
-    "C11": ({"val_pre": 2.2, "val_pre_nofinal": 2.5}, {"val_pre": 2.5, "val_pre_nofinal": 2.2}),
     "C2": ({"pre_ang_slope": -0.2, "post_ang_slope": 0.0, "pre_logkl": 0, "post_logkl": 0},
            {"pre_ang_slope": 0.2, "post_ang_slope": -0.3}),
-    "C3": ({"pre_logkl": -3.0, "post_logkl": 0.0}, {"pre_logkl": 0.0, "post_logkl": -3.0}),
     "C13": ({"pre_lens_gap": 1.0, "post_lens_gap": 0.0},
-            {"pre_lens_gap": 0.0, "post_lens_gap": 0.0}),
+            {"pre_lens_gap": -1.0, "post_lens_gap": 0.0}),
 }
 # noise large enough that no rule can decide
-NOISE = {"C1": 2.0, "C4": 3.0, "C5": 5.0, "C7": 5.0, "C8": 5.0, "C6": 3.0, "C9": 3.0,
-         "C11": 3.0, "C2": 3.0, "C3": 20.0, "C13": 3.0}
+NOISE = {"C1": 2.0, "C4": 3.0, "C5": 5.0, "C7": 5.0, "C8": 5.0, "C2": 3.0, "C13": 3.0}
 
 
 def _fill(params: dict[str, float]) -> dict[str, float]:
@@ -182,15 +175,6 @@ def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
     assert result.verdict == "inconclusive", [(p["subject"], p["effect"]) for p in
                                               result.predictions]
     assert "too few seeds or steps" in result.diagnosis
-
-
-@pytest.mark.parametrize("cid,side", [("C9", "post"), ("C6", "post"), ("C11", "pre_nofinal")])
-def test_stalled_side_is_reported_not_compared(cid, side, tmp_path):
-    yes, _ = WORLDS[cid]
-    result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)), stalled=(side,)))
-    assert result.verdict == "inconclusive"
-    assert result.stalled == [side]
-    assert "stalled" in result.note
 
 
 def test_every_prediction_cites_the_paper(tmp_path):
@@ -217,11 +201,3 @@ def test_sweep_fits_are_read_per_placement():
     # depth_sweep keys `fits` by placement first; the study read them by metric (all None)
     sweep = {"pre": {"fits": {"pre": {"last_fc_out_grad": {"slope": -0.5}}}}}
     assert sweep_fits(sweep, ["pre"])["pre"]["last_fc_out_grad"]["slope"] == -0.5
-
-
-def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
-    yes, _ = WORLDS["C9"]
-    result = CLAIMS["C9"](FakeContext(tmp_path, World(0.01, **_fill(yes)), unbracketed=("pre",)))
-    assert "Not bracketed: pre" in result.note
-    assert "Not bracketed" not in CLAIMS["C9"](
-        FakeContext(tmp_path, World(0.01, **_fill(yes)))).note

@@ -40,6 +40,7 @@ class Fake:
         self.profile = PROFILES[profile]
         self.log = lambda _m: None
         self.claims = None
+        self.stalled = tuple(k[len("stalled_"):] for k in p if k.startswith("stalled_"))
         self.tuned_calls: list[tuple[str, int]] = []
 
     def draw(self, key: str, lr: float | None = None) -> float:
@@ -63,7 +64,7 @@ class Fake:
             LRS, key=lambda lr: sum(r["score"] for r in recs[f"{lr:g}"]))
         return {"family": family, "warmup": w, "lrs": list(LRS), "best_lr": best,
                 "bracketed": True, "extensions": [], "mean_score": {}, "records": recs,
-                "best": recs[f"{best:g}"], "all_stalled": False}
+                "best": recs[f"{best:g}"], "all_stalled": family in self.stalled}
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None):
         return {lr: self._records(family, lr, warmup) for lr in lrs}
@@ -290,6 +291,15 @@ def test_trajectory_pair_takes_the_most_trained_pair_within_tolerance():
     # none within tolerance: the closest pair, which the matching then leaves out
     a, b = trajectory_pair([(None, 2.0)], [(100, 3.0), (None, 2.5)], 0.05)
     assert b == (None, 2.5)
+
+
+@pytest.mark.parametrize("cid,world,side", [("C9", C9_GOOD, "post"),
+                                             ("C6a", C6_GOOD, "post"),
+                                             ("C11", C11_GOOD, "pre_nofinal")])
+def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
+    result = CLAIMS[cid](Fake(tmp_path, **world, **{f"stalled_{side}": 1.0}))
+    assert result.verdict == "inconclusive" and side in result.stalled
+    assert "stalled" in result.note
 
 
 def test_every_threshold_names_its_source(tmp_path):

@@ -98,11 +98,9 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
 
 
 def estimate_seconds(profile: Profile) -> float:
-    """Rough wall time of a profile: its training runs (each tuned family's grid plus one lr
-    extension, C6's runs without warmup, C9's crossed inits, C12's deeper models), its
-    fine-tuning (C10: every lr of the grid per placement and seed, the passage read in windows
-    of the context) at the step time measured here on one run of the profile's shape, shared by
-    the workers; plus a minute and a half for probes and the real checkpoints."""
+    """Rough wall time of a profile: its training runs and its fine-tuning at the step time
+    measured here on one run of the profile's shape, shared by the workers; plus a minute and
+    a half for probes and the real checkpoints. `estimate_runs` counts the runs."""
     from normlab.config import load_run_config
 
     p = profile
@@ -111,11 +109,28 @@ def estimate_seconds(profile: Profile) -> float:
         f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
         f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
     step_s = time_steps(cfg, steps=2, warmup_steps=1)
-    deep = 2 * p.deep_blocks / p.train_blocks if p.deep_blocks else 0
-    runs = p.seeds * (3 * (len(p.lrs) + 1) + 2 + (2 if p.cross_inits else 0) + deep)
+    counts = estimate_runs(p)
+    return ((counts["runs"] * p.steps + counts["finetune_steps"]) * step_s
+            / max(1, p.workers) + 90)
+
+
+def estimate_runs(p: Profile) -> dict[str, float]:
+    """The work of a profile in units of one training run of its 6-block shape, per kind: each
+    tuned grid (with warmup: pre, post, pre without final norm and C9's same-init families;
+    without warmup: pre and post, C6b, whose cells C6a reuses at the common lrs) with one lr
+    extension, a cell or so of C6a's common lrs outside the no-warmup grids, the deep models
+    (C11, C12: cost grows with depth); and the fine-tuning steps of C10 (pretrained and from
+    init, every lr of the grid, per placement and seed, the passage read in windows)."""
+    cells = len(p.lrs) + 1
+    kinds = {"tuned with warmup": (3 + len(p.same_inits)) * cells,
+             "tuned without warmup (C6b)": 2 * cells,
+             "C6a common lrs beyond the grids": 2,
+             "deep models (C11, C12)": 2 * p.deep_blocks / p.train_blocks if p.deep_blocks
+             else 0}
+    out = {k: p.seeds * v for k, v in kinds.items()}
     windows = max(1, p.finetune_passage_bytes // p.seq_len)
-    finetunes = 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
-    return (runs * p.steps + finetunes) * step_s / max(1, p.workers) + 90
+    finetune = 2 * 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
+    return out | {"runs": sum(out.values()), "finetune_steps": finetune}
 
 
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
