@@ -325,3 +325,24 @@ def test_an_interval_touching_the_threshold_is_not_a_decision():
 def test_quick_and_tiny_profiles_train_what_the_claims_read():
     assert PROFILES["standard"].same_inits == ("xavier", "gpt2_scaled")
     assert SimpleNamespace(**PROFILES["quick"].to_dict()).same_inits == ("xavier",)
+
+
+def test_a_run_keeps_its_trajectory_when_asked(tmp_path):
+    from normlab.config import load_run_config
+    from normlab.study.experiments import trajectory
+    from normlab.train import load_trained_model, train_run
+    from normlab.train.checkpoint import kept_steps
+
+    cfg = load_run_config(None, [
+        "model.n_blocks=1", "model.d_model=16", "model.n_heads=2", "model.max_seq_len=16",
+        "data.seq_len=16", "train.batch_size=2", "train.steps=4", "train.eval_every=2",
+        "train.eval_batches=1", "train.checkpoint_every=2", "train.keep_checkpoints=true",
+        "train.device=cpu"])
+    s = train_run(cfg, tmp_path, progress=False)
+    run = tmp_path / s["run_id"]
+    assert kept_steps(run) == [2]  # the last step is the run's checkpoint/ itself
+    _, early = load_trained_model(run, step=2)
+    _, last = load_trained_model(run)
+    assert any((a != b).any() for a, b in zip(early.parameters(), last.parameters(),
+                                              strict=True))
+    assert [step for step, _ in trajectory(run)] == [2, None]
