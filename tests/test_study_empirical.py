@@ -346,3 +346,42 @@ def test_a_run_keeps_its_trajectory_when_asked(tmp_path):
     assert any((a != b).any() for a, b in zip(early.parameters(), last.parameters(),
                                               strict=True))
     assert [step for step, _ in trajectory(run)] == [2, None]
+
+
+# -- the verdict table -------------------------------------------------------------------------
+
+LONG_NOTE = ("the study provided no matched pre/post models for C12 because every deep run "
+             "stalled at the unigram plateau, which this sentence must show to its last word")
+
+
+def _table_claims(tmp_path) -> list[dict[str, Any]]:
+    c6b = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | {"val_pre_nowarmup": 2.3}))).to_dict()
+    c6b["calibration"] = "passed"
+    return [c6b, {"id": "C12", "title": "Deep Pre-LN layers are removable",
+                  "verdict": "not run", "note": LONG_NOTE, "predictions": []}]
+
+
+def test_markdown_table_has_a_row_per_prediction(tmp_path):
+    from normlab.study.table import markdown_table
+
+    lines = markdown_table(_table_claims(tmp_path)).splitlines()
+    assert lines[0].startswith("| claim | verdict | prediction | measured")
+    c6b_post, c6b_pre, c12 = lines[2:]
+    assert c6b_post.startswith("| **C6b** Pre-LN needs no warmup") and "**not supported**" in \
+        c6b_post and "| post |" in c6b_post and "| supported |" in c6b_post
+    assert c6b_post.endswith("| passed |")
+    assert c6b_pre.startswith("|  |  | pre |") and "| < 0 | not supported |" in c6b_pre
+    assert LONG_NOTE in c12 and c12.endswith("| not run | — |")
+
+
+def test_terminal_summary_wraps_and_never_cuts(tmp_path):
+    from rich.console import Console
+
+    from normlab.study.command import summary_table
+
+    console = Console(width=90, record=True)
+    console.print(summary_table({"claims": _table_claims(tmp_path)}, "study"))
+    text = " ".join(console.export_text().split())
+    words = [w for w in LONG_NOTE.split()]
+    assert all(w in text for w in words)
+    assert "C6b" in text and "passed" in text, text
