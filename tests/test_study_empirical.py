@@ -302,6 +302,27 @@ def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
     assert "stalled" in result.note
 
 
+def test_c12_rows_each_prediction():
+    from normlab.study.external import c12_predictions, decide_c12
+
+    rng = random.Random(3)
+
+    def world(pre: float, post: float) -> dict[str, list[float]]:
+        return {"pre": [pre + 0.01 * rng.gauss(0, 1) for _ in range(SEEDS)],
+                "post": [post + 0.01 * rng.gauss(0, 1) for _ in range(SEEDS)]}
+
+    good = world(-1.0, 0.0)
+    assert verdicts(SimpleNamespace(predictions=[p.to_dict() for p in c12_predictions(good)])
+                    ) == ["supported", "supported"]
+    assert decide_c12(good)["verdict"] == "supported"
+    for k, (pre, post) in enumerate([(0.5, 1.5), (-1.0, -2.0)]):
+        expected = ["supported", "supported"]
+        expected[k] = "not supported"
+        broken = world(pre, post)
+        assert [p.verdict for p in c12_predictions(broken)] == expected, k
+        assert decide_c12(broken)["verdict"] == "not supported"
+
+
 def test_every_threshold_names_its_source(tmp_path):
     worlds = {"C6a": C6_GOOD, "C6b": C6_GOOD, "C9": C9_GOOD, "C11": C11_GOOD,
               "C3": {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}}

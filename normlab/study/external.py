@@ -209,6 +209,28 @@ def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
                      "units)")}
 
 
+C12_MIN_PAIRS = 3  # matched pairs the design asks for (the standard profile's 5 seeds)
+
+
+def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
+    """C12's rule (:func:`decide_c12`) as rows of the verdict table, each with its own verdict:
+    pre's depth slope < 0, and slope(post) - slope(pre) > 0 (post's own slope is reported by
+    the rule, which also refuses "both decline")."""
+    from normlab.study.verdict import predict_direction
+
+    src = ("Curse of Depth / Gromov et al. (deep layers removable 'at little cost'): no size "
+           "given: decided at 0, the size reported")
+    pre, post = list(slopes["pre"]), list(slopes["post"])
+    return [
+        predict_direction("pre", "depth slope of drop cost / median interior drop cost",
+                          "Curse of Depth: pre-LN LLMs lose little when deep layers are removed",
+                          pre, "<", 0.0, 0.0, threshold_source=src),
+        predict_direction("post vs pre", "depth slope: post - pre",
+                          "post-LN BERT: every block carries weight",
+                          [b - a for a, b in zip(pre, post, strict=True)], ">", 0.0, 0.0,
+                          threshold_source=src)]
+
+
 def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None
                    ) -> dict[str, Any]:
     """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
@@ -342,10 +364,16 @@ def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> C
     res = c12_own_models(ctx, own)
     numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
                                                    "intervals", "tolerance")},
-                "smallest_detectable": res["smallest_detectable"], "reason": res["reason"]}
+                "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
+                "pairs": len(res["slopes"]["pre"])}
+    wanted = _setting(ctx, "c12_min_pairs", C12_MIN_PAIRS)
+    if len(res["slopes"]["pre"]) < wanted:
+        notes.append(f"{len(res['slopes']['pre'])} matched pair(s) along the trajectories, "
+                     f"fewer than the {wanted} the design asks for")
     return ClaimResult(
         id="C12", title=title, statement=statement, source=source, method=method,
         verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
+        predictions=[p.to_dict() for p in c12_predictions(res["slopes"])],
         figures=figures, note="; ".join([res["reason"], *notes]),
         caveat="Small byte-level models trained briefly on a CPU; the real checkpoints are "
                "one per placement and differ in size, objective, data and quantization.")
