@@ -314,9 +314,12 @@ def c11(ctx: StudyContext) -> ClaimResult:
         numbers[f"final_norm_dropped_{p.deep_blocks}_blocks"] = mean_ci(deep_cost)
         numbers["deep_lr"] = deep["lr"]
     else:
+        why = ("No deeper model in this profile" if not p.deep_blocks else
+               f"No {p.deep_blocks}-block model trained (they take the lr of the matched-loss "
+               f"{p.train_blocks}-block cell, and none matched)")
         note = (note + " " if note else "") + (
-            "No deeper model in this profile: the cost of dropping the final norm is measured at "
-            f"{p.train_blocks} blocks only (the standard profile adds 12 blocks).")
+            f"{why}: the cost of dropping the final norm is measured at {p.train_blocks} blocks "
+            "only (the standard profile adds 12 blocks).")
     bars = {"with final norm": mean_ci(_val(on["best"])),
             "without final norm": mean_ci(_val(off["best"]))}
     fig = plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
