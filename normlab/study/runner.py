@@ -63,10 +63,11 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         raise ConfigError(f"--profile: {profile!r} is not one of {', '.join(PROFILES)}")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: {executor!r} is not one of local, ray")
+    if executor == "local" and address:
+        raise ConfigError(f"--address {address}: only with --executor ray (the address of a "
+                          "Ray cluster); add --executor ray or drop --address")
     selected = parse_claims(claims)
     out.mkdir(parents=True, exist_ok=True)
-    if executor == "local" and address:
-        raise ConfigError("--address: only with --executor ray (a Ray cluster's address)")
     ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address,
                        claims=selected)
     if profile != "tiny":
