@@ -406,3 +406,10 @@ def test_terminal_summary_wraps_and_never_cuts(tmp_path):
     words = [w for w in LONG_NOTE.split()]
     assert all(w in text for w in words)
     assert "C6b" in text and "passed" in text, text
+
+
+def test_the_claims_effect_is_the_prediction_that_decides_it(tmp_path):
+    result = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | {"val_pre_nowarmup": 2.3})))
+    assert result.verdict == "not supported"
+    assert result.effect.name == result.predictions[1]["quantity"]
+    assert result.effect.estimate == result.predictions[1]["effect"]["estimate"]  # pre's

@@ -47,10 +47,25 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
         verdict=verdict,  # type: ignore[arg-type]
         rule="; ".join(f"{p.subject}: {p.rule}" for p in predictions)
         + "; the claim is supported when every prediction is, not supported when any is not",
-        effect=predictions[0].effect if predictions else None,
+        effect=deciding(predictions, verdict).effect if predictions else None,
         numbers=numbers, figures=figures, caveat=caveat, note=note,
         predictions=[p.to_dict() for p in predictions], paper=paper, diagnosis=diagnosis,
         stalled=list(stalled), calibration=calibration)
+
+
+def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
+    """The prediction a claim's verdict rests on: the first test that is not supported (of a
+    refuted claim), the first premise or test that is not decided (of an inconclusive one),
+    else the first."""
+    tests = [p for p in predictions if p.role != "premise"]
+    if verdict == "not supported":
+        return next(p for p in tests if p.verdict == "not supported")
+    if verdict == "inconclusive":
+        undecided = [p for p in predictions if p.role == "premise" and p.verdict != "supported"]
+        undecided += [p for p in tests if p.verdict != "supported"]
+        if undecided:
+            return undecided[0]
+    return predictions[0]
 
 
 def not_run(cid: str, title: str, why: str) -> ClaimResult:
