@@ -367,6 +367,18 @@ def test_a_run_keeps_its_trajectory_when_asked(tmp_path):
     assert any((a != b).any() for a, b in zip(early.parameters(), last.parameters(),
                                               strict=True))
     assert [step for step, _ in trajectory(run)] == [2, None]
+    # runs trained as one stacked model keep theirs too, each its own
+    from normlab.train.group import train_group
+
+    seeds = [cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": k})})
+             for k in (1, 2)]
+    group = train_group(seeds, tmp_path / "group")
+    runs = [tmp_path / "group" / run_id for run_id in group]
+    assert [kept_steps(r) for r in runs] == [[2], [2]]
+    a, b = (load_trained_model(r, step=2)[1] for r in runs)
+    assert any((x != y).any() for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    with pytest.raises(Exception, match="no weights kept at step 3"):
+        load_trained_model(runs[0], step=3)
 
 
 # -- the verdict table -------------------------------------------------------------------------
