@@ -489,7 +489,8 @@ SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
 # selected claim's families together.
 _MATCHED = (("pre", True), ("post", True))
 TUNED_BY_CLAIM: dict[str, tuple[tuple[str, bool], ...]] = {
-    "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED, "C13": _MATCHED,
+    "C1": _MATCHED, "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED,
+    "C13": _MATCHED,
     "C6a": (*_MATCHED, ("pre", False), ("post", False)),
     "C6b": (*_MATCHED, ("pre", False), ("post", False)),
     "C9": (*_MATCHED, ("pre_xavier", True), ("post_gpt2", True)),
