@@ -149,6 +149,7 @@ def test_c6a_opposite_and_noise(tmp_path):
     assert CLAIMS["C6a"](Fake(tmp_path, **opposite)).verdict == "not supported"
     noisy = CLAIMS["C6a"](Fake(tmp_path, noise=3.0, **C6_GOOD))
     assert noisy.verdict == "inconclusive" and "too few seeds" in noisy.diagnosis
+    assert "the source names no size" in noisy.diagnosis
 
 
 def test_c6a_compares_only_where_both_placements_train():

@@ -125,6 +125,9 @@ def _diagnose(verdict: str, mde: float, meaningful: float) -> str:
         return ""
     if not math.isfinite(mde):
         return "too few values to decide (fewer than 2)"
+    if meaningful <= 0:
+        return (f"too few seeds or steps to tell the effect from 0 (the source names no size, "
+                f"so any effect counts): this test detects {mde:.3g} or more")
     if mde <= meaningful:
         return (f"the experiment was large enough (it could detect {mde:.3g}; the claim means "
                 f"{meaningful:.3g}), and the effect sits at the line: absent, or too close to "
