@@ -63,7 +63,8 @@ class Fake:
         best = self.p.get(f"best_lr_{family}") or min(
             LRS, key=lambda lr: sum(r["score"] for r in recs[f"{lr:g}"]))
         return {"family": family, "warmup": w, "lrs": list(LRS), "best_lr": best,
-                "bracketed": True, "extensions": [], "mean_score": {}, "records": recs,
+                "bracketed": f"unbracketed_{family}" not in self.p, "extensions": [],
+                "mean_score": {}, "records": recs,
                 "best": recs[f"{best:g}"], "all_stalled": family in self.stalled}
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None):
@@ -322,6 +323,12 @@ def test_c12_rows_each_prediction():
         broken = world(pre, post)
         assert [p.verdict for p in c12_predictions(broken)] == expected, k
         assert decide_c12(broken)["verdict"] == "not supported"
+
+
+def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
+    result = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, unbracketed_pre_xavier=1.0))
+    assert "Not bracketed: pre_xavier" in result.note
+    assert "Not bracketed" not in CLAIMS["C9"](Fake(tmp_path, **C9_GOOD)).note
 
 
 def test_every_threshold_names_its_source(tmp_path):

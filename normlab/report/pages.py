@@ -34,7 +34,8 @@ from normlab.study.schema import VERDICTS, Effect
 from normlab.study.table import verdict_rows
 
 # Extra claim fields with a place of their own on the page (see ClaimView.extra).
-PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibration")
+PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibration",
+                "ladder", "departure")
 
 
 @dataclass

@@ -60,7 +60,7 @@ def study(
 
 
 VERDICT_STYLE = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
-                 "not run": "dim"}
+                 "calibration failed": "magenta", "not run": "dim"}
 
 
 def summary_table(result: dict, title: str):

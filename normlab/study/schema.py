@@ -17,8 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Verdict = Literal["supported", "not supported", "inconclusive", "not run"]
-VERDICTS: tuple[str, ...] = ("supported", "not supported", "inconclusive", "not run")
+Verdict = Literal["supported", "not supported", "inconclusive", "calibration failed", "not run"]
+# "calibration failed": a theory claim whose prediction does not hold in its source's own setting
+# (our reading or the instrument is wrong there), so no verdict is given on normlab's block.
+VERDICTS: tuple[str, ...] = ("supported", "not supported", "inconclusive", "calibration failed",
+                             "not run")
 
 
 @dataclass
@@ -52,9 +55,12 @@ class ClaimResult:
     diagnosis: str = ""  # why a verdict is inconclusive: absent effect or too small a test
     stalled: list[str] = field(default_factory=list)  # sides whose runs stalled (not compared)
     note: str = ""  # e.g. why not run, with the install command
-    # whether the measurement was checked on a setting with a known answer first (theory
-    # claims): e.g. "passed", "failed"; None when the claim has no calibration
+    # theory claims: "passed", "passed (<reading>)" or "failed" in the source's own setting
     calibration: str | None = None
+    # theory claims: one row per rung from the source's setting to normlab's block (see
+    # normlab.study.theory.ladder_rows) and where the claim stops holding along it
+    ladder: list[dict[str, Any]] = field(default_factory=list)
+    departure: str = ""
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
