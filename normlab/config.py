@@ -489,6 +489,9 @@ class TrainConfig(_Frozen):
         "steps, at most every 10th; 0: off")
     checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0: only at "
                                   "the end and on a signal")
+    keep_checkpoints: bool = Field(
+        False, description="also keep each periodic checkpoint's weights as "
+        "checkpoints/step_N.safetensors (a training trajectory to probe)")
     spike_factor: float = Field(1.5, gt=1.0, description="loss above factor x running mean...")
     spike_patience: int = Field(10, ge=1, description="...for this many steps: loss_spike")
     # A model that has not beaten the unigram predictor by a tenth of a nat has learned no
@@ -548,7 +551,7 @@ EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
 LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
-HASHED_WHEN_SET = ("stall_margin",)
+HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints")
 
 
 def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:

@@ -124,6 +124,10 @@ CASES = [
     ("sweep run spec.yaml --workers -1", "--workers"),
     ("sweep map runs --metric bogus", "metric: 'bogus'"),
     ("study --profile bogus", "bogus"),
+    ("study --executor slurm", "--executor: 'slurm'"),
+    ("study --address 127.0.0.1:6379", "--address 127.0.0.1:6379: only with --executor ray"),
+    ("study --claims C6c", "C6C"),
+    ("report runs --markdown", "--markdown"),
     # output locations that are files, under files, or folders where a file is written
     ("train --root afile", "--root afile: afile is a file"),
     ("train --root afile/x", "afile/x cannot be created"),

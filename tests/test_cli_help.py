@@ -74,3 +74,9 @@ def test_command_lists_show_whole_first_sentences(path, group):
         assert line.split()[0] == name
         assert not shown.endswith("..."), line
         assert _words(sub.help or "").startswith(shown), (shown, sub.help)
+
+
+def test_study_help_shows_the_executor_and_the_address():
+    text = _words(_help(("study",)))
+    assert "--executor" in text and "local (processes on this machine) or ray" in text
+    assert "--address" in text and "Ray cluster address" in text

@@ -206,3 +206,20 @@ def test_ctrl_c_records_where_each_run_stopped(cluster, tmp_path):
     row = next(r for r in collect(root).rows if r["run_id"] == started[0].name)
     assert row["outcome"] == "interrupted" and row["step"] == ckpt["step"]
     assert row["train_loss"] == summary["train_loss"]
+
+
+def test_a_tiny_study_trains_on_the_cluster(cluster, tmp_path):
+    """`normlab study --executor ray --address HOST:PORT`: the study's runs go to the cluster."""
+    out = tmp_path / "study"
+    r = subprocess.run(
+        [sys.executable, "-m", "normlab", "study", "--profile", "tiny", "--claims", "C9",
+         "--executor", "ray", "--address", cluster.address, "--no-report", "--out", str(out)],
+        env=cluster.env(), capture_output=True, text=True, timeout=300)
+    log = r.stdout + r.stderr
+    assert r.returncode == 0, log[-3000:]
+    assert "ray)" in log  # "training N run(s) ... (... workers, ray)"
+    study = json.loads((out / "study.json").read_text())
+    assert [c["id"] for c in study["claims"]] == ["C9"]
+    assert study["claims"][0]["verdict"] in ("supported", "not supported", "inconclusive")
+    summaries = [read_summary(p) for p in (out / "runs").iterdir() if p.is_dir()]
+    assert summaries and all(s["outcome"] in ("completed", "stalled") for s in summaries)

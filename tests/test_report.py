@@ -21,6 +21,7 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import html
 import io
 import json
 import os
@@ -352,12 +353,18 @@ def test_study_report_static(study_dir, study_html):
     assert any("line: mean over 3 seeds; shaded band: min to max" in c for c in captions)
     assert any("(= post)" in c or "lies on top of" in c for c in captions)
     assert any(c.startswith("Figure 2.1. C4:") for c in captions)  # stand-in: the claim
+    # one row per prediction, grouped by claim: the claim's cells span its rows
     rows = page.table_rows["verdicts"]
-    assert [r[0] for r in rows[1:]] == ["C1", "C4", "C12"]
-    assert [r[2] for r in rows[1:]] == ["supported", "not supported stalled: post", "not run"]
-    assert rows[1][3] == "0.48 [0.41, 0.55] n=3" and rows[1][4] == "> 0.1"
-    assert rows[2][3] == "-0.1 [-0.2, n/a] n=5"
-    assert rows[1][5] == LONG_RULE  # the whole rule, never cut
+    assert rows[0] == ["claim", "claim verdict", "prediction", "measured [95% interval]",
+                       "expected", "its verdict", "calibration"]
+    assert rows[1] == ["C1 pre: stream norm grows with depth", "supported", "pre",
+                       "+0.49 [+0.42, +0.56], n=3", "in [0.25, 0.75]", "supported", "—"]
+    assert rows[2] == ["post", "+0.01 [-0.2, +0.22], n=3", "in [-0.1, 0.1]", "inconclusive"]
+    assert rows[3][:2] == ["C4 the last layer's gradient against depth",
+                           "not supported stalled: post"]
+    assert rows[3][3:] == ["-0.1 [-0.2, n/a], n=5", "< -0.3", "not supported", "—"]
+    assert rows[4][:2] == ["C12 deep pre layers are removable in real models", "not run"]
+    assert html.escape(LONG_RULE) in study_html  # the whole rule, never cut (its section)
     # verdict badges carry their colour class; each claim has its own section, linked
     for cls in ("v-supported", "v-not-supported", "v-not-run", "v-inconclusive"):
         assert f'class="badge {cls}"' in study_html

@@ -36,6 +36,8 @@ def test_noise_is_inconclusive():
 def test_parse_claims():
     assert parse_claims("c4, C1") == ["C1", "C4"]
     assert parse_claims(None) == list(ALL_CLAIMS)
+    assert parse_claims("C6") == ["C6a", "C6b"]  # warmup is asked as two questions
+    assert parse_claims("c6b,C1") == ["C1", "C6b"]
     with pytest.raises(ConfigError, match="C14"):
         parse_claims("C14")
 
@@ -63,7 +65,7 @@ def test_every_claim_runs_at_tiny_size(tiny_study):
         e = c["effect"]
         assert e["n"] >= 2 and e["ci_low"] <= e["estimate"] <= e["ci_high"], c["id"]
         assert c["numbers"] and c["rule"] and c["method"], c["id"]
-        if c["id"] in ("C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9", "C11", "C13"):
+        if c["id"] in ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", "C8", "C9", "C11", "C13"):
             assert c["figures"], c["id"]
         for pred in c["predictions"]:  # every prediction decided with its own numbers
             assert pred["verdict"] in VERDICTS and pred["rule"] and pred["paper"], c["id"]
@@ -84,11 +86,19 @@ def test_rerun_reuses_everything(tiny_study):
     out, study = tiny_study
     runs = sorted(p.name for p in (out / "runs").iterdir())
     mtimes = {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs}
-    again = run_study(out, "tiny", claims=["C6", "C9"], log=lambda m: None)
+    again = run_study(out, "tiny", claims=["C6", "C9"], log=lambda m: None)  # C6: C6a, C6b
     assert sorted(p.name for p in (out / "runs").iterdir()) == runs
     assert {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs} == mtimes
     before = {c["id"]: c["effect"] for c in study["claims"]}
-    assert [c["effect"] for c in again["claims"]] == [before["C6"], before["C9"]]
+    assert [c["effect"] for c in again["claims"]] == [before["C6a"], before["C6b"],
+                                                      before["C9"]]
+
+
+def test_address_needs_the_ray_executor(tmp_path):
+    with pytest.raises(ConfigError, match="--address"):
+        run_study(tmp_path, "tiny", claims=["C9"], address="127.0.0.1:6379")
+    with pytest.raises(ConfigError, match="--executor"):
+        run_study(tmp_path, "tiny", claims=["C9"], executor="slurm")
 
 
 def test_unknown_profile():

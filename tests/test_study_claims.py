@@ -124,20 +124,13 @@ class FakeContext:
 
 # planted worlds per claim: (supporting, opposite)
 WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
-    "C6": ({"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2, "val_pre_nowarmup": 2.2},
-           {"val_post": 2.2, "val_post_nowarmup": 2.2, "val_pre": 2.2,
-            "val_pre_nowarmup": 3.0}),
-    "C9": ({"val_pre": 2.3, "val_post": 2.2}, {"val_pre": 2.2, "val_post": 2.3}),
-    "C11": ({"val_pre": 2.2, "val_pre_nofinal": 2.5}, {"val_pre": 2.5, "val_pre_nofinal": 2.2}),
     "C2": ({"pre_ang_slope": -0.2, "post_ang_slope": 0.0, "pre_logkl": 0, "post_logkl": 0},
            {"pre_ang_slope": 0.2, "post_ang_slope": -0.3}),
-    "C3": ({"pre_logkl": -3.0, "post_logkl": 0.0}, {"pre_logkl": 0.0, "post_logkl": -3.0}),
     "C13": ({"pre_lens_gap": 1.0, "post_lens_gap": 0.0},
-            {"pre_lens_gap": 0.0, "post_lens_gap": 0.0}),
+            {"pre_lens_gap": -1.0, "post_lens_gap": 0.0}),
 }
 # noise large enough that no rule can decide
-NOISE = {"C6": 3.0, "C9": 3.0,
-         "C11": 3.0, "C2": 3.0, "C3": 20.0, "C13": 3.0}
+NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/test_study_empirical.py
 
 
 def _fill(params: dict[str, float]) -> dict[str, float]:
@@ -163,15 +156,6 @@ def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
     assert "too few seeds or steps" in result.diagnosis
 
 
-@pytest.mark.parametrize("cid,side", [("C9", "post"), ("C6", "post"), ("C11", "pre_nofinal")])
-def test_stalled_side_is_reported_not_compared(cid, side, tmp_path):
-    yes, _ = WORLDS[cid]
-    result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)), stalled=(side,)))
-    assert result.verdict == "inconclusive"
-    assert result.stalled == [side]
-    assert "stalled" in result.note
-
-
 def test_every_prediction_cites_the_paper(tmp_path):
     for cid, (yes, _) in WORLDS.items():
         result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes))))
@@ -190,11 +174,3 @@ def test_band_and_direction_rules():
     assert min_detectable([1.0]) == math.inf
     # mde = (t_.975 + t_.80) * sd / sqrt(n); df 3: (3.1824 + 0.9785) * sqrt(4/3) / 2
     assert min_detectable([-1.0, 1.0, -1.0, 1.0]) == pytest.approx(2.4023, rel=1e-3)
-
-
-def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
-    yes, _ = WORLDS["C9"]
-    result = CLAIMS["C9"](FakeContext(tmp_path, World(0.01, **_fill(yes)), unbracketed=("pre",)))
-    assert "Not bracketed: pre" in result.note
-    assert "Not bracketed" not in CLAIMS["C9"](
-        FakeContext(tmp_path, World(0.01, **_fill(yes)))).note

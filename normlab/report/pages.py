@@ -31,6 +31,7 @@ from normlab.report.numbers import (
 from normlab.report.runs import RunsView, find_folders, href, read_runs, runs_view
 from normlab.report.study import ClaimView, Study
 from normlab.study.schema import VERDICTS, Effect
+from normlab.study.table import verdict_rows
 
 # Extra claim fields with a place of their own on the page (see ClaimView.extra).
 PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibration",
@@ -230,7 +231,10 @@ def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
         folders, _ = find_folders(runs_dir)
         runs = runs_view(read_runs(runs_dir, folders), page_dir) if folders else None
     counts = [(v, sum(c.claim.verdict == v for c in study.claims)) for v in VERDICTS]
+    anchors = {v.claim.id: v.anchor for v in study.claims}
+    rows = verdict_rows([{**v.claim.to_dict(), **v.extra} for v in study.claims])
     return {
+        "verdict_rows": [(r, anchors.get(r.claim, "")) for r in rows],
         "title": f"normlab study ({h['profile']})" if h.get("profile") else "normlab study",
         "header": header, "counts": [(v, n) for v, n in counts if n],
         "settings": settings_table,

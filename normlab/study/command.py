@@ -16,15 +16,20 @@ from normlab.console import console, fail
 def study(
     profile: Annotated[str, typer.Option(help="tiny | quick | standard | full (GPU); "
                                               "measured wall times: docs/study.md")] = "quick",
-    claims: Annotated[str | None, typer.Option(help="comma separated, e.g. C1,C4 (default all)")
-                      ] = None,
+    claims: Annotated[str | None, typer.Option(
+        help="comma separated, e.g. C1,C4 (default all; C6 means C6a and C6b)")] = None,
     out: Annotated[Path, typer.Option(
         callback=output_folder,
         help="study folder (runs, cache, figures, study.json, report.html)")] = Path("study"),
     report: Annotated[bool, typer.Option(help="write report.html at the end")] = True,
+    executor: Annotated[str, typer.Option(
+        help="where the training runs go: local (processes on this machine) or ray")
+    ] = "local",
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster address with --executor ray (e.g. auto, HOST:PORT or "
+             "ray://host:10001); none: a local Ray instance")] = None,
 ) -> None:
     """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""
-    from rich.table import Table
     from rich.text import Text
 
     from normlab.config import ConfigError
@@ -37,25 +42,47 @@ def study(
         console.print(Text.assemble((f"{time.perf_counter() - t0:6.0f}s", "dim"), " ", message),
                       highlight=False)
 
+    from normlab.sweep.executors import ExecutorError
+
     try:
-        result = run_study(out, profile, claims.split(",") if claims else None, log=log)
-    except (ConfigError, DataError) as e:
+        result = run_study(out, profile, claims.split(",") if claims else None, log=log,
+                           executor=executor, address=address)
+    except (ConfigError, DataError, ExecutorError) as e:
         fail(str(e))
-    colours = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
-               "calibration failed": "magenta", "not run": "dim"}
-    table = Table(title=f"normlab study, profile {profile} ({time.perf_counter() - t0:.0f} s)")
-    for col in ("claim", "title", "verdict", "effect [95% interval], n"):
-        table.add_column(col)
-    for c in result["claims"]:
-        e = c.get("effect")
-        eff = (f"{e['estimate']:+.3g} [{e['ci_low']:+.3g}, {e['ci_high']:+.3g}], n={e['n']}"
-               if e else c.get("note", "")[:60])
-        v = c["verdict"]
-        table.add_row(c["id"], c["title"], Text(v, style=colours[v]), eff)
-    console.print(table)
+    console.print(summary_table(result, f"normlab study, profile {profile} "
+                                        f"({time.perf_counter() - t0:.0f} s)"))
     console.print(f"every number: {out / 'study.json'}", highlight=False)
     if report:
         from normlab.report.html import render
 
         path = render(out)
         console.print(f"report: {path}", highlight=False)
+
+
+VERDICT_STYLE = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
+                 "calibration failed": "magenta", "not run": "dim"}
+
+
+def summary_table(result: dict, title: str):
+    """The verdict table (`normlab.study.table`) for the terminal: every prediction on its own
+    row, grouped by claim; long cells wrap, never cut."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from normlab.study.table import verdict_rows
+
+    table = Table(title=title, show_lines=False)
+    for col, ratio in (("claim", 2), ("verdict", 2), ("prediction", 4),
+                       ("measured [95% interval]", 4), ("expected", 1), ("its verdict", 2),
+                       ("calibration", 2)):
+        table.add_column(col, overflow="fold", ratio=ratio)
+    rows = verdict_rows(result["claims"])
+    for i, r in enumerate(rows):
+        own = r.verdict + (" (premise)" if r.role == "premise" else "")
+        table.add_row(f"{r.claim} {r.title}" if r.first else "",
+                      Text(r.claim_verdict, style=VERDICT_STYLE.get(r.claim_verdict, ""))
+                      if r.first else "", r.subject, r.measured, r.expected,
+                      Text(own, style=VERDICT_STYLE.get(r.verdict, "")),
+                      r.calibration if r.first else "",
+                      end_section=i + 1 == len(rows) or rows[i + 1].first)
+    return table

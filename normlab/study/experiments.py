@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,10 @@ class StudyContext:
     """Caches shared measurements in the study folder; every claim reads from here."""
 
     def __init__(self, out: Path, profile: Profile, log: Log, *, executor: str = "local",
-                 address: str | None = None) -> None:
+                 address: str | None = None, claims: Sequence[str] | None = None) -> None:
         self.out, self.profile, self.log = out, profile, log
         self.executor, self.address = executor, address
+        self.claims = list(claims) if claims is not None else None  # None: every claim
         self.cache_dir = out / "cache"
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.fig_dir = out / "figures"
@@ -97,15 +98,22 @@ class StudyContext:
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
                    blocks: int | None = None, **model: Any) -> RunConfig:
+        """One study run. A deep run (`blocks=profile.deep_blocks`) is evaluated and keeps its
+        weights `profile.deep_evals` times along the way: the trajectory C12 pairs along."""
         p = self.profile
+        deep = bool(blocks) and blocks == p.deep_blocks
+        every = max(1, p.steps // (p.deep_evals if deep else 4))
         sets = [f"model.placement={placement}", f"model.n_blocks={blocks or p.train_blocks}",
                 f"model.d_model={p.train_width}", f"model.n_heads={p.train_heads}",
                 f"model.max_seq_len={p.seq_len}", f"data.seq_len={p.seq_len}",
                 f"train.batch_size={p.batch_size}", f"train.steps={p.steps}", f"train.lr={lr}",
                 f"train.warmup={warmup}", f"train.seed={seed}",
-                f"train.eval_every={max(1, p.steps // 4)}", f"train.eval_batches={p.eval_batches}",
+                f"train.eval_every={every}", f"train.eval_batches={p.eval_batches}",
                 f"train.log_every={max(1, p.steps // 50)}",
-                f"train.checkpoint_every={max(50, p.steps // 5)}", "train.device=cpu"]
+                f"train.checkpoint_every={every if deep else max(50, p.steps // 5)}",
+                "train.device=cpu"]
+        if deep:
+            sets.append("train.keep_checkpoints=true")
         sets += [f"model.{k}={v}" for k, v in model.items() if v is not None]
         return load_run_config(None, sets)
 
@@ -170,23 +178,40 @@ class StudyContext:
                    for f, lrs, w in specs for lr in lrs for s in range(self.profile.seeds)]
         self.train(configs)
 
-    def tuned(self, family: str) -> dict[str, Any]:
-        """`family` over the lr grid with warmup, extended by x2 at an edge that holds the best
-        mean score (at most `max_lr_extensions` times per side). Every run is kept."""
-        key = f"tuned:{family}"
+    def tuned_specs(self) -> list[tuple[str, int]]:
+        """The `(family, warmup)` grids the selected claims tune (`TUNED_BY_CLAIM`)."""
+        p = self.profile
+        claims = self.claims if self.claims is not None else list(TUNED_BY_CLAIM)
+        specs: list[tuple[str, int]] = []
+        for cid in claims:
+            for family, with_warmup in TUNED_BY_CLAIM.get(cid, ()):
+                if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
+                        p.same_inits:
+                    continue
+                spec = (family, p.warmup if with_warmup else 0)
+                if spec not in specs:
+                    specs.append(spec)
+        return specs
+
+    def tuned(self, family: str, warmup: int | None = None) -> dict[str, Any]:
+        """`family` over the lr grid (with the profile's warmup unless `warmup` is given),
+        extended by x2 at an edge that holds the best mean score (at most `max_lr_extensions`
+        times per side). Every run is kept."""
+        p = self.profile
+        warmup = p.warmup if warmup is None else warmup
+        key = f"tuned:{family}:{warmup}"
         if key in self._memo:
             return self._memo[key]
-        p = self.profile
         if "prefetched" not in self._memo:  # the first grids of every tuned family, together
             self._memo["prefetched"] = True
-            self.prefetch([(f, list(p.lrs), p.warmup) for f in TUNED_FAMILIES])
+            self.prefetch([(f, list(p.lrs), w) for f, w in self.tuned_specs()])
         lrs = sorted(p.lrs)
         extensions: list[str] = []
         table: dict[float, list[dict[str, Any]]] = {}
         low_ext = high_ext = 0
         while True:
             todo = [lr for lr in lrs if lr not in table]
-            table.update(self.runs(family, todo, p.warmup))
+            table.update(self.runs(family, todo, warmup))
             means = {lr: sum(r["score"] for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
             trained = {lr: m for lr, m in means.items() if not any(r["failed"] for r in table[lr])}
@@ -205,7 +230,8 @@ class StudyContext:
                 continue
             break
         at_edge = best in (lrs[0], lrs[-1])
-        result = {"family": family, "lrs": lrs, "mean_score": {str(k): v for k, v in means.items()},
+        result = {"family": family, "warmup": warmup, "lrs": lrs,
+                  "mean_score": {str(k): v for k, v in means.items()},
                   "best_lr": best, "bracketed": not at_edge, "extensions": extensions,
                   "records": {str(lr): table[lr] for lr in lrs},
                   "best": table[best],
@@ -276,34 +302,150 @@ class StudyContext:
                                       r["outcome"]))
         return out
 
-    def c12_checkpoints(self) -> list[Any]:
-        """Deeper pre and post models (`deep_blocks`), each trained at the lr of its matched
-        6-block cell, one per seed; none when the profile trains no deep models."""
-        from normlab.study.schema import Pretrained
-
+    def deep_runs(self, placement: str) -> dict[str, Any]:
+        """`placement` at `deep_blocks` blocks, trained at the lr of its matched 6-block cell,
+        one run per seed, each keeping its weights along the way; None-valued when the profile
+        trains no deep models or no matched cell exists."""
         p, pair = self.profile, self.matched_pair()
         if not p.deep_blocks or "runs" not in pair:
+            return {"lr": None, "records": []}
+        lr = pair[f"{placement}_lr"]
+        return {"lr": lr, "records": self.runs(placement, [lr], p.warmup,
+                                               blocks=p.deep_blocks)[lr]}
+
+    def c12_checkpoints(self) -> list[Any]:
+        """Deeper pre and post models (`deep_blocks`), one pair per seed, taken along their
+        training trajectories (`trajectory_pair`): the kept checkpoints of the two runs whose
+        validation losses are closest, preferring the most trained pair within tolerance."""
+        from normlab.study.schema import Pretrained
+
+        p = self.profile
+        if not p.deep_blocks or "runs" not in self.matched_pair():
             return []
+        self.prefetch_deep()
+        runs = {pl: {r["seed"]: r for r in self.deep_runs(pl)["records"]} for pl in PLACEMENTS}
         out = []
-        for pl in ("pre", "post"):
-            lr = pair[f"{pl}_lr"]
-            for r in self.runs(pl, [lr], p.warmup, blocks=p.deep_blocks)[lr]:
-                out.append(Pretrained(pl, r["seed"], self.runs_root / r["run_id"],
-                                      r["val_loss"] if r["val_loss"] is not None else math.nan,
-                                      r["outcome"]))
+        for seed in sorted(set(runs["pre"]) & set(runs["post"])):
+            pre, post = runs["pre"][seed], runs["post"][seed]
+            if pre["failed"] or post["failed"] or pre["outcome"] != "completed" \
+                    or post["outcome"] != "completed":
+                for pl, r in (("pre", pre), ("post", post)):
+                    out.append(Pretrained(pl, seed, self.runs_root / r["run_id"],
+                                          r["val_loss"] if r["val_loss"] is not None
+                                          else math.nan, r["outcome"]))
+                continue
+            pick = trajectory_pair(trajectory(self.runs_root / pre["run_id"]),
+                                   trajectory(self.runs_root / post["run_id"]), MATCH_TOLERANCE)
+            for pl, r, (step, loss) in (("pre", pre, pick[0]), ("post", post, pick[1])):
+                out.append(Pretrained(pl, seed, self.runs_root / r["run_id"], loss, "completed",
+                                      step=step))
         return out
+
+    def prefetch_deep(self) -> None:
+        """Both placements' deep runs trained together (one stacked group where that pays)."""
+        p, pair = self.profile, self.matched_pair()
+        if p.deep_blocks and "runs" in pair:
+            self.train([self.run_config(pl, pair[f"{pl}_lr"], p.warmup, s, p.deep_blocks)
+                        for pl in PLACEMENTS for s in range(p.seeds)])
+
+    def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
+        """Per run (one per seed): validation loss with the final norm replaced by the identity
+        minus the loss with it, on the study's probe batches (C11's mechanism)."""
+        out = []
+        batches = self.probe_batches(seq_len=min(self.profile.probe_seq_len,
+                                                 self.profile.seq_len))
+        for r in records:
+            if r["failed"]:
+                continue
+            out.append(self.cached(f"final_norm_cost_{r['run_id']}",
+                                   lambda r=r: final_norm_cost(self.runs_root / r["run_id"],
+                                                               batches)))
+        return [c["cost"] for c in out]
+
+
+PLACEMENTS = ("pre", "post")
+
+
+def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:
+    """`(step, validation loss)` at each kept checkpoint of a run, and `(None, final loss)` for
+    its last checkpoint (`checkpoint/`)."""
+    from normlab.train import read_summary
+    from normlab.train.checkpoint import kept_steps
+    from normlab.train.rundir import read_metrics
+
+    val = {r["step"]: r["val_loss"] for r in read_metrics(run_dir / "metrics.jsonl")
+           if isinstance(r.get("val_loss"), float)}
+    points: list[tuple[int | None, float]] = [(s, val[s]) for s in kept_steps(run_dir)
+                                              if s in val]
+    final = (read_summary(run_dir) or {}).get("val_loss")
+    if isinstance(final, float):
+        points.append((None, final))
+    return points
+
+
+def trajectory_pair(pre: list[tuple[int | None, float]], post: list[tuple[int | None, float]],
+                    tolerance: float) -> tuple[tuple[int | None, float], tuple[int | None, float]]:
+    """The pre and post trajectory points to compare: among pairs whose losses lie within
+    `tolerance`, the most trained (largest smaller step; the final checkpoint counts as the
+    last step); with none within tolerance, the closest pair (reported, then left out)."""
+    if not pre or not post:
+        raise ValueError("trajectory_pair needs at least one point on each trajectory")
+
+    def rank(step: int | None) -> float:
+        return math.inf if step is None else float(step)
+
+    pairs = [(a, b) for a in pre for b in post]
+    close = [q for q in pairs if abs(q[0][1] - q[1][1]) <= tolerance]
+    if close:
+        return max(close, key=lambda q: (min(rank(q[0][0]), rank(q[1][0])),
+                                         -abs(q[0][1] - q[1][1])))
+    return min(pairs, key=lambda q: abs(q[0][1] - q[1][1]))
+
+
+def final_norm_cost(run_dir: Path, batches: list) -> dict[str, float]:
+    """Loss of a trained model on `batches` with its final norm, and with that norm replaced by
+    the identity (the head reads the raw stream), and the difference."""
+    import torch
+
+    cfg, model = load_trained_model(run_dir)
+    seq = cfg.model.max_seq_len
+
+    def loss() -> float:
+        with torch.no_grad():
+            return sum(model(x[:, :seq], y[:, :seq]).loss.item()
+                       for x, y in batches) / len(batches)
+
+    model.eval()
+    with_norm = loss()
+    model.final.norm = torch.nn.Identity()
+    without = loss()
+    return {"with": with_norm, "without": without, "cost": without - with_norm}
+
 
 # Training families: a placement plus model fields; each is tuned over its own lr grid.
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre": ("pre", {}),  # paper default init: GPT-2 scaled
     "post": ("post", {}),  # paper default init: Xavier
     "pre_nofinal": ("pre", {"final_norm": "off"}),
-    "pre_xavier": ("pre", {"init": "xavier"}),  # the inits crossed (C9)
-    "post_gpt2": ("post", {"init": "gpt2_scaled"}),
+    "pre_xavier": ("pre", {"init": "xavier"}),  # C9: pre under post's init...
+    "post_gpt2": ("post", {"init": "gpt2_scaled"}),  # ...and post under pre's
 }
 
-# The families tuned on their own grid (C6, C9, C11 and the matched-loss probes).
-TUNED_FAMILIES = ("pre", "post", "pre_nofinal")
+# The init a family shares with the other placement's paper family (C9's same-init pairings:
+# profile.same_inits says which the profile trains).
+SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
+
+# The `(family, with warmup)` grids each claim tunes; a study trains the first grids of every
+# selected claim's families together.
+_MATCHED = (("pre", True), ("post", True))
+TUNED_BY_CLAIM: dict[str, tuple[tuple[str, bool], ...]] = {
+    "C1": _MATCHED, "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED,
+    "C13": _MATCHED,
+    "C6a": (*_MATCHED, ("pre", False), ("post", False)),
+    "C6b": (*_MATCHED, ("pre", False), ("post", False)),
+    "C9": (*_MATCHED, ("pre_xavier", True), ("post_gpt2", True)),
+    "C11": (*_MATCHED, ("pre_nofinal", True)),
+}
 
 # Two checkpoints count as trained to the same loss within this many nats of validation loss.
 MATCH_TOLERANCE = 0.05

@@ -2,8 +2,8 @@
 
 - `tiny`: seconds, for tests; its verdicts mean nothing.
 - `quick`: what `make demo` runs; at most 10 minutes on 2 CPU cores; 3 paired seeds, 320 steps.
-- `standard`: at most an hour on 2 CPU cores; 5 paired seeds, 800 steps, the inits crossed, and
-  12-block models for C12.
+- `standard`: at most an hour on 2 CPU cores; 5 paired seeds, 800 steps, pre and post compared
+  under both inits (C9), and 12-block models (C11, C12).
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
 
 Warmup is a fraction of the run (`warmup_frac`), the same for every placement. Learning rates
@@ -43,7 +43,9 @@ class Profile:
     seeds: int
     eval_batches: int
     max_lr_extensions: int = 2
-    cross_inits: bool = False  # C9: also train each placement with the other's init
+    # C9: the inits under which pre and post are compared, each family tuned on its own grid
+    # ("xavier": pre_xavier vs post; "gpt2_scaled": pre vs post_gpt2)
+    same_inits: tuple[str, ...] = ("xavier",)
     # fine-tuning (C10)
     finetune_steps: int = 80
     finetune_batch_size: int = 16
@@ -55,6 +57,7 @@ class Profile:
     real_passages: int = 4
     # C12 on normlab's own deep models
     deep_blocks: int = 12
+    deep_evals: int = 10  # evaluations (and kept checkpoints) along each deep run: C12's pairs
     workers: int = 2
 
     @property
@@ -73,7 +76,8 @@ PROFILES: dict[str, Profile] = {
         train_blocks=3, train_width=32, train_heads=2, seq_len=32, batch_size=8, steps=8,
         lrs=(1e-3, 2e-3, 4e-3), warmup_frac=0.25, seeds=2, eval_batches=1,
         max_lr_extensions=1, finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
-        finetune_lrs=(1e-3,), finetune_lr_extensions=0, real_passages=1, deep_blocks=4),
+        finetune_lrs=(1e-3,), finetune_lr_extensions=0, real_passages=1, deep_blocks=4,
+        deep_evals=2),
     "quick": Profile(
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
@@ -89,7 +93,8 @@ PROFILES: dict[str, Profile] = {
         update_blocks=24, update_lr=5e-4,
         train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=800,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=5, eval_batches=16,
-        cross_inits=True, finetune_steps=200, finetune_batch_size=16, finetune_test_max=512,
+        same_inits=("xavier", "gpt2_scaled"), finetune_steps=200, finetune_batch_size=16,
+        finetune_test_max=512,
         finetune_lrs=(3e-4, 1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12),
     "full": Profile(
@@ -98,7 +103,8 @@ PROFILES: dict[str, Profile] = {
         update_blocks=48, update_lr=5e-4,
         train_blocks=12, train_width=512, train_heads=8, seq_len=256, batch_size=64,
         steps=10000, lrs=(2.5e-4, 5e-4, 1e-3, 2e-3), warmup_frac=0.1, seeds=5,
-        eval_batches=32, cross_inits=True, finetune_steps=1000, finetune_batch_size=64,
+        eval_batches=32, same_inits=("xavier", "gpt2_scaled"), finetune_steps=1000,
+        finetune_batch_size=64,
         finetune_test_max=None, finetune_lrs=(1e-4, 3e-4, 1e-3), real_passages=64,
         deep_blocks=24, workers=1),
 }

@@ -26,19 +26,23 @@ from normlab.study.schema import ClaimResult
 from normlab.study.theory import THEORY_CLAIMS
 from normlab.train.logging import write_json_atomic
 
-ALL_CLAIMS = tuple(f"C{i}" for i in range(1, 14))
+ALL_CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", *(f"C{i}" for i in range(7, 14)))
+# A name that stands for several claims: C6 (warmup) is asked as two questions.
+CLAIM_GROUPS = {"C6": ("C6a", "C6b")}
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:
     if text is None:
         return list(ALL_CLAIMS)
     items = text.split(",") if isinstance(text, str) else list(text)
-    items = [s.strip().upper() for s in items if s.strip()]
-    unknown = [s for s in items if s not in ALL_CLAIMS]
-    if unknown or not items:
-        raise ConfigError(f"--claims: unknown claim(s) {unknown or items}; choose from "
-                          f"{', '.join(ALL_CLAIMS)}")
-    return sorted(dict.fromkeys(items), key=ALL_CLAIMS.index)
+    by_name = {c.upper(): (c,) for c in ALL_CLAIMS} | CLAIM_GROUPS
+    wanted = [s.strip().upper() for s in items if s.strip()]
+    unknown = [s for s in wanted if s not in by_name]
+    if unknown or not wanted:
+        raise ConfigError(f"--claims: unknown claim(s) {unknown or wanted}; choose from "
+                          f"{', '.join(ALL_CLAIMS)} (C6 means C6a and C6b)")
+    chosen = [c for s in wanted for c in by_name[s]]
+    return sorted(dict.fromkeys(chosen), key=ALL_CLAIMS.index)
 
 
 def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
@@ -59,9 +63,13 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         raise ConfigError(f"--profile: {profile!r} is not one of {', '.join(PROFILES)}")
     if executor not in ("local", "ray"):
         raise ConfigError(f"--executor: {executor!r} is not one of local, ray")
+    if executor == "local" and address:
+        raise ConfigError(f"--address {address}: only with --executor ray (the address of a "
+                          "Ray cluster); add --executor ray or drop --address")
     selected = parse_claims(claims)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address)
+    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address,
+                       claims=selected)
     if profile != "tiny":
         log(f"estimated time: {format_duration(estimate_seconds(ctx.profile))} on this machine "
             f"({ctx.profile.workers} workers; measured from a few training steps)")
@@ -91,11 +99,9 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
 
 
 def estimate_seconds(profile: Profile) -> float:
-    """Rough wall time of a profile: its training runs (each tuned family's grid plus one lr
-    extension, C6's runs without warmup, C9's crossed inits, C12's deeper models), its
-    fine-tuning (C10: every lr of the grid per placement and seed, the passage read in windows
-    of the context) at the step time measured here on one run of the profile's shape, shared by
-    the workers; plus a minute and a half for probes and the real checkpoints."""
+    """Rough wall time of a profile: its training runs and its fine-tuning at the step time
+    measured here on one run of the profile's shape, shared by the workers; plus a minute and
+    a half for probes and the real checkpoints. `estimate_runs` counts the runs."""
     from normlab.config import load_run_config
 
     p = profile
@@ -104,11 +110,28 @@ def estimate_seconds(profile: Profile) -> float:
         f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
         f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
     step_s = time_steps(cfg, steps=2, warmup_steps=1)
-    deep = 2 * p.deep_blocks / p.train_blocks if p.deep_blocks else 0
-    runs = p.seeds * (3 * (len(p.lrs) + 1) + 2 + (2 if p.cross_inits else 0) + deep)
+    counts = estimate_runs(p)
+    return ((counts["runs"] * p.steps + counts["finetune_steps"]) * step_s
+            / max(1, p.workers) + 90)
+
+
+def estimate_runs(p: Profile) -> dict[str, float]:
+    """The work of a profile in units of one training run of its 6-block shape, per kind: each
+    tuned grid (with warmup: pre, post, pre without final norm and C9's same-init families;
+    without warmup: pre and post, C6b, whose cells C6a reuses at the common lrs) with one lr
+    extension, a cell or so of C6a's common lrs outside the no-warmup grids, the deep models
+    (C11, C12: cost grows with depth); and the fine-tuning steps of C10 (pretrained and from
+    init, every lr of the grid, per placement and seed, the passage read in windows)."""
+    cells = len(p.lrs) + 1
+    kinds = {"tuned with warmup": (3 + len(p.same_inits)) * cells,
+             "tuned without warmup (C6b)": 2 * cells,
+             "C6a common lrs beyond the grids": 2,
+             "deep models (C11, C12)": 2 * p.deep_blocks / p.train_blocks if p.deep_blocks
+             else 0}
+    out = {k: p.seeds * v for k, v in kinds.items()}
     windows = max(1, p.finetune_passage_bytes // p.seq_len)
-    finetunes = 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
-    return (runs * p.steps + finetunes) * step_s / max(1, p.workers) + 90
+    finetune = 2 * 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
+    return out | {"runs": sum(out.values()), "finetune_steps": finetune}
 
 
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:

@@ -76,3 +76,4 @@ class Pretrained:
     run_dir: Path  # an ordinary run folder with a checkpoint
     val_loss: float  # validation loss of that checkpoint
     outcome: str = "completed"  # "stalled" / "diverged" runs are reported, never compared
+    step: int | None = None  # a checkpoint kept along the run (None: its last)

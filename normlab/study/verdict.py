@@ -110,6 +110,11 @@ class Prediction:
     meaningful: float = 0.0  # the smallest effect the prediction means
     mde: float = math.nan  # the smallest effect this experiment could detect
     diagnosis: str = ""  # for an inconclusive prediction: absent effect or too small a test
+    # where the threshold comes from: the source's own factor, or "no size given: 0"
+    threshold_source: str = ""
+    # "test": decides the claim; "premise": a condition the test needs (a model that learns,
+    # a transfer to compare): a premise that fails leaves the claim inconclusive, never refuted
+    role: str = "test"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +125,9 @@ def _diagnose(verdict: str, mde: float, meaningful: float) -> str:
         return ""
     if not math.isfinite(mde):
         return "too few values to decide (fewer than 2)"
+    if meaningful <= 0:
+        return (f"too few seeds or steps to tell the effect from 0 (the source names no size, "
+                f"so any effect counts): this test detects {mde:.3g} or more")
     if mde <= meaningful:
         return (f"the experiment was large enough (it could detect {mde:.3g}; the claim means "
                 f"{meaningful:.3g}), and the effect sits at the line: absent, or too close to "
@@ -129,16 +137,18 @@ def _diagnose(verdict: str, mde: float, meaningful: float) -> str:
 
 
 def predict_direction(subject: str, quantity: str, paper: str, values: Sequence[float],
-                      expected: Direction, threshold: float, meaningful: float) -> Prediction:
+                      expected: Direction, threshold: float, meaningful: float, *,
+                      threshold_source: str = "", role: str = "test") -> Prediction:
     vals = [float(v) for v in values]
     verdict, effect = decide(vals, expected, threshold, name=quantity)
     mde = min_detectable(vals)
     return Prediction(subject, quantity, paper, rule_text(quantity, expected, threshold),
-                      verdict, effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful))
+                      verdict, effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful),
+                      threshold_source, role)
 
 
 def predict_band(subject: str, quantity: str, paper: str, values: Sequence[float],
-                 low: float, high: float) -> Prediction:
+                 low: float, high: float, *, threshold_source: str = "") -> Prediction:
     vals = [float(v) for v in values]
     ci = mean_ci(vals)
     lo, hi = ci["ci95"]
@@ -148,12 +158,18 @@ def predict_band(subject: str, quantity: str, paper: str, values: Sequence[float
     mde = min_detectable(vals)
     meaningful = (high - low) / 2
     return Prediction(subject, quantity, paper, band_rule_text(quantity, low, high), verdict,
-                      effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful))
+                      effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful),
+                      threshold_source)
 
 
 def combine(predictions: Sequence[Prediction]) -> str:
-    """All supported: supported; any not supported: not supported; otherwise inconclusive."""
-    verdicts = [p.verdict for p in predictions]
+    """All supported: supported; any not supported: not supported; otherwise inconclusive.
+    Premises (`role="premise"`) do not refute: one that is not supported leaves the claim
+    inconclusive (the test's condition does not hold)."""
+    premises = [p for p in predictions if p.role == "premise"]
+    if any(p.verdict != "supported" for p in premises):
+        return "inconclusive"
+    verdicts = [p.verdict for p in predictions if p.role != "premise"]
     if not verdicts:
         return "inconclusive"
     if any(v == "not supported" for v in verdicts):

@@ -54,6 +54,28 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
     shutil.rmtree(old, ignore_errors=True)
 
 
+def keep_weights(directory: Path, step: int) -> None:
+    """A copy of the weights just saved in `directory` (a run's `checkpoint/`) as the run's
+    `checkpoints/step_N.safetensors`, so a trajectory outlives the next checkpoint."""
+    kept = directory.parent / "checkpoints"
+    kept.mkdir(exist_ok=True)
+    tmp = kept / f"step_{step}.safetensors.tmp"
+    shutil.copyfile(directory / "model.safetensors", tmp)
+    tmp.rename(kept / f"step_{step}.safetensors")
+
+
+def kept_steps(run_dir: Path | str) -> list[int]:
+    """The steps whose weights the run kept (`keep_weights`), in order."""
+    kept = Path(run_dir) / "checkpoints"
+    steps = []
+    for f in kept.glob("step_*.safetensors") if kept.is_dir() else []:
+        try:
+            steps.append(int(f.name[len("step_"):-len(".safetensors")]))
+        except ValueError:
+            continue
+    return sorted(steps)
+
+
 def _siblings(directory: Path) -> tuple[Path, Path]:
     return (directory.with_name(directory.name + ".tmp"),
             directory.with_name(directory.name + ".old"))
@@ -198,14 +220,23 @@ def _load_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer,
                     k: v.to(p.device) if k != "step" else v for k, v in slots.items()}
 
 
-def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu"):
-    """The model of a run folder with its checkpointed weights: `(run_config, model)`."""
+def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu",
+                       step: int | None = None):
+    """The model of a run folder with its checkpointed weights: `(run_config, model)`; with
+    `step`, the weights the run kept at that step (`train.keep_checkpoints`)."""
     from normlab.nn import build_model
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
-    ckpt = usable_checkpoint(run_dir / "checkpoint")
-    weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"
+    if step is not None:
+        weights = run_dir / "checkpoints" / f"step_{step}.safetensors"
+        if not weights.exists():
+            raise CheckpointError(f"{run_dir}: no weights kept at step {step} (kept: "
+                                  f"{kept_steps(run_dir) or 'none'}); train with "
+                                  "train.keep_checkpoints=true")
+    else:
+        ckpt = usable_checkpoint(run_dir / "checkpoint")
+        weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"
     if not weights.exists():
         raise CheckpointError(f"{run_dir}: no checkpoint/model.safetensors; train the run first")
     model = build_model(cfg.model, seed=cfg.train.seed)

@@ -38,7 +38,7 @@ from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.plan import resolved_run_fields
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
-from normlab.train.checkpoint import save_checkpoint
+from normlab.train.checkpoint import keep_weights, save_checkpoint
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, write_json_atomic
@@ -396,6 +396,8 @@ class _GroupLoop:
                 m.metrics.write(record | {"time_s": dt, "tokens_per_s": self.tokens_per_step / dt})
             if last[r] or (tc.checkpoint_every and m.step % tc.checkpoint_every == 0):
                 self.checkpoint(r)
+                if tc.keep_checkpoints and not last[r]:
+                    keep_weights(m.run_dir / "checkpoint", m.step)
             if last[r]:
                 elapsed = time.perf_counter() - self.t_start
                 self.finish_trained(m, self.tokens_per_step * (m.step - m.start) / elapsed)

@@ -44,6 +44,7 @@ from normlab.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train import distributed
 from normlab.train.checkpoint import (
     CheckpointError,
+    keep_weights,
     load_checkpoint,
     recover_checkpoint,
     save_checkpoint,
@@ -522,6 +523,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                     metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
                 if tc.checkpoint_every and step % tc.checkpoint_every == 0 and not last:
                     checkpoint(step)
+                    if tc.keep_checkpoints and dist.main:
+                        keep_weights(ckpt_dir, step)
                 speed.update(dt)
                 bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
                                                speed))
