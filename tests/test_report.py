@@ -398,7 +398,7 @@ def test_study_report_static(study_dir, study_html):
     assert ["learning rates", "0.001, 0.004"] in settings and ["width", "64"] in settings
     # the study's runs, with links to their folders and TensorBoard logs
     runs = page.table_rows["runs"]
-    assert len(runs) == 5 and runs[0][:4] == ["run", "placement", "seed", "outcome"]
+    assert len(runs) == 5 and runs[0][:4] == ["run", "outcome", "placement", "seed"]
     links = [v for tag, attr, v in page.attrs if tag == "a" and attr == "href"
              and not v.startswith("#")]
     assert sum(v.endswith("/tb/") for v in links) == 4
@@ -411,14 +411,14 @@ def test_runs_report_static(runs_dir, runs_html):
     # loss curves + the sweep's stability map and its per-cell curves, all inline SVG
     assert len(page.svgs) == 3 and page.imgs == []
     rows = page.table_rows["runs"]
-    assert rows[0] == ["run", "placement", "seed", "outcome", "training loss (nats/byte)",
+    assert rows[0] == ["run", "outcome", "placement", "seed", "training loss (nats/byte)",
                        "validation loss (nats/byte)", "best validation loss (nats/byte)",
                        "tokens/s"]
-    body = sorted(rows[1:], key=lambda r: (r[1], r[2]))
-    assert [r[1:3] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
+    body = sorted(rows[1:], key=lambda r: (r[2], r[3]))
+    assert [r[2:4] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
     for r in body:
         assert r[0].endswith("folder TensorBoard log")
-        assert r[3] == "stalled (step 6 of 6)"
+        assert r[1] == "stalled (step 6 of 6)"
         assert all(float(x) > 0 for x in r[4:7])  # final train, final val, best val
     shared = page.table_rows["settings"]
     for row in (["blocks", "2"], ["width", "32"], ["learning rate", "0.001"], ["steps", "6"]):

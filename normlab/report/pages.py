@@ -15,15 +15,13 @@ from normlab.report.figures import loss_curves_svg, sweep_map_svgs
 from normlab.report.numbers import (
     Block,
     Cell,
-    Column,
     Interval,
-    Row,
-    Table,
     as_interval,
-    block,
+    blocks,
     cell,
     fmt,
     fmt_seconds,
+    heading,
     label,
     numbers_blocks,
     table_of,
@@ -69,7 +67,7 @@ class ClaimPage:
     note: str
     paper: Cell | None = None
     prediction_rows: list[PredictionRow] | None = None
-    predictions: Table | None = None     # predictions in a shape this report does not know
+    predictions: list[Block] = field(default_factory=list)  # in a shape not known here
     power: Cell | None = None
     diagnosis: str = ""                  # why an inconclusive verdict is inconclusive
     stalled: list[str] = field(default_factory=list)  # sides that did not train: not compared
@@ -116,17 +114,15 @@ def prediction_rows(v: Any) -> list[PredictionRow] | None:
     return rows
 
 
-def _predictions(v: Any) -> Table | None:
+def _predictions(v: Any) -> list[Block]:
+    """Predictions in a shape `prediction_rows` does not know, as tables."""
     if not v or prediction_rows(v) is not None:
-        return None
-    table = table_of(v)
-    if table is None:
-        return None
-    if not table.has_row_heads:
-        return table
-    table.columns.insert(0, Column("placement"))  # a dict keyed by placement
-    table.rows = [Row(None, [Cell("text", text=r.head or ""), *r.cells]) for r in table.rows]
-    return table
+        return []
+    out = blocks("", v)
+    for b in out:
+        if b.table is not None and b.table.has_row_heads and not b.table.corner:
+            b.table.corner = "placement"  # a dict keyed by placement
+    return out
 
 
 def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
@@ -148,7 +144,8 @@ def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
         diagnosis=str(extra.get("diagnosis") or ""),
         stalled=[str(x) for x in extra.get("stalled") or []]
         if isinstance(extra.get("stalled"), list) else [],
-        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS])
+        extra=[b for k, v in extra.items() if k not in PAPER_FIELDS
+               for b in blocks(heading(k), v, k)])
 
 
 _HEADER = (("profile", "profile"), ("created", "date"), ("elapsed_s", "elapsed"),
