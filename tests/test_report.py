@@ -650,6 +650,9 @@ class Browser:
                                  browser=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
+        self.resize(width, height)
+
+    def resize(self, width: int, height: int) -> None:
         self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
                                                          "deviceScaleFactor": 1,
                                                          "mobile": False})
@@ -738,29 +741,147 @@ Promise.all(Array.from(document.querySelectorAll('img, svg.figure')).map(async (
 """
 
 
-# Every <figure>: its caption's text. Every table cell: whether its content overflows it (text
-# cut by the cell's size or an ellipsis), and every table and figure: whether it runs past the
-# right edge of the page's column, where a reader would not see it.
+# What a reader sees of the page's tables and figures, measured in the browser:
+#   captions  the text of each <figure>'s caption
+#   cut       cells whose content overflows them (text cut by the cell's size, an ellipsis)
+#   broken    words or numbers broken across lines: a token (text between spaces) in a cell
+#             whose Range.getClientRects() lie on more than one line ("0.00|1", "withou|t")
+#   wrapped   numeric cells (td.num) whose value takes more than one line
+#   proportional  numeric cells without tabular digits (font-variant-numeric: tabular-nums)
+#   narrow    header cells narrower than their longest word (a header squeezed letter by letter)
+#   nested    tables inside tables
+#   wide      tables, figures and images that run past the right edge of the page's column
+#             (a table in a scroll box counts by its box), and a page that scrolls sideways
+#   unfixed   rows of a table that scrolls in its box whose first cell does not stay in view,
+#             opaque, when the box is scrolled to its right end
+#   outcome   runs tables whose outcome column is not in view without scrolling
 LAYOUT_CHECK = """
 (() => {
   const main = document.querySelector('main') || document.body;
-  const right = main.getBoundingClientRect().right + 1;
+  const right = Math.min(main.getBoundingClientRect().right,
+                         document.documentElement.clientWidth) + 1;
+  const short = (el) => el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 80);
+  const lineCount = (rects) => {
+    const rs = Array.from(rects).filter((r) => r.width > 0.5 && r.height > 0)
+      .sort((a, b) => a.top - b.top);
+    let n = 0, bottom = -Infinity;
+    for (const r of rs) {
+      if ((r.top + r.bottom) / 2 > bottom) { n++; bottom = r.bottom; }
+      else bottom = Math.max(bottom, r.bottom);
+    }
+    return n;
+  };
+  // A token: text between spaces, also split after the hyphen of a compound word
+  // ("near-identical" may break as "near-|identical"; "1e-05" and "-0.5" may not break).
+  const letter = /[A-Za-z]/;
+  const tokenRects = (cell, each) => {
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+      const text = node.nodeValue;
+      for (const m of text.matchAll(/\\S+/g)) {
+        let start = m.index;
+        const end = m.index + m[0].length;
+        for (let i = start + 1; i <= end; i++) {
+          const split = i === end || (i - 2 >= start && text[i - 1] === '-' &&
+                                      letter.test(text[i - 2]) && letter.test(text[i]));
+          if (!split) continue;
+          const r = document.createRange();
+          r.setStart(node, start);
+          r.setEnd(node, i);
+          each(text.slice(start, i), r.getClientRects());
+          start = i;
+        }
+      }
+    }
+  };
+  const wordWidth = (word, style) => {
+    const span = document.createElement('span');
+    for (const k of ['fontFamily', 'fontSize', 'fontWeight', 'fontStyle', 'letterSpacing',
+                     'fontVariantNumeric']) span.style[k] = style[k];
+    span.style.whiteSpace = 'nowrap';
+    span.style.position = 'absolute';
+    span.style.visibility = 'hidden';
+    span.textContent = word;
+    document.body.appendChild(span);
+    const w = span.getBoundingClientRect().width;
+    span.remove();
+    return w;
+  };
   const captions = Array.from(document.querySelectorAll('figure')).map(
     (f) => (f.querySelector('figcaption') || {textContent: ''}).textContent.trim());
-  const cut = [];
+  const cut = [], broken = [], wrapped = [], proportional = [], narrow = [];
   for (const c of document.querySelectorAll('td, th')) {
     const s = getComputedStyle(c);
     if (c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1 ||
         s.textOverflow === 'ellipsis') {
-      cut.push(c.textContent.trim().slice(0, 80));
+      cut.push(short(c));
+    }
+    const all = [];
+    tokenRects(c, (token, rects) => {
+      if (lineCount(rects) > 1) broken.push(token + ' (in: ' + short(c) + ')');
+      all.push(...rects);
+    });
+    if (c.matches('td.num')) {
+      if (lineCount(all) > 1) wrapped.push(short(c));
+      if (!s.fontVariantNumeric.includes('tabular-nums')) proportional.push(short(c));
+    }
+    if (c.matches('thead th') && c.textContent.trim()) {
+      const room = c.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+      const widest = Math.max(...c.textContent.trim().split(/\\s+/).map((w) => wordWidth(w, s)));
+      if (widest > room + 1) narrow.push(short(c));
     }
   }
-  const wide = Array.from(document.querySelectorAll('table, figure, svg.figure, img'))
-    .filter((e) => e.getBoundingClientRect().right > right)
-    .map((e) => e.tagName + ' ' + e.textContent.trim().slice(0, 60));
-  return {captions, cut, wide, height: document.documentElement.scrollHeight};
+  const nested = Array.from(document.querySelectorAll('table table')).map(short);
+  const scrollBox = (el) => {
+    for (let a = el.parentElement; a && a !== main; a = a.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX)) return a;
+    }
+    return null;
+  };
+  const wide = [];
+  for (const e of document.querySelectorAll('table, figure, svg.figure, img')) {
+    const box = e.tagName === 'TABLE' ? scrollBox(e) : null;
+    if ((box || e).getBoundingClientRect().right > right) wide.push(e.tagName + ' ' + short(e));
+  }
+  const doc = document.documentElement;
+  if (doc.scrollWidth > doc.clientWidth + 1) wide.push('the page scrolls sideways');
+  const unfixed = [];
+  for (const t of document.querySelectorAll('table')) {
+    const box = scrollBox(t);
+    if (!box || box.scrollWidth <= box.clientWidth + 1) continue;
+    box.scrollLeft = box.scrollWidth;
+    const left = box.getBoundingClientRect().left;
+    for (const row of t.rows) {
+      const first = row.cells[0];
+      const r = first.getBoundingClientRect();
+      const bg = getComputedStyle(first).backgroundColor;
+      if (Math.abs(r.left - left) > 2 || bg === 'transparent' || bg === 'rgba(0, 0, 0, 0)') {
+        unfixed.push(short(first));
+      }
+    }
+    box.scrollLeft = 0;
+  }
+  const outcome = [];
+  for (const th of document.querySelectorAll('table.runs thead th')) {
+    if (th.textContent.trim() !== 'outcome') continue;
+    const box = scrollBox(th) || main;
+    if (th.getBoundingClientRect().right > Math.min(box.getBoundingClientRect().right, right)) {
+      outcome.push(short(th.closest('table')).slice(0, 40));
+    }
+  }
+  return {captions, cut, broken, wrapped, proportional, narrow, nested, wide, unfixed, outcome,
+          height: doc.scrollHeight};
 })()
 """
+LAYOUT_KEYS = ("cut", "broken", "wrapped", "proportional", "narrow", "nested", "wide", "unfixed",
+               "outcome")
+# The widths every page is checked at: a desktop window and a phone's.
+WIDTHS = (1200, 480)
+
+
+def layout_problems(got: dict[str, Any]) -> dict[str, list[str]]:
+    """Each layout defect of a loaded page (see LAYOUT_CHECK) that it has."""
+    return {k: got[k] for k in LAYOUT_KEYS if got[k]}
 
 
 def _ink(png: bytes) -> float:
@@ -815,7 +936,7 @@ def test_report_in_headless_chromium(browser, which, study_dir, runs_dir, study_
     # every figure has a caption, no table cell is cut, nothing runs off the page
     assert len(got["captions"]) == n_figures
     assert all(len(c) > 40 and c.startswith("Figure ") for c in got["captions"]), got["captions"]
-    assert got["cut"] == [] and got["wide"] == [], (got["cut"], got["wide"])
+    assert layout_problems(got) == {}
     ink, colours = _screenshot_stats(got["screenshot"])
     assert ink > 0.03 and colours > 50, (ink, colours)
     if SCREENSHOTS:
@@ -842,6 +963,127 @@ def test_browser_checks_can_fail(browser, tmp_path):
     assert all(i["ink"] <= 0.01 for i in got["images"])
     assert got["captions"] == [""]
     assert got["cut"] == ["a long text cut by its cell"]
+    assert "a long text cut by its cell" not in got["broken"]  # cut, not wrapped
     assert any("wide" in w for w in got["wide"]), got["wide"]
     ink, _ = _screenshot_stats(got["screenshot"])
     assert ink < 0.03  # a blank page reads as blank
+
+
+# ----------------------------------------------------------------------------- tables at a glance
+
+
+@pytest.fixture(scope="module")
+def many_runs_dir(tmp_path_factory, runs_dir) -> Path:
+    """The four tiny runs, their configs rewritten to differ in many settings, bookkeeping
+    (how often they log, evaluate, save; the device) included: a runs table wider than a phone."""
+    import yaml
+
+    d = tmp_path_factory.mktemp("many")
+    runs = sorted(p for p in runs_dir.iterdir() if (p / "config.yaml").exists())
+    for i, run in enumerate(runs):
+        shutil.copytree(run, d / run.name)
+        path = d / run.name / "config.yaml"
+        cfg = yaml.safe_load(path.read_text())
+        cfg["train"].update(lr=[0.001, 0.002, 0.004, 0.008][i], warmup=i, weight_decay=0.1 * i,
+                            grad_clip=1.0 + i, beta2=0.95 + 0.01 * i, min_lr_ratio=0.1 * i,
+                            checkpoint_every=10 + i, log_every=1 + i, eval_every=3 + i)
+        cfg["model"].update(dropout=0.05 * i, init_std=0.02 * (i + 1))
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return d
+
+
+BOOKKEEPING_LABELS = ("checkpoint_every", "log_every", "eval_every", "device")
+
+
+def test_runs_table_lists_only_settings_that_change_a_run(many_runs_dir):
+    from normlab.report.runs import BOOKKEEPING
+
+    page, problems = static_problems(build_html(many_runs_dir), many_runs_dir)
+    assert problems == []
+    head = page.table_rows["runs"][0]
+    assert head[:2] == ["run", "outcome"]  # the outcome next to the run, before any setting
+    for setting in ("learning rate", "warmup (steps)", "train.weight_decay", "model.dropout"):
+        assert setting in head, (setting, head)
+    assert not [h for h in head if any(b in h for b in BOOKKEEPING_LABELS)], head
+    assert {"train.checkpoint_every", "train.log_every", "train.eval_every",
+            "train.device"} <= set(BOOKKEEPING)
+
+
+def _tables_page(folder: Path) -> str:
+    return render(folder).resolve().as_uri()
+
+
+@pytest.mark.parametrize("which", ["study", "runs", "tiny_study", "many_runs"])
+def test_tables_read_at_a_glance(browser, request, which):
+    """No word or number broken across lines, numbers on one line in tabular digits, no header
+    narrower than its longest word, no table inside a table, nothing wider than the page (a wide
+    table scrolls in its own box, its first column fixed), the outcome of every run in view: on
+    the synthetic study, a real tiny study (C12's nested numbers among its claims), a folder of
+    runs and one whose runs differ in many settings, at a desktop's width and a phone's."""
+    folder = request.getfixturevalue(f"{which}_dir")
+    url = _tables_page(folder)
+    try:
+        for width in WIDTHS:
+            browser.resize(width, 2000)
+            got = browser.load(url)
+            assert got["errors"] == [], got["errors"]
+            assert layout_problems(got) == {}, width
+    finally:
+        browser.resize(1200, 2000)
+
+
+def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
+    """Every structured value of a real study is laid out as tables of cells: no table in a
+    cell, no empty table, no dict or list written out as Python or JSON."""
+    html = build_html(tiny_study_dir)
+    page, problems = static_problems(html, tiny_study_dir)
+    assert problems == []
+    assert "<table" not in "".join(re.findall(r"<td[^>]*>.*?</td>", html, flags=re.S))
+    for table in re.findall(r"<table.*?</table>", html, flags=re.S):
+        assert "<tbody>\n</tbody>" not in table and re.search(r"<tbody>\s*<tr>", table), table
+    for raw in ("{&#34;", "{&#39;", "&#39;mean&#39;", "[0.", "growth_exponent"):
+        assert raw not in html, raw
+    assert "growth exponent after training" not in html  # empty in a tiny study: not shown
+    c12 = html[html.index('id="claim-C12"'):html.index('id="claim-C13"')]
+    for title in ("real models illustration", "model", "profile"):
+        assert f"<h4>{title}" in c12 or f"{title}</h4>" in c12 or title in c12, title
+    assert "<th>model</th>" in c12  # the rows are named: one per real model
+
+
+# One control page per defect the layout check must see, each in a column 300 px wide, with the
+# key of LAYOUT_CHECK that must report it and a piece of the text it must name.
+CONTROLS = {
+    "nested": ('<table><tr><td><table><tr><td>inner</td></tr></table></td></tr></table>',
+               "inner"),
+    "wide": ('<table style="width:900px"><tr><td>a table wider than the page</td></tr></table>',
+             "wider than the page"),
+    "broken": ('<table><tr><td style="width:40px;word-break:break-all">0.000123456</td></tr>'
+               "</table>", "0.000123456"),
+    "narrow": ('<table><thead><tr><th style="width:12px;word-break:break-all">placement</th>'
+               "</tr></thead><tbody><tr><td>x</td></tr></tbody></table>", "placement"),
+    "wrapped": ('<table><tr><td class="num" style="width:50px">1.5 [0.2, 3.4] n=3</td></tr>'
+                "</table>", "1.5 [0.2, 3.4]"),
+    "proportional": ('<table><tr><td class="num">1.5</td></tr></table>', "1.5"),
+    "unfixed": ('<div style="overflow-x:auto"><table style="width:900px"><tr><td>first</td>'
+                "<td>second</td></tr></table></div>", "first"),
+    "outcome": ('<div style="overflow-x:auto"><table class="runs"><thead><tr>'
+                '<th style="min-width:600px;position:sticky;left:0;background:#fff">run</th>'
+                "<th>outcome</th></tr></thead></table></div>", "runoutcome"),
+    "cut": ('<table><tr><td style="max-width:40px;overflow:hidden;white-space:nowrap">'
+            "a long text cut by its cell</td></tr></table>", "cut by its cell"),
+}
+
+
+@pytest.mark.parametrize("defect", list(CONTROLS))
+def test_layout_check_sees_each_defect(browser, tmp_path, defect):
+    """Each control page has one defect, and the check reports it (and the cleaned page of the
+    same content, in the report's stylesheet, has none: see test_tables_read_at_a_glance)."""
+    body, text = CONTROLS[defect]
+    page = tmp_path / f"{defect}.html"
+    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>control</title>'
+                    '<style>td.num { font-variant-numeric: tabular-nums }</style></head><body>'
+                    f'<main style="width:300px">{body}</main></body></html>')
+    if defect == "proportional":
+        page.write_text(page.read_text().replace("tabular-nums", "normal"))
+    got = browser.load(page.as_uri())
+    assert any(text in x for x in got[defect]), (defect, got[defect])

@@ -245,7 +245,7 @@ def as_interval(v: Any) -> Interval | None:
 def _series(values: list[Any]) -> Cell:
     shown = [fmt(x) for x in values]
     if len(values) <= SHORT_LIST:
-        return Cell("list", text=", ".join(shown) if shown else "(none)")
+        return Cell("list", text=", ".join(shown) if shown else "(none)", values=shown)
     finite = [float(x) for x in values if is_number(x) and math.isfinite(x)]
     summary = f"{len(values)} values"
     if finite:

@@ -221,13 +221,21 @@ def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_d
 
 
 _CODE = re.compile(r"`([^`\n]+)`")
+# A number with a minus sign in it ("-0.35", "2.046e-06"): browsers may break a line after the
+# hyphen-minus, so it is kept whole. Not inside an escaped entity ("&#34;").
+_SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
 
 
 def prose(value: str):
-    """Escaped text in which `backticks` become <code> (a Jinja filter)."""
+    """Escaped text in which `backticks` become <code> and no number can break across lines
+    (a Jinja filter)."""
     from markupsafe import Markup, escape
 
-    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(value))))
+    def whole(m: re.Match) -> str:
+        return f'<span class="nb">{m.group(0)}</span>' if "-" in m.group(0) else m.group(0)
+
+    text = _SIGNED_NUMBER.sub(whole, str(escape(value)))
+    return Markup(_CODE.sub(r"<code>\1</code>", text))
 
 
 def slug(value: str) -> str:
