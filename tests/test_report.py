@@ -1087,3 +1087,66 @@ def test_layout_check_sees_each_defect(browser, tmp_path, defect):
         page.write_text(page.read_text().replace("tabular-nums", "normal"))
     got = browser.load(page.as_uri())
     assert any(text in x for x in got[defect]), (defect, got[defect])
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def test_figures_read_plainly(tmp_path):
+    """Log axes labelled 6, 7, 10 (never 6x10^0), blocks numbered from 0 as in tables and JSON
+    and said so on the axis, axis labels in words (no ||x_l||), legends outside the plot."""
+    from normlab.plotting import legend_outside, new_figure
+    from normlab.probe.figures import LABELS
+
+    curves = {p: {"4": {"norm": [[6.0 * (1 + g * b) for b in range(4)]]}}
+              for p, g in (("pre", 0.2), ("post", 0.0))}
+    svg = plot_per_block(curves, "norm", tmp_path / "n.svg").read_text()
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "block (0 = first)" in texts and "0" in texts and "6" in texts, texts
+    assert not [t for t in texts if "×" in t or "10^" in t], texts
+    assert not [v for v in LABELS.values() if re.search(r"\|\||_\{|\$|\\", v)]
+    fig = new_figure(6, 3)
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="a long legend entry that would cover the line")
+    legend = legend_outside(ax)
+    fig.tight_layout()
+    r = fig.canvas.get_renderer()
+    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
+
+
+def test_sparse_drop_blocks_are_markers(tmp_path, monkeypatch):
+    """Blocks chosen with --drop-blocks are drawn as points, not joined as if measured between;
+    a full scan is a line."""
+    import normlab.interop.figures as figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path, **kw: drawn.update(fig=fig))
+
+    def result(name: str, n: int, blocks: list[int]) -> dict:
+        return {"checkpoint": {"name": name},
+                "model": {"placement": "pre", "norm": "rmsnorm", "n_blocks": n, "d_model": 8,
+                          "objective": "causal_lm"},
+                "relative_depth": [(i + 1) / n for i in range(n)], "summary": {"embed_norm": 1.0},
+                "per_block": {"norm": [1.0 + i for i in range(n)],
+                              "norm_median": [1.0 + i for i in range(n)], "ang_prev": [0.1] * n},
+                "drop": {"drop_blocks": blocks, "drop_dloss": [0.5] * len(blocks),
+                         "drop_hidden_cos": [0.1] * len(blocks)}}
+
+    figures.comparison_figure([result("sparse", 12, [0, 6, 11]), result("full", 4, [0, 1, 2, 3])],
+                              tmp_path / "c.svg")
+    loss_axes = drawn["fig"].axes[2]
+    styles = {line.get_label().split(" ")[0]: line.get_linestyle()
+              for line in loss_axes.get_lines()}
+    assert styles == {"sparse": "None", "full": "-"}, styles
+
+
+def test_sweep_map_axes_are_the_swept_axes():
+    from normlab.sweep.maps import map_axes
+
+    configs = [{"model.placement": p, "train.lr": lr, "train.warmup": 0, "model.n_blocks": 2}
+               for p in ("pre", "post") for lr in (1e-3, 1e-2)]
+    sweep = {"axes": ["model.placement", "train.lr", "train.seed"]}
+    x, y, panel = map_axes(sweep, configs)
+    assert x == "train.lr" and "warmup" not in y and panel == "model.placement"
+    assert map_axes({"axes": ["train.warmup", "train.lr"]}, configs)[:2] == ("train.warmup",
+                                                                           "train.lr")

@@ -120,6 +120,25 @@ def _sort_key(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
 
 
+def map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
+             ) -> tuple[str, str, str | None]:
+    """x, y and panel for a sweep's map: warmup x lr by placement when the sweep varies those,
+    otherwise its first varying axes (seeds are pooled, never an axis of the map)."""
+    axes = list((sweep or {}).get("axes") or []) or varying_paths(configs)
+    axes = [a for a in axes if not a.endswith(".seed")]
+    panel = "model.placement" if "model.placement" in axes or any(
+        "model.placement" in c for c in configs) else None
+    rest = [a for a in axes if a != panel]
+    preferred = [a for a in ("train.warmup", "train.lr") if a in rest]
+    others = [a for a in rest if a not in preferred]
+    chosen = (preferred + others)[:2]
+    if len(chosen) == 2:
+        return chosen[0], chosen[1], panel
+    if len(chosen) == 1:  # one axis: a single row of cells
+        return chosen[0], "model.n_blocks" if chosen[0] != "model.n_blocks" else "train.lr", panel
+    return "train.warmup", "train.lr", panel
+
+
 def _check_axis(table: SweepTable, path: str, what: str) -> None:
     known = set().union(*(c.keys() for c in table.configs))
     if path not in known:
