@@ -1013,13 +1013,23 @@ def _tables_page(folder: Path) -> str:
     return render(folder).resolve().as_uri()
 
 
-@pytest.mark.parametrize("which", ["study", "runs", "tiny_study", "many_runs"])
+@pytest.fixture(scope="module")
+def recorded_study_dir(tmp_path_factory) -> Path:
+    """The recorded standard study's study.json (its figures left out): five seeds, lists of run
+    ids, C10's runs four levels deep."""
+    d = tmp_path_factory.mktemp("recorded")
+    shutil.copy(Path(__file__).parent.parent / "docs/results/study_standard/study.json", d)
+    return d
+
+
+@pytest.mark.parametrize("which", ["study", "runs", "tiny_study", "many_runs", "recorded_study"])
 def test_tables_read_at_a_glance(browser, request, which):
     """No word or number broken across lines, numbers on one line in tabular digits, no header
     narrower than its longest word, no table inside a table, nothing wider than the page (a wide
     table scrolls in its own box, its first column fixed), the outcome of every run in view: on
-    the synthetic study, a real tiny study (C12's nested numbers among its claims), a folder of
-    runs and one whose runs differ in many settings, at a desktop's width and a phone's."""
+    the synthetic study, a real tiny study (C12's nested numbers among its claims), the recorded
+    standard study, a folder of runs and one whose runs differ in many settings, at a desktop's
+    width and a phone's."""
     folder = request.getfixturevalue(f"{which}_dir")
     url = _tables_page(folder)
     try:

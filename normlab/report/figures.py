@@ -90,13 +90,20 @@ def loss_curves_svg(curves: Sequence[Curve]) -> bytes | None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("loss (nats/byte)")
-    legend_outside(axes[1])
+    if max(len(g) for g in groups) > 36:  # long labels: below both panels, one per line
+        fig.set_size_inches(12.0, 4.0 + 0.22 * len(groups))
+        handles, labels = axes[1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, (0.22 * len(groups) + 0.2) / (4.0 + 0.22 * len(groups)),
+                               1, 1))
+    else:
+        legend_outside(axes[1])
+        fig.tight_layout()
     lo, hi = min(values), max(values)
     if hi > _LOSS_CEILING > lo:
         hi = _LOSS_CEILING
     pad = max(0.05, 0.05 * (hi - lo))
     axes[0].set_ylim(lo - pad, hi + pad)
-    fig.tight_layout()
     caption = (f"Training loss (left) and validation loss (right) against step, one line per "
                f"configuration ({'; '.join(groups)}), in the colour and marker of its placement; "
                f"{seeds_text(counts)}; x: the last finite loss of a run that diverged.")
