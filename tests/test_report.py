@@ -425,6 +425,7 @@ def test_runs_report_static(runs_dir, runs_html):
         assert row in shared, row
     captions = " ".join(f["caption"] for f in page.figures)
     assert "line: mean over 2 seeds" in captions and "Stability map of sweep tiny" in captions
+    assert "by placement (columns)" in captions  # the swept axis, not warmup
 
 
 def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
@@ -433,7 +434,8 @@ def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
     from normlab.plotting import PLACEMENT_STYLES
 
     svgs = re.findall(r"<svg .*?</svg>", study_html + runs_html, flags=re.S)
-    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s]
+    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s
+                  and 'aria-label="Heatmap' not in s]  # a map's cells are coloured by outcome
     assert len(with_lines) >= 4
     for svg in with_lines:
         strokes = set(re.findall(r"stroke: (#[0-9a-f]{6})", svg))
@@ -1160,3 +1162,5 @@ def test_sweep_map_axes_are_the_swept_axes():
     assert x == "train.lr" and "warmup" not in y and panel == "model.placement"
     assert map_axes({"axes": ["train.warmup", "train.lr"]}, configs)[:2] == ("train.warmup",
                                                                            "train.lr")
+    # only the placement (and seeds) swept: placement on x, never an axis that was not swept
+    assert map_axes({"axes": ["model.placement", "train.seed"]}, configs)[0] == "model.placement"

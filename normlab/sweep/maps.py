@@ -136,6 +136,8 @@ def map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
         return chosen[0], chosen[1], panel
     if len(chosen) == 1:  # one axis: a single row of cells
         return chosen[0], "model.n_blocks" if chosen[0] != "model.n_blocks" else "train.lr", panel
+    if panel is not None:  # only the placement varies: it is the x axis, one row of cells
+        return panel, "train.lr", None
     return "train.warmup", "train.lr", panel
 
 
@@ -314,12 +316,22 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
     fig = _figure(2.3 * len(xs) + 0.6, 1.8 * len(ys) + 0.9)
     grid = fig.subplots(len(ys), len(xs), squeeze=False, sharex=True, sharey=True)
     names = [format_value(pv) for pv in panels]
-    styles = styles_for(names)
+
+    def line_name(name: str, yv: Any, xv: Any) -> str:
+        """The line's label: its panel value, or the cell's placement when that is an axis."""
+        if panel is None and "model.placement" in (x, y):
+            return format_value(xv if x == "model.placement" else yv)
+        return name
+
+    styles = styles_for(list(dict.fromkeys(line_name(n, yv, xv) for n in names for yv in ys
+                                           for xv in xs)))
     lows, highs, ends, counts = [], [], [], []
+    labelled: set[str] = set()  # each line in the legend once
     for r, yv in enumerate(ys):
         for c, xv in enumerate(xs):
             ax = grid[r][c]
-            for p, (pv, name) in enumerate(zip(panels, names, strict=True)):
+            for p, (pv, panel_name) in enumerate(zip(panels, names, strict=True)):
+                name = line_name(panel_name, yv, xv)
                 cell = cells.get((pv, yv, xv))
                 series: list[dict[int, float]] = []
                 for i in cell.runs if cell else []:
@@ -339,8 +351,9 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
                 steps = sorted({s for pts in series for s in pts})
                 counts.append(mean_band(ax, steps, [[pts.get(s, math.nan) for s in steps]
                                                     for pts in series],
-                                        styles[name], name if (r == 0 and c == 0) else "_",
+                                        styles[name], "_" if name in labelled else name,
                                         order=p, markers=False))
+                labelled.add(name)
             ax.set_title(f"{_short(y)}={format_value(yv)}, {_short(x)}={format_value(xv)}",
                          fontsize=7.5)
             ax.tick_params(labelsize=7)
@@ -353,12 +366,15 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
         grid[0][0].set_ylim(min(lows) - 0.1, top)
         for ax, step, value, color in ends:  # an x where a run diverged, kept inside the plot
             ax.plot(step, min(value, top - 0.05), "x", color=color, markersize=6, clip_on=False)
-    if panel:
-        fig.legend(*grid[0][0].get_legend_handles_labels(), loc="lower center",
-                   ncol=len(panels), frameon=False, fontsize=8, title=_label(panel),
+    by_placement = panel or ("model.placement" if "model.placement" in (x, y) else None)
+    if by_placement:
+        handles = [h for ax in grid.flat for h in ax.get_lines()
+                   if not h.get_label().startswith("_")]
+        fig.legend(handles, [h.get_label() for h in handles], loc="lower center",
+                   ncol=len(handles), frameon=False, fontsize=8, title=_label(by_placement),
                    title_fontsize=8)
     fig.suptitle(f"{table.name}: one plot per cell of the map", fontsize=9.5)
-    fig.tight_layout(rect=(0, 0.06 if panel else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.06 if by_placement else 0, 1, 1))
     what = key.replace("_", " ")
     caption = (f"{what[:1].upper() + what[1:]} (nats/byte) against step in each cell of the "
                f"stability map ({_label(y)} by {_label(x)})"
