@@ -1126,6 +1126,45 @@ def test_figures_read_plainly(tmp_path):
     assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
 
 
+def _legends_inside(fig) -> list[str]:
+    """Legends of a figure that overlap the plot area of any of its axes."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = [a.get_legend() for a in fig.axes if a.get_legend()] + list(fig.legends)
+    return [", ".join(t.get_text() for t in lg.get_texts()) for lg in legends
+            if any(lg.get_window_extent(r).overlaps(a.get_window_extent(r)) for a in fig.axes)]
+
+
+def test_every_figure_keeps_its_legend_off_the_curves(tmp_path, monkeypatch, runs_dir):
+    import normlab.probe.figures as probe_figures
+    import normlab.report.figures as report_figures
+    import normlab.study.figures as study_figures
+
+    figs = []
+    for module in (probe_figures, study_figures):
+        monkeypatch.setattr(module, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    monkeypatch.setattr(report_figures, "figure_bytes", lambda fig, fmt, **kw: figs.append(fig))
+    curves = {p: {"4": {"norm": [[6.0 * (1 + 0.3 * b) for b in range(4)]] * 2}}
+              for p in ("pre", "post")}
+    probe_figures.plot_per_block(curves, "norm", tmp_path / "a.svg")
+    probe_figures.plot_update({"pre L=2": [[0.0, 1.0, 2.0]], "post L=2": [[0.0, 2.0, 3.0]]},
+                              tmp_path / "b.svg")
+    runs = [{"placement": p, "n_blocks": n, "seed": 0,
+             "result": {"summary": {"g": n ** (0.5 if p == "pre" else 1.0)}}}
+            for p in ("pre", "post") for n in (2, 4)]
+    fits = {p: {"g": {"slope": k, "intercept": 0.0, "ci95_t": [k - 0.1, k + 0.1]}}
+            for p, k in (("pre", 0.5), ("post", 1.0))}
+    probe_figures.plot_vs_depth(runs, fits, "g", tmp_path / "c.svg")
+    study_figures.plot_curves(runs_dir, {"pre": _run_ids(runs_dir, "pre"),
+                                         "post": _run_ids(runs_dir, "post")}, tmp_path / "d.svg")
+    report_figures.loss_curves_svg([
+        report_figures.Curve(f"r{i}", f"{p}, lr 0.00{i}", train=[(s, 5.0 - 0.1 * s * i)
+                                                                 for s in range(9)])
+        for i, p in enumerate(("pre", "post"), 1)])
+    assert len(figs) == 5
+    assert [_legends_inside(f) for f in figs] == [[]] * 5
+
+
 def test_sparse_drop_blocks_are_markers(tmp_path, monkeypatch):
     """Blocks chosen with --drop-blocks are drawn as points, not joined as if measured between;
     a full scan is a line."""

@@ -181,6 +181,14 @@ def aggregate(table: SweepTable, x: str, y: str, panel: str | None, metric: str 
     return cells
 
 
+def _in_sweep_order(table: SweepTable, path: str, values: list[Any]) -> list[Any]:
+    """Placements in the order the sweep lists them (pre before post); other values sorted."""
+    if path != "model.placement":
+        return values
+    order = [table.value(i, path) for i in range(len(table.rows))]
+    return sorted(values, key=order.index)
+
+
 def _load(source: SweepTable | Path | str) -> SweepTable:
     return source if isinstance(source, SweepTable) else collect(source)
 
@@ -239,7 +247,7 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
     if panel == "model.placement":  # the order the sweep lists them in, e.g. pre before post
         order = [table.value(i, panel) for i in range(len(table.rows))]
         panels = sorted(panels, key=order.index)
-    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    xs = _in_sweep_order(table, x, sorted({k[2] for k in cells}, key=_sort_key))
     ys = sorted({k[1] for k in cells}, key=_sort_key)
     w = max(3.2, 0.95 * len(xs) + 1.6)
     fig = _figure(w * len(panels) + 0.4, max(2.8, 0.62 * len(ys) + 1.9))
@@ -311,7 +319,7 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
     if panel == "model.placement":
         order = [table.value(i, panel) for i in range(len(table.rows))]
         panels = sorted(panels, key=order.index)
-    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    xs = _in_sweep_order(table, x, sorted({k[2] for k in cells}, key=_sort_key))
     ys = sorted({k[1] for k in cells}, key=_sort_key, reverse=True)  # largest y on top
     fig = _figure(2.3 * len(xs) + 0.6, 1.8 * len(ys) + 0.9)
     grid = fig.subplots(len(ys), len(xs), squeeze=False, sharex=True, sharey=True)
