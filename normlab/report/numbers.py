@@ -122,6 +122,7 @@ def heading(key: str) -> str:
     return f"{label(key)} ({u})" if u else label(key)
 
 
+
 def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -364,20 +365,29 @@ def _descend(items: list[tuple[KeyPath, Any]], names: list[str], levels: tuple[s
     return None
 
 
+# Keys that name a kind rather than a measure when their values are words: a model's "norm" is
+# its normalization ("rmsnorm"), not the stream norm that LABELS names for numbers.
+KIND_LABELS = {"norm": "norm", "final_norm": "final norm"}
+
+
 def _record_table(rows: list[tuple[KeyPath, dict[str, Any]]], names: list[str],
                   fields: list[str], kind: str) -> Table:
     """One row per path (its parts as the first columns, or as row headings when there is one
     part), one column per field; transposed when it has few rows and many fields."""
+    def field_heading(f: str) -> str:
+        words = all(isinstance(d.get(f), str) for _, d in rows if d.get(f) is not None)
+        return KIND_LABELS[f] if words and f in KIND_LABELS else heading(f)
+
     if len(names) == 1 and len(rows) <= 3 and len(fields) > TRANSPOSE_AT:
         cols = [Column(p[0]) for p, _ in rows]
-        body = [Row(heading(f), [cell(d.get(f), f) for _, d in rows]) for f in fields]
+        body = [Row(field_heading(f), [cell(d.get(f), f) for _, d in rows]) for f in fields]
         return mark_numeric(Table(cols, body, kind, corner=names[0]))
     if len(names) == 1:
-        cols = [Column(heading(f)) for f in fields]
+        cols = [Column(field_heading(f)) for f in fields]
         body = [Row(label(p[0]), [cell(d.get(f), f) for f in fields]) for p, d in rows]
         return mark_numeric(Table(cols, body, kind, corner=names[0]))
     cols = [Column(n or f"key {i + 1}") for i, n in enumerate(names)]
-    cols += [Column(heading(f)) for f in fields]
+    cols += [Column(field_heading(f)) for f in fields]
     body = [Row(None, [_num_or_text(x) for x in p] + [cell(d.get(f), f) for f in fields])
             for p, d in rows]
     return mark_numeric(Table(cols, body, kind))
