@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.ticker import FuncFormatter
+
 from normlab.plotting import legend_outside, new_figure, plain_log_ticks, save_figure, styles_for
 
 
@@ -70,6 +72,7 @@ def comparison_figure(results: Sequence[dict[str, Any]], path: Path, title: str 
     ax_loss.set_title("layer drop: loss increase when the block is skipped")
     ax_loss.set_ylabel("skipped - original (nats)")
     ax_loss.set_yscale("symlog", linthresh=0.1)
+    ax_loss.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 1, 0.1: not 10^0
     for name in no_head:
         ax_loss.plot([], [], " ", label=f"{name}: no LM head in the checkpoint (see right)")
     ax_hid.set_title("layer drop: change of the final hidden state")
