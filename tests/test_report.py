@@ -2,7 +2,11 @@
 paper-vs-measured fields) and a folder of four real tiny runs, rendered, checked statically
 (self-contained, escaped, inline SVG sanitized, figures captioned, balanced HTML5, links that stay
 on this machine and exist) and in headless Chromium (loads with no console error and no network
-request, every figure is drawn and captioned, no table cell is cut, the screenshot is not blank).
+request, every figure is drawn and captioned, the screenshot is not blank, and the tables read at
+a glance at a desktop's and a phone's width: see LAYOUT_CHECK; also on a real tiny study, the
+recorded standard study and runs that differ in many settings). `make mutate-report`
+(scripts/mutate_report_css.py) breaks each stylesheet and template rule behind the tables in turn
+and asserts this check sees it.
 
 The browser is driven over the Chrome DevTools Protocol on `--remote-debugging-pipe` (JSON messages
 ended by NUL on file descriptors 3 and 4): no websocket package, no port, and the console, log,
