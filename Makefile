@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo lint bench clean mutate-report
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(STAMP) lint
 	# the report test renders the page in headless Chromium (Debian's package)
 	sh scripts/install_chromium.sh
 	$(PY) -m pytest -q
+
+# each rule of the report's stylesheet and templates that keeps a table readable, broken in turn:
+# the browser test's layout check must see every one (a few minutes; not part of `make test`)
+mutate-report: $(STAMP)
+	sh scripts/install_chromium.sh
+	$(PY) scripts/mutate_report_css.py
 
 demo: $(STAMP)
 	# the quick study (measured wall times: docs/study.md); re-running reuses finished work

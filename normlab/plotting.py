@@ -251,3 +251,30 @@ def seeds_text(counts: Sequence[int]) -> str:
 
 
 SAME_TEXT = "a legend entry 'a (= b)' marks a line that lies on top of line b"
+
+
+# ----------------------------------------------------------------------------- axes
+
+
+BLOCK_AXIS = "block (0 = first)"  # blocks are numbered from 0 everywhere: figures, tables, JSON
+
+
+def plain_log_ticks(axis) -> None:
+    """Tick labels of a log-scale axis as plain numbers (6, 7, 10, 20; 0.004), never 6x10^0."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def legend_outside(ax, *, below: bool = False, **kwargs: Any):
+    """The legend outside the plot area, to the right of the axes (or below them, for a grid of
+    panels), so it never covers a line; `tight_layout` then makes room for it. None when the
+    axes have nothing labelled."""
+    if not ax.get_legend_handles_labels()[0]:
+        return None
+    kwargs.setdefault("fontsize", 8)
+    if below:
+        return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), borderaxespad=0.0,
+                         **kwargs)
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)

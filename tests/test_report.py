@@ -2,7 +2,11 @@
 paper-vs-measured fields) and a folder of four real tiny runs, rendered, checked statically
 (self-contained, escaped, inline SVG sanitized, figures captioned, balanced HTML5, links that stay
 on this machine and exist) and in headless Chromium (loads with no console error and no network
-request, every figure is drawn and captioned, no table cell is cut, the screenshot is not blank).
+request, every figure is drawn and captioned, the screenshot is not blank, and the tables read at
+a glance at a desktop's and a phone's width: see LAYOUT_CHECK; also on a real tiny study, the
+recorded standard study and runs that differ in many settings). `make mutate-report`
+(scripts/mutate_report_css.py) breaks each stylesheet and template rule behind the tables in turn
+and asserts this check sees it.
 
 The browser is driven over the Chrome DevTools Protocol on `--remote-debugging-pipe` (JSON messages
 ended by NUL on file descriptors 3 and 4): no websocket package, no port, and the console, log,
@@ -405,7 +409,7 @@ def test_study_report_static(study_dir, study_html):
     assert ["learning rates", "0.001, 0.004"] in settings and ["width", "64"] in settings
     # the study's runs, with links to their folders and TensorBoard logs
     runs = page.table_rows["runs"]
-    assert len(runs) == 5 and runs[0][:4] == ["run", "placement", "seed", "outcome"]
+    assert len(runs) == 5 and runs[0][:4] == ["run", "outcome", "placement", "seed"]
     links = [v for tag, attr, v in page.attrs if tag == "a" and attr == "href"
              and not v.startswith("#")]
     assert sum(v.endswith("/tb/") for v in links) == 4
@@ -418,20 +422,21 @@ def test_runs_report_static(runs_dir, runs_html):
     # loss curves + the sweep's stability map and its per-cell curves, all inline SVG
     assert len(page.svgs) == 3 and page.imgs == []
     rows = page.table_rows["runs"]
-    assert rows[0] == ["run", "placement", "seed", "outcome", "training loss (nats/byte)",
+    assert rows[0] == ["run", "outcome", "placement", "seed", "training loss (nats/byte)",
                        "validation loss (nats/byte)", "best validation loss (nats/byte)",
                        "tokens/s"]
-    body = sorted(rows[1:], key=lambda r: (r[1], r[2]))
-    assert [r[1:3] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
+    body = sorted(rows[1:], key=lambda r: (r[2], r[3]))
+    assert [r[2:4] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
     for r in body:
         assert r[0].endswith("folder TensorBoard log")
-        assert r[3] == "stalled (step 6 of 6)"
+        assert r[1] == "stalled (step 6 of 6)"
         assert all(float(x) > 0 for x in r[4:7])  # final train, final val, best val
     shared = page.table_rows["settings"]
     for row in (["blocks", "2"], ["width", "32"], ["learning rate", "0.001"], ["steps", "6"]):
         assert row in shared, row
     captions = " ".join(f["caption"] for f in page.figures)
     assert "line: mean over 2 seeds" in captions and "Stability map of sweep tiny" in captions
+    assert "by placement (columns)" in captions  # the swept axis, not warmup
 
 
 def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
@@ -440,7 +445,8 @@ def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
     from normlab.plotting import PLACEMENT_STYLES
 
     svgs = re.findall(r"<svg .*?</svg>", study_html + runs_html, flags=re.S)
-    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s]
+    with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s
+                  and 'aria-label="Heatmap' not in s]  # a map's cells are coloured by outcome
     assert len(with_lines) >= 4
     for svg in with_lines:
         strokes = set(re.findall(r"stroke: (#[0-9a-f]{6})", svg))
@@ -657,6 +663,9 @@ class Browser:
                                  browser=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
+        self.resize(width, height)
+
+    def resize(self, width: int, height: int) -> None:
         self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
                                                          "deviceScaleFactor": 1,
                                                          "mobile": False})
@@ -745,29 +754,147 @@ Promise.all(Array.from(document.querySelectorAll('img, svg.figure')).map(async (
 """
 
 
-# Every <figure>: its caption's text. Every table cell: whether its content overflows it (text
-# cut by the cell's size or an ellipsis), and every table and figure: whether it runs past the
-# right edge of the page's column, where a reader would not see it.
+# What a reader sees of the page's tables and figures, measured in the browser:
+#   captions  the text of each <figure>'s caption
+#   cut       cells whose content overflows them (text cut by the cell's size, an ellipsis)
+#   broken    words or numbers broken across lines: a token (text between spaces) in a cell
+#             whose Range.getClientRects() lie on more than one line ("0.00|1", "withou|t")
+#   wrapped   numeric cells (td.num) whose value takes more than one line
+#   proportional  numeric cells without tabular digits (font-variant-numeric: tabular-nums)
+#   narrow    header cells narrower than their longest word (a header squeezed letter by letter)
+#   nested    tables inside tables
+#   wide      tables, figures and images that run past the right edge of the page's column
+#             (a table in a scroll box counts by its box), and a page that scrolls sideways
+#   unfixed   rows of a table that scrolls in its box whose first cell does not stay in view,
+#             opaque, when the box is scrolled to its right end
+#   outcome   runs tables whose outcome column is not in view without scrolling
 LAYOUT_CHECK = """
 (() => {
   const main = document.querySelector('main') || document.body;
-  const right = main.getBoundingClientRect().right + 1;
+  const right = Math.min(main.getBoundingClientRect().right,
+                         document.documentElement.clientWidth) + 1;
+  const short = (el) => el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 80);
+  const lineCount = (rects) => {
+    const rs = Array.from(rects).filter((r) => r.width > 0.5 && r.height > 0)
+      .sort((a, b) => a.top - b.top);
+    let n = 0, bottom = -Infinity;
+    for (const r of rs) {
+      if ((r.top + r.bottom) / 2 > bottom) { n++; bottom = r.bottom; }
+      else bottom = Math.max(bottom, r.bottom);
+    }
+    return n;
+  };
+  // A token: text between spaces, also split after the hyphen of a compound word
+  // ("near-identical" may break as "near-|identical"; "1e-05" and "-0.5" may not break).
+  const letter = /[A-Za-z]/;
+  const tokenRects = (cell, each) => {
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+      const text = node.nodeValue;
+      for (const m of text.matchAll(/\\S+/g)) {
+        let start = m.index;
+        const end = m.index + m[0].length;
+        for (let i = start + 1; i <= end; i++) {
+          const split = i === end || (i - 2 >= start && text[i - 1] === '-' &&
+                                      letter.test(text[i - 2]) && letter.test(text[i]));
+          if (!split) continue;
+          const r = document.createRange();
+          r.setStart(node, start);
+          r.setEnd(node, i);
+          each(text.slice(start, i), r.getClientRects());
+          start = i;
+        }
+      }
+    }
+  };
+  const wordWidth = (word, style) => {
+    const span = document.createElement('span');
+    for (const k of ['fontFamily', 'fontSize', 'fontWeight', 'fontStyle', 'letterSpacing',
+                     'fontVariantNumeric']) span.style[k] = style[k];
+    span.style.whiteSpace = 'nowrap';
+    span.style.position = 'absolute';
+    span.style.visibility = 'hidden';
+    span.textContent = word;
+    document.body.appendChild(span);
+    const w = span.getBoundingClientRect().width;
+    span.remove();
+    return w;
+  };
   const captions = Array.from(document.querySelectorAll('figure')).map(
     (f) => (f.querySelector('figcaption') || {textContent: ''}).textContent.trim());
-  const cut = [];
+  const cut = [], broken = [], wrapped = [], proportional = [], narrow = [];
   for (const c of document.querySelectorAll('td, th')) {
     const s = getComputedStyle(c);
     if (c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1 ||
         s.textOverflow === 'ellipsis') {
-      cut.push(c.textContent.trim().slice(0, 80));
+      cut.push(short(c));
+    }
+    const all = [];
+    tokenRects(c, (token, rects) => {
+      if (lineCount(rects) > 1) broken.push(token + ' (in: ' + short(c) + ')');
+      all.push(...rects);
+    });
+    if (c.matches('td.num')) {
+      if (lineCount(all) > 1) wrapped.push(short(c));
+      if (!s.fontVariantNumeric.includes('tabular-nums')) proportional.push(short(c));
+    }
+    if (c.matches('thead th') && c.textContent.trim()) {
+      const room = c.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+      const widest = Math.max(...c.textContent.trim().split(/\\s+/).map((w) => wordWidth(w, s)));
+      if (widest > room + 1) narrow.push(short(c));
     }
   }
-  const wide = Array.from(document.querySelectorAll('table, figure, svg.figure, img'))
-    .filter((e) => e.getBoundingClientRect().right > right)
-    .map((e) => e.tagName + ' ' + e.textContent.trim().slice(0, 60));
-  return {captions, cut, wide, height: document.documentElement.scrollHeight};
+  const nested = Array.from(document.querySelectorAll('table table')).map(short);
+  const scrollBox = (el) => {
+    for (let a = el.parentElement; a && a !== main; a = a.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX)) return a;
+    }
+    return null;
+  };
+  const wide = [];
+  for (const e of document.querySelectorAll('table, figure, svg.figure, img')) {
+    const box = e.tagName === 'TABLE' ? scrollBox(e) : null;
+    if ((box || e).getBoundingClientRect().right > right) wide.push(e.tagName + ' ' + short(e));
+  }
+  const doc = document.documentElement;
+  if (doc.scrollWidth > doc.clientWidth + 1) wide.push('the page scrolls sideways');
+  const unfixed = [];
+  for (const t of document.querySelectorAll('table')) {
+    const box = scrollBox(t);
+    if (!box || box.scrollWidth <= box.clientWidth + 1) continue;
+    box.scrollLeft = box.scrollWidth;
+    const left = box.getBoundingClientRect().left;
+    for (const row of t.rows) {
+      const first = row.cells[0];
+      const r = first.getBoundingClientRect();
+      const bg = getComputedStyle(first).backgroundColor;
+      if (Math.abs(r.left - left) > 2 || bg === 'transparent' || bg === 'rgba(0, 0, 0, 0)') {
+        unfixed.push(short(first));
+      }
+    }
+    box.scrollLeft = 0;
+  }
+  const outcome = [];
+  for (const th of document.querySelectorAll('table.runs thead th')) {
+    if (th.textContent.trim() !== 'outcome') continue;
+    const box = scrollBox(th) || main;
+    if (th.getBoundingClientRect().right > Math.min(box.getBoundingClientRect().right, right)) {
+      outcome.push(short(th.closest('table')).slice(0, 40));
+    }
+  }
+  return {captions, cut, broken, wrapped, proportional, narrow, nested, wide, unfixed, outcome,
+          height: doc.scrollHeight};
 })()
 """
+LAYOUT_KEYS = ("cut", "broken", "wrapped", "proportional", "narrow", "nested", "wide", "unfixed",
+               "outcome")
+# The widths every page is checked at: a desktop window and a phone's.
+WIDTHS = (1200, 480)
+
+
+def layout_problems(got: dict[str, Any]) -> dict[str, list[str]]:
+    """Each layout defect of a loaded page (see LAYOUT_CHECK) that it has."""
+    return {k: got[k] for k in LAYOUT_KEYS if got[k]}
 
 
 def _ink(png: bytes) -> float:
@@ -822,7 +949,7 @@ def test_report_in_headless_chromium(browser, which, study_dir, runs_dir, study_
     # every figure has a caption, no table cell is cut, nothing runs off the page
     assert len(got["captions"]) == n_figures
     assert all(len(c) > 40 and c.startswith("Figure ") for c in got["captions"]), got["captions"]
-    assert got["cut"] == [] and got["wide"] == [], (got["cut"], got["wide"])
+    assert layout_problems(got) == {}
     ink, colours = _screenshot_stats(got["screenshot"])
     assert ink > 0.03 and colours > 50, (ink, colours)
     if SCREENSHOTS:
@@ -849,6 +976,241 @@ def test_browser_checks_can_fail(browser, tmp_path):
     assert all(i["ink"] <= 0.01 for i in got["images"])
     assert got["captions"] == [""]
     assert got["cut"] == ["a long text cut by its cell"]
+    assert "a long text cut by its cell" not in got["broken"]  # cut, not wrapped
     assert any("wide" in w for w in got["wide"]), got["wide"]
     ink, _ = _screenshot_stats(got["screenshot"])
     assert ink < 0.03  # a blank page reads as blank
+
+
+# ----------------------------------------------------------------------------- tables at a glance
+
+
+@pytest.fixture(scope="module")
+def many_runs_dir(tmp_path_factory, runs_dir) -> Path:
+    """The four tiny runs, their configs rewritten to differ in many settings, bookkeeping
+    (how often they log, evaluate, save; the device) included: a runs table wider than a phone."""
+    import yaml
+
+    d = tmp_path_factory.mktemp("many")
+    runs = sorted(p for p in runs_dir.iterdir() if (p / "config.yaml").exists())
+    for i, run in enumerate(runs):
+        shutil.copytree(run, d / run.name)
+        path = d / run.name / "config.yaml"
+        cfg = yaml.safe_load(path.read_text())
+        cfg["train"].update(lr=[0.001, 0.002, 0.004, 0.008][i], warmup=i, weight_decay=0.1 * i,
+                            grad_clip=1.0 + i, beta2=0.95 + 0.01 * i, min_lr_ratio=0.1 * i,
+                            checkpoint_every=10 + i, log_every=1 + i, eval_every=3 + i)
+        cfg["model"].update(dropout=0.05 * i, init_std=0.02 * (i + 1))
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return d
+
+
+BOOKKEEPING_LABELS = ("checkpoint_every", "log_every", "eval_every", "device")
+
+
+def test_runs_table_lists_only_settings_that_change_a_run(many_runs_dir):
+    from normlab.report.runs import BOOKKEEPING
+
+    page, problems = static_problems(build_html(many_runs_dir), many_runs_dir)
+    assert problems == []
+    head = page.table_rows["runs"][0]
+    assert head[:2] == ["run", "outcome"]  # the outcome next to the run, before any setting
+    for setting in ("learning rate", "warmup (steps)", "train.weight_decay", "model.dropout"):
+        assert setting in head, (setting, head)
+    assert not [h for h in head if any(b in h for b in BOOKKEEPING_LABELS)], head
+    assert {"train.checkpoint_every", "train.log_every", "train.eval_every",
+            "train.device"} <= set(BOOKKEEPING)
+
+
+def _tables_page(folder: Path) -> str:
+    return render(folder).resolve().as_uri()
+
+
+@pytest.fixture(scope="module")
+def recorded_study_dir(tmp_path_factory) -> Path:
+    """The recorded standard study's study.json (its figures left out): five seeds, lists of run
+    ids, C10's runs four levels deep."""
+    d = tmp_path_factory.mktemp("recorded")
+    shutil.copy(Path(__file__).parent.parent / "docs/results/study_standard/study.json", d)
+    return d
+
+
+@pytest.mark.parametrize("which", ["study", "runs", "tiny_study", "many_runs", "recorded_study"])
+def test_tables_read_at_a_glance(browser, request, which):
+    """No word or number broken across lines, numbers on one line in tabular digits, no header
+    narrower than its longest word, no table inside a table, nothing wider than the page (a wide
+    table scrolls in its own box, its first column fixed), the outcome of every run in view: on
+    the synthetic study, a real tiny study (C12's nested numbers among its claims), the recorded
+    standard study, a folder of runs and one whose runs differ in many settings, at a desktop's
+    width and a phone's."""
+    folder = request.getfixturevalue(f"{which}_dir")
+    url = _tables_page(folder)
+    try:
+        for width in WIDTHS:
+            browser.resize(width, 2000)
+            got = browser.load(url)
+            assert got["errors"] == [], got["errors"]
+            assert layout_problems(got) == {}, width
+    finally:
+        browser.resize(1200, 2000)
+
+
+def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
+    """Every structured value of a real study is laid out as tables of cells: no table in a
+    cell, no empty table, no dict or list written out as Python or JSON."""
+    html = build_html(tiny_study_dir)
+    page, problems = static_problems(html, tiny_study_dir)
+    assert problems == []
+    assert "<table" not in "".join(re.findall(r"<td[^>]*>.*?</td>", html, flags=re.S))
+    for table in re.findall(r"<table.*?</table>", html, flags=re.S):
+        assert "<tbody>\n</tbody>" not in table and re.search(r"<tbody>\s*<tr>", table), table
+    for raw in ("{&#34;", "{&#39;", "&#39;mean&#39;", "growth_exponent", "None,", "}}"):
+        assert raw not in html, raw
+    assert "growth exponent after training" not in html  # empty in a tiny study: not shown
+    c12 = html[html.index('id="claim-C12"'):html.index('id="claim-C13"')]
+    for title in ("real models illustration", "model", "profile"):
+        assert f"<h4>{title}" in c12 or f"{title}</h4>" in c12 or title in c12, title
+    assert "<th>model</th>" in c12  # the rows are named: one per real model
+
+
+# One control page per defect the layout check must see, each in a column 300 px wide, with the
+# key of LAYOUT_CHECK that must report it and a piece of the text it must name.
+CONTROLS = {
+    "nested": ('<table><tr><td><table><tr><td>inner</td></tr></table></td></tr></table>',
+               "inner"),
+    "wide": ('<table style="width:900px"><tr><td>a table wider than the page</td></tr></table>',
+             "wider than the page"),
+    "broken": ('<table><tr><td style="width:40px;word-break:break-all">0.000123456</td></tr>'
+               "</table>", "0.000123456"),
+    "narrow": ('<table><thead><tr><th style="width:12px;word-break:break-all">placement</th>'
+               "</tr></thead><tbody><tr><td>x</td></tr></tbody></table>", "placement"),
+    "wrapped": ('<table><tr><td class="num" style="width:50px">1.5 [0.2, 3.4] n=3</td></tr>'
+                "</table>", "1.5 [0.2, 3.4]"),
+    "proportional": ('<table><tr><td class="num">1.5</td></tr></table>', "1.5"),
+    "unfixed": ('<div style="overflow-x:auto"><table style="width:900px"><tr><td>first</td>'
+                "<td>second</td></tr></table></div>", "first"),
+    "outcome": ('<div style="overflow-x:auto"><table class="runs"><thead><tr>'
+                '<th style="min-width:600px;position:sticky;left:0;background:#fff">run</th>'
+                "<th>outcome</th></tr></thead></table></div>", "runoutcome"),
+    "cut": ('<table><tr><td style="max-width:40px;overflow:hidden;white-space:nowrap">'
+            "a long text cut by its cell</td></tr></table>", "cut by its cell"),
+}
+
+
+@pytest.mark.parametrize("defect", list(CONTROLS))
+def test_layout_check_sees_each_defect(browser, tmp_path, defect):
+    """Each control page has one defect, and the check reports it (and the cleaned page of the
+    same content, in the report's stylesheet, has none: see test_tables_read_at_a_glance)."""
+    body, text = CONTROLS[defect]
+    page = tmp_path / f"{defect}.html"
+    page.write_text('<!DOCTYPE html><html><head><meta charset="utf-8"><title>control</title>'
+                    '<style>td.num { font-variant-numeric: tabular-nums }</style></head><body>'
+                    f'<main style="width:300px">{body}</main></body></html>')
+    if defect == "proportional":
+        page.write_text(page.read_text().replace("tabular-nums", "normal"))
+    got = browser.load(page.as_uri())
+    assert any(text in x for x in got[defect]), (defect, got[defect])
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def test_figures_read_plainly(tmp_path):
+    """Log axes labelled 6, 7, 10 (never 6x10^0), blocks numbered from 0 as in tables and JSON
+    and said so on the axis, axis labels in words (no ||x_l||), legends outside the plot."""
+    from normlab.plotting import legend_outside, new_figure
+    from normlab.probe.figures import LABELS
+
+    curves = {p: {"4": {"norm": [[6.0 * (1 + g * b) for b in range(4)]]}}
+              for p, g in (("pre", 0.2), ("post", 0.0))}
+    svg = plot_per_block(curves, "norm", tmp_path / "n.svg").read_text()
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert "block (0 = first)" in texts and "0" in texts and "6" in texts, texts
+    assert not [t for t in texts if "×" in t or "10^" in t], texts
+    assert not [v for v in LABELS.values() if re.search(r"\|\||_\{|\$|\\", v)]
+    fig = new_figure(6, 3)
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="a long legend entry that would cover the line")
+    legend = legend_outside(ax)
+    fig.tight_layout()
+    r = fig.canvas.get_renderer()
+    assert not legend.get_window_extent(r).overlaps(ax.get_window_extent(r))
+
+
+def _legends_inside(fig) -> list[str]:
+    """Legends of a figure that overlap the plot area of any of its axes."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    legends = [a.get_legend() for a in fig.axes if a.get_legend()] + list(fig.legends)
+    return [", ".join(t.get_text() for t in lg.get_texts()) for lg in legends
+            if any(lg.get_window_extent(r).overlaps(a.get_window_extent(r)) for a in fig.axes)]
+
+
+def test_every_figure_keeps_its_legend_off_the_curves(tmp_path, monkeypatch, runs_dir):
+    import normlab.probe.figures as probe_figures
+    import normlab.report.figures as report_figures
+    import normlab.study.figures as study_figures
+
+    figs = []
+    for module in (probe_figures, study_figures):
+        monkeypatch.setattr(module, "save_figure", lambda fig, path, **kw: figs.append(fig))
+    monkeypatch.setattr(report_figures, "figure_bytes", lambda fig, fmt, **kw: figs.append(fig))
+    curves = {p: {"4": {"norm": [[6.0 * (1 + 0.3 * b) for b in range(4)]] * 2}}
+              for p in ("pre", "post")}
+    probe_figures.plot_per_block(curves, "norm", tmp_path / "a.svg")
+    probe_figures.plot_update({"pre L=2": [[0.0, 1.0, 2.0]], "post L=2": [[0.0, 2.0, 3.0]]},
+                              tmp_path / "b.svg")
+    runs = [{"placement": p, "n_blocks": n, "seed": 0,
+             "result": {"summary": {"g": n ** (0.5 if p == "pre" else 1.0)}}}
+            for p in ("pre", "post") for n in (2, 4)]
+    fits = {p: {"g": {"slope": k, "intercept": 0.0, "ci95_t": [k - 0.1, k + 0.1]}}
+            for p, k in (("pre", 0.5), ("post", 1.0))}
+    probe_figures.plot_vs_depth(runs, fits, "g", tmp_path / "c.svg")
+    study_figures.plot_curves(runs_dir, {"pre": _run_ids(runs_dir, "pre"),
+                                         "post": _run_ids(runs_dir, "post")}, tmp_path / "d.svg")
+    report_figures.loss_curves_svg([
+        report_figures.Curve(f"r{i}", f"{p}, lr 0.00{i}", train=[(s, 5.0 - 0.1 * s * i)
+                                                                 for s in range(9)])
+        for i, p in enumerate(("pre", "post"), 1)])
+    assert len(figs) == 5
+    assert [_legends_inside(f) for f in figs] == [[]] * 5
+
+
+def test_sparse_drop_blocks_are_markers(tmp_path, monkeypatch):
+    """Blocks chosen with --drop-blocks are drawn as points, not joined as if measured between;
+    a full scan is a line."""
+    import normlab.interop.figures as figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path, **kw: drawn.update(fig=fig))
+
+    def result(name: str, n: int, blocks: list[int]) -> dict:
+        return {"checkpoint": {"name": name},
+                "model": {"placement": "pre", "norm": "rmsnorm", "n_blocks": n, "d_model": 8,
+                          "objective": "causal_lm"},
+                "relative_depth": [(i + 1) / n for i in range(n)], "summary": {"embed_norm": 1.0},
+                "per_block": {"norm": [1.0 + i for i in range(n)],
+                              "norm_median": [1.0 + i for i in range(n)], "ang_prev": [0.1] * n},
+                "drop": {"drop_blocks": blocks, "drop_dloss": [0.5] * len(blocks),
+                         "drop_hidden_cos": [0.1] * len(blocks)}}
+
+    figures.comparison_figure([result("sparse", 12, [0, 6, 11]), result("full", 4, [0, 1, 2, 3])],
+                              tmp_path / "c.svg")
+    loss_axes = drawn["fig"].axes[2]
+    styles = {line.get_label().split(" ")[0]: line.get_linestyle()
+              for line in loss_axes.get_lines()}
+    assert styles == {"sparse": "None", "full": "-"}, styles
+
+
+def test_sweep_map_axes_are_the_swept_axes():
+    from normlab.sweep.maps import map_axes
+
+    configs = [{"model.placement": p, "train.lr": lr, "train.warmup": 0, "model.n_blocks": 2}
+               for p in ("pre", "post") for lr in (1e-3, 1e-2)]
+    sweep = {"axes": ["model.placement", "train.lr", "train.seed"]}
+    x, y, panel = map_axes(sweep, configs)
+    assert x == "train.lr" and "warmup" not in y and panel == "model.placement"
+    assert map_axes({"axes": ["train.warmup", "train.lr"]}, configs)[:2] == ("train.warmup",
+                                                                           "train.lr")
+    # only the placement (and seeds) swept: placement on x, never an axis that was not swept
+    assert map_axes({"axes": ["model.placement", "train.seed"]}, configs)[0] == "model.placement"

@@ -73,13 +73,18 @@ def test_every_claim_runs_at_tiny_size(tiny_study):
             assert b"<svg" in (out / fig).read_bytes()[:2000], fig
 
 
-def test_fits_per_placement_reach_study_json(tiny_study):
-    """The per-placement slopes of C4 and C8 were all null (fits read by metric, not placement)."""
+def test_slopes_per_rung_and_placement_reach_study_json(tiny_study):
+    """Every rung of C4's and C8's ladders carries a measured slope per placement (they were all
+    null once, when fits were read by metric instead of placement)."""
     _, study = tiny_study
     claims = {c["id"]: c for c in study["claims"]}
-    for cid in ("C4", "C8"):
-        for placement in ("pre", "post", "admin"):
-            assert isinstance(claims[cid]["numbers"]["slopes"][placement]["slope"], float), cid
+    for cid, placements in (("C4", ("pre", "post")), ("C8", ("pre", "post", "admin",
+                                                               "admin_o1"))):
+        rungs = [r["rung"] for r in claims[cid]["ladder"]]
+        assert rungs and set(claims[cid]["numbers"]["slopes"]) == set(rungs), cid
+        for by_placement in claims[cid]["numbers"]["slopes"].values():
+            for placement in placements:
+                assert isinstance(by_placement[placement]["mean"], float), (cid, placement)
 
 
 def test_rerun_reuses_everything(tiny_study):

@@ -18,11 +18,14 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
 from normlab.plotting import (
+    BLOCK_AXIS,
     SAME_TEXT,
+    legend_outside,
     mean_band,
     new_figure,
     per_seed,
     placement_order,
+    plain_log_ticks,
     save_figure,
     seeds_text,
     style,
@@ -32,12 +35,12 @@ from normlab.plotting import (
 # What each metric is, as an axis label with its unit (losses and KL divergences in nats: the
 # models are byte-level, so a loss is nats per byte).
 LABELS = {
-    "norm": "mean token norm ||x_l|| after the block",
+    "norm": "mean token norm after the block",
     "norm_attn": "mean token norm after the attention sublayer",
-    "rel_update": "relative update ||x_{l+1} - x_l|| / ||x_l||",
-    "cos_prev": "cos(x_l, x_{l+1})",
+    "rel_update": "relative update (norm of the change / stream norm)",
+    "cos_prev": "cosine similarity to the previous block",
     "ang_prev": "angular distance to the previous block (fraction of pi)",
-    "cos_last": "cos(x_{l+1}, x_L)",
+    "cos_last": "cosine similarity to the last block",
     "ang_last": "angular distance to the last block (fraction of pi)",
     "branch_attn": "attention branch norm / stream norm",
     "branch_mlp": "MLP branch norm / stream norm",
@@ -46,9 +49,9 @@ LABELS = {
     "mlp_grad": "MLP weights gradient norm",
     "stream_grad": "stream gradient norm",
     "merge_dloss": "loss change when merged (nats)",
-    "merge_kl": "KL(original || merged) (nats)",
+    "merge_kl": "KL divergence of the merged model from the original (nats)",
     "drop_dloss": "loss increase when skipped (nats)",
-    "drop_kl": "KL(original || block skipped) (nats)",
+    "drop_kl": "KL divergence with the block skipped from the original (nats)",
     "lens_normed": "logit-lens loss through a norm (nats/byte)",
     "lens_raw": "logit-lens loss without a norm (nats/byte)",
     "last_fc_out_grad": "gradient norm of the last MLP output weight",
@@ -97,7 +100,7 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
     if not depths:
         return None
     placements = sorted(curves, key=placement_order)
-    fig = new_figure(4.4 * len(depths) + 1.0, 3.7)
+    fig = new_figure(4.4 * len(depths) + 2.2, 3.7)
     axes = fig.subplots(1, len(depths), squeeze=False)[0]
     counts: list[int] = []
     same = False
@@ -110,18 +113,19 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
                 continue
             log = log and _positive(ys)
             n = max(len(s) for s in per_seed(ys))
-            counts.append(mean_band(ax, range(1, n + 1), ys, style(placement), placement,
+            counts.append(mean_band(ax, range(n), ys, style(placement), placement,
                                     order=k, drawn=drawn))
         same = same or any("(=" in t.get_label() for t in ax.get_lines())
         if log:
             ax.set_yscale("log")
+            plain_log_ticks(ax.yaxis)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("block t (pair t, t+1)" if metric.startswith("merge") else "block l")
+        ax.set_xlabel(f"{BLOCK_AXIS}, merged with the next" if metric.startswith("merge")
+                      else BLOCK_AXIS)
         ax.set_title(f"L = {L} blocks", fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(label(metric), fontsize=8.5)
-    for ax in axes:
-        ax.legend(title="placement", fontsize=8, title_fontsize=8)
+    legend_outside(axes[-1], title="placement", title_fontsize=8)
     fig.tight_layout()
     what = WHAT.get(metric, label(metric)[:1].upper() + label(metric)[1:])
     depth_text = ", ".join(str(L) for L in depths)
@@ -136,7 +140,7 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
 def plot_vs_depth(runs: Sequence[Mapping], fits: Mapping[str, Mapping[str, Mapping]],
                   metric: str, path: Path) -> Path | None:
     """Per-seed points and the fitted power law per placement, log-log axes."""
-    fig = new_figure(5.8, 4.2)
+    fig = new_figure(7.6, 4.2)
     ax = fig.subplots()
     drawn = []
     placements = sorted(dict.fromkeys(r["placement"] for r in runs), key=placement_order)
@@ -168,9 +172,10 @@ def plot_vs_depth(runs: Sequence[Mapping], fits: Mapping[str, Mapping[str, Mappi
     ax.set_xticks(depths)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("depth L (blocks)")
+    plain_log_ticks(ax.yaxis)
+    ax.set_xlabel("depth (blocks)")
     ax.set_ylabel(label(metric), fontsize=8.5)
-    ax.legend(fontsize=8, title="placement: fitted slope [95% t-interval]", title_fontsize=8)
+    legend_outside(ax, title="placement: fitted slope\n[95% t-interval]", title_fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     n_seeds = len({r.get("seed") for r in runs})
@@ -188,7 +193,7 @@ def plot_update(series: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
     with a min-max band) -> one line per label, in the style of the placement it names."""
     if not series:
         return None
-    fig = new_figure(5.8, 4.0)
+    fig = new_figure(7.6, 4.0)
     ax = fig.subplots()
     labels = sorted(series, key=placement_order)
     styles = styles_for(labels)
@@ -199,8 +204,8 @@ def plot_update(series: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
         n = max(len(s) for s in per_seed(ys))
         counts.append(mean_band(ax, range(n), ys, styles[name], name, order=k, drawn=drawn))
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("mean token ||f(x; theta_t) - f(x; theta_0)||", fontsize=8.5)
-    ax.legend(fontsize=8)
+    ax.set_ylabel("output change from init (mean token norm)", fontsize=8.5)
+    legend_outside(ax)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     caption = ("How far the model's output moves from its initial output over the first "

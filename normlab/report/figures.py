@@ -3,6 +3,7 @@
     loss_curves_svg(groups)    train and val loss, one line per group of runs (mean over its
                                seeds, min-max band), one colour per placement
     sweep_map_svgs(root)       the sweep package's stability map and per-cell curves, if present
+                               (on the sweep's own axes: `normlab.sweep.maps.map_axes`)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from normlab.plotting import (
     figure_bytes,
+    legend_outside,
     mean_band,
     new_figure,
     placement_order,
@@ -62,7 +64,7 @@ def loss_curves_svg(curves: Sequence[Curve]) -> bytes | None:
 
     groups = sorted(dict.fromkeys(c.group for c in curves), key=placement_order)
     styles = styles_for(groups)
-    fig = new_figure(10.0, 4.0)
+    fig = new_figure(12.0, 4.0)
     axes = fig.subplots(1, 2, sharey=True)
     values: list[float] = []
     counts: list[int] = []
@@ -88,13 +90,20 @@ def loss_curves_svg(curves: Sequence[Curve]) -> bytes | None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("loss (nats/byte)")
-    axes[1].legend(fontsize=8)
+    if max(len(g) for g in groups) > 36:  # long labels: below both panels, one per line
+        fig.set_size_inches(12.0, 4.0 + 0.22 * len(groups))
+        handles, labels = axes[1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, (0.22 * len(groups) + 0.2) / (4.0 + 0.22 * len(groups)),
+                               1, 1))
+    else:
+        legend_outside(axes[1])
+        fig.tight_layout()
     lo, hi = min(values), max(values)
     if hi > _LOSS_CEILING > lo:
         hi = _LOSS_CEILING
     pad = max(0.05, 0.05 * (hi - lo))
     axes[0].set_ylim(lo - pad, hi + pad)
-    fig.tight_layout()
     caption = (f"Training loss (left) and validation loss (right) against step, one line per "
                f"configuration ({'; '.join(groups)}), in the colour and marker of its placement; "
                f"{seeds_text(counts)}; x: the last finite loss of a run that diverged.")
@@ -102,33 +111,12 @@ def loss_curves_svg(curves: Sequence[Curve]) -> bytes | None:
     return figure_bytes(fig, "svg", alt=alt, caption=caption)
 
 
-def map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
-             ) -> tuple[str, str, str | None]:
-    """x, y and panel for a sweep's map: warmup x lr by placement when the sweep varies those,
-    otherwise its first varying axes (seeds are pooled, never an axis of the map)."""
-    from normlab.sweep.summarize import varying_paths
-
-    axes = list((sweep or {}).get("axes") or []) or varying_paths(configs)
-    axes = [a for a in axes if not a.endswith(".seed")]
-    panel = "model.placement" if "model.placement" in axes or any(
-        "model.placement" in c for c in configs) else None
-    rest = [a for a in axes if a != panel]
-    preferred = [a for a in ("train.warmup", "train.lr") if a in rest]
-    others = [a for a in rest if a not in preferred]
-    chosen = (preferred + others)[:2]
-    if len(chosen) == 2:
-        return chosen[0], chosen[1], panel
-    if len(chosen) == 1:  # one axis: a single row of cells
-        return chosen[0], "model.n_blocks" if chosen[0] != "model.n_blocks" else "train.lr", panel
-    return "train.warmup", "train.lr", panel
-
-
 def sweep_map_svgs(root: Path) -> tuple[list[bytes], str | None]:
     """The stability map and per-cell loss curves of the sweep at `root` as SVG, drawn by
     `normlab.sweep.maps` (written to a temporary folder, never into the sweep). Returns
     ([svg], note): the note says why there is no map, if there is none."""
     try:
-        from normlab.sweep.maps import loss_curves, stability_map
+        from normlab.sweep.maps import loss_curves, map_axes, stability_map
         from normlab.sweep.state import read_sweep_file
         from normlab.sweep.summarize import collect
     except ImportError as e:  # the sweep package is optional for the report

@@ -6,11 +6,13 @@
     unit("late_drop_dloss")            'nats'
     numbers_blocks(claim.numbers)      [Block(title, table), ...] for a claim's `numbers`
 
-A value becomes a `Cell`: a number, an interval (`{"mean", "ci95", "n"}` from
-`normlab.probe.fits.mean_ci`, a fit's `{"slope", "ci95_t"}`, an `Effect`), a short list, a long
-series (its summary, every value behind a <details> toggle: nothing is cut), a block of text (a
-traceback), a verdict (a badge) or a nested table. Dicts of records become tables with one row per
-key; keys made of `|`-separated parts (a study's run grid) are split into columns.
+A value that fits in one cell becomes a `Cell`: a number, an interval (`{"mean", "ci95", "n"}`
+from `normlab.probe.fits.mean_ci`, a fit's `{"slope", "ci95_t"}`, an `Effect`), a short list, a
+long series (its summary, every value behind a <details> toggle: nothing is cut), a block of text
+(a traceback) or a verdict (a badge). A structured value is laid out flat, never as a table
+inside a cell: a tree of dicts becomes one table per kind of record, its keys (placement, learning
+rate, seed...) the first columns; keys made of `|`-separated parts (a study's run grid) are split
+into columns the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SHORT_LIST = 8      # lists up to this long are written out in the cell; longer ones fold
-MAX_DEPTH = 4       # nested tables deeper than this are summarized
+MAX_DEPTH = 4       # levels of keys a table's rows may stand for
 
 # Key -> how a person names it. Keys not listed: underscores become spaces.
 LABELS = {
@@ -120,6 +122,7 @@ def heading(key: str) -> str:
     return f"{label(key)} ({u})" if u else label(key)
 
 
+
 def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -181,7 +184,6 @@ class Cell:
     text: str = ""                                   # num, text, pre, verdict, empty
     values: list[str] = field(default_factory=list)  # series: every value
     interval: Interval | None = None
-    table: Table | None = None
 
     @property
     def numeric(self) -> bool:
@@ -204,7 +206,8 @@ class Row:
 class Table:
     columns: list[Column]
     rows: list[Row]
-    kind: str = "numbers"   # a CSS class: numbers, sub, verdicts, runs, settings
+    kind: str = "numbers"   # a CSS class: numbers, verdicts, runs, settings
+    corner: str = ""        # the heading above the row headings: what the rows are
 
     @property
     def has_row_heads(self) -> bool:
@@ -243,7 +246,7 @@ def as_interval(v: Any) -> Interval | None:
 def _series(values: list[Any]) -> Cell:
     shown = [fmt(x) for x in values]
     if len(values) <= SHORT_LIST:
-        return Cell("list", text=", ".join(shown) if shown else "(none)")
+        return Cell("list", text=", ".join(shown) if shown else "(none)", values=shown)
     finite = [float(x) for x in values if is_number(x) and math.isfinite(x)]
     summary = f"{len(values)} values"
     if finite:
@@ -255,8 +258,15 @@ def _series(values: list[Any]) -> Cell:
 VERDICT_KEYS = ("verdict",)
 
 
-def cell(v: Any, key: str = "", depth: int = 0) -> Cell:
-    """The cell of one value (see the module docstring)."""
+def cellable(v: Any) -> bool:
+    """Whether `v` fits in one table cell: a scalar, an interval or a list of scalars."""
+    return (_is_scalar(v) or as_interval(v) is not None
+            or (isinstance(v, list | tuple) and all(_is_scalar(x) for x in v)))
+
+
+def cell(v: Any, key: str = "") -> Cell:
+    """The cell of one value that fits in a cell (see `cellable`); anything structured is laid
+    out as tables of its own by `blocks`, never as a table inside a cell."""
     if key in VERDICT_KEYS and isinstance(v, str):
         return Cell("verdict", text=v)
     if isinstance(v, str) and ("\n" in v or len(v) > 200):
@@ -272,10 +282,39 @@ def cell(v: Any, key: str = "", depth: int = 0) -> Cell:
         return Cell("interval", interval=interval)
     if isinstance(v, list | tuple) and all(_is_scalar(x) for x in v):
         return _series(list(v))
-    if depth >= MAX_DEPTH:
-        return Cell("text", text=f"({len(v)} entries, nested too deep to show)")
-    table = table_of(v, depth + 1)
-    return Cell("table", table=table) if table is not None else Cell("text", text=str(v))
+    n = len(v) if isinstance(v, dict | list | tuple) else 0
+    return Cell("text", text=f"({n} entries)")
+
+
+# What the keys of a structured value's levels are, by the value's key: the rows of
+# `numbers["runs"]` are placement, then learning rate, then seed. Levels not listed are named
+# "placement" when every key is one, otherwise left unnamed.
+ROW_LEVELS = {
+    "runs": ("placement", "learning rate", "seed"),
+    "tuning": ("placement",),
+    "tuned_lr": ("placement",),
+    "real_models_illustration": ("model",),
+}
+# Fields whose keys are values of a setting: their table is titled "... by learning rate".
+KEYED_BY = {"mean_val_loss": "learning rate", "outcomes": "learning rate",
+            "scores": "learning rate"}
+TRANSPOSE_AT = 6    # a table of few rows and more fields than this is laid out transposed
+
+
+def _level_name(keys: list[str], given: str) -> str:
+    if given:
+        return given
+    from normlab.config import PLACEMENTS
+
+    return "placement" if keys and all(k in PLACEMENTS for k in keys) else ""
+
+
+def _num_or_text(text: str) -> Cell:
+    try:
+        float(text)
+    except ValueError:
+        return Cell("text", text=text)
+    return Cell("num", text=text)
 
 
 def _grid_key(key: str, n: int) -> list[str]:
@@ -283,14 +322,6 @@ def _grid_key(key: str, n: int) -> list[str]:
     if n == len(GRID_PARTS) and parts[-1] in _GRID_VARIANT:
         parts[-1] = _GRID_VARIANT[parts[-1]]
     return parts
-
-
-def _part_cell(text: str) -> Cell:
-    try:
-        float(text)
-    except ValueError:
-        return Cell("text", text=text)
-    return Cell("num", text=text)
 
 
 def _split_columns(keys: list[str]) -> list[str] | None:
@@ -303,44 +334,124 @@ def _split_columns(keys: list[str]) -> list[str] | None:
     return list(GRID_PARTS) if grid else [f"part {i + 1}" for i in range(n)]
 
 
-def _record_fields(d: dict[str, Any]) -> list[str] | None:
-    """Field names when `d` maps keys to records (dicts) that read well as one table's rows."""
-    if not d or not all(isinstance(v, dict) and v for v in d.values()):
-        return None
-    if any(as_interval(v) is not None for v in d.values()):
-        return None  # a dict of intervals: one row each, two columns
-    fields = list(dict.fromkeys(k for v in d.values() for k in v))
-    return fields if len(fields) <= 12 else None
+def _as_dict(v: Any) -> dict[str, Any] | None:
+    """A dict with string keys; a list of records as one keyed by index (0 = first)."""
+    if isinstance(v, dict):
+        return {str(k): x for k, x in v.items()}
+    if isinstance(v, list | tuple) and not cellable(v):
+        return {str(i): x for i, x in enumerate(v)}
+    return None
 
 
-def table_of(v: Any, depth: int = 1) -> Table | None:
-    """A dict or a list as a table: records as rows with one column per field, otherwise one
-    row per key with its value."""
-    kind = "sub" if depth > 1 else "numbers"
-    if isinstance(v, list | tuple):
-        items = list(v)
-        if items and all(isinstance(x, dict) for x in items):
-            fields = list(dict.fromkeys(k for x in items for k in x))
-            cols = [Column(heading(f)) for f in fields]
-            rows = [Row(None, [cell(x.get(f), f, depth) for f in fields]) for x in items]
-            return mark_numeric(Table(cols, rows, kind))
-        rows = [Row(str(i + 1), [cell(x, "", depth)]) for i, x in enumerate(items)]
-        return Table([Column("#"), Column("value")], rows, kind)
-    if not isinstance(v, dict):
-        return None
-    keys = [str(k) for k in v]
+KeyPath = tuple[str, ...]
+
+
+def _descend(items: list[tuple[KeyPath, Any]], names: list[str], levels: tuple[str, ...]
+             ) -> tuple[list[tuple[KeyPath, dict[str, Any]]], list[str]] | None:
+    """Go down the levels of a tree of dicts until its nodes hold values that fit in cells: the
+    nodes there are the rows of one table, their paths its first columns. None if the tree is not
+    regular (a node that is not a dict at a level where the others are)."""
+    rows = [(p, _as_dict(x)) for p, x in items]
+    for _ in range(MAX_DEPTH):
+        if not rows or any(d is None for _, d in rows):
+            return None
+        if any(cellable(v) for _, d in rows for v in d.values()) or \
+                not all(d for _, d in rows):
+            return [(p, d) for p, d in rows if d is not None], names
+        keys = list(dict.fromkeys(k for _, d in rows for k in d))
+        given = levels[len(names)] if len(names) < len(levels) else ""
+        names = [*names, _level_name(keys, given)]
+        rows = [(p + (k,), _as_dict(v)) for p, d in rows for k, v in d.items()]
+    return None
+
+
+# Keys that name a kind rather than a measure when their values are words: a model's "norm" is
+# its normalization ("rmsnorm"), not the stream norm that LABELS names for numbers.
+KIND_LABELS = {"norm": "norm", "final_norm": "final norm"}
+
+
+def _record_table(rows: list[tuple[KeyPath, dict[str, Any]]], names: list[str],
+                  fields: list[str], kind: str) -> Table:
+    """One row per path (its parts as the first columns, or as row headings when there is one
+    part), one column per field; transposed when it has few rows and many fields."""
+    def field_heading(f: str) -> str:
+        words = all(isinstance(d.get(f), str) for _, d in rows if d.get(f) is not None)
+        return KIND_LABELS[f] if words and f in KIND_LABELS else heading(f)
+
+    if len(names) == 1 and len(rows) <= 3 and len(fields) > TRANSPOSE_AT:
+        cols = [Column(p[0]) for p, _ in rows]
+        body = [Row(field_heading(f), [cell(d.get(f), f) for _, d in rows]) for f in fields]
+        return mark_numeric(Table(cols, body, kind, corner=names[0]))
+    if len(names) == 1:
+        cols = [Column(field_heading(f)) for f in fields]
+        body = [Row(label(p[0]), [cell(d.get(f), f) for f in fields]) for p, d in rows]
+        return mark_numeric(Table(cols, body, kind, corner=names[0]))
+    cols = [Column(n or f"key {i + 1}") for i, n in enumerate(names)]
+    cols += [Column(field_heading(f)) for f in fields]
+    body = [Row(None, [_num_or_text(x) for x in p] + [cell(d.get(f), f) for f in fields])
+            for p, d in rows]
+    return mark_numeric(Table(cols, body, kind))
+
+
+def _tree_blocks(title: str, items: list[tuple[KeyPath, Any]], names: list[str],
+                 levels: tuple[str, ...], kind: str) -> list[Block]:
+    found = _descend(items, names, levels)
+    if found is None:  # irregular: each item on its own
+        out = []
+        for p, x in items:
+            out += blocks(f"{title}: {', '.join(p)}" if title else ", ".join(p), x)
+        return out
+    rows, names = found
+    fields = list(dict.fromkeys(k for _, d in rows for k in d))
+    flat = [f for f in fields if all(cellable(d[f]) for _, d in rows if f in d)]
+    out = [Block(title, table=_record_table(rows, names, flat, kind))] if flat else []
+    for f in fields:
+        if f in flat:
+            continue
+        sub = [(p, d[f]) for p, d in rows if f in d and d[f] not in ({}, [], None)]
+        if not sub:
+            continue
+        by = KEYED_BY.get(f)
+        sub_title = heading(f) + (f", by {by}" if by else "")
+        out += _tree_blocks(f"{title}: {sub_title}" if title else sub_title, sub, names, (),
+                            kind)
+    return out
+
+
+def blocks(title: str, v: Any, key: str = "") -> list[Block]:
+    """A value under its heading, laid out flat: a single cell; or tables in which every cell
+    holds one value. A tree of dicts becomes one table per kind of record (its keys as the first
+    columns, e.g. placement, learning rate, seed), so no table ever sits inside another. Empty
+    values give no block at all."""
+    if cellable(v):
+        return [Block(title, cell=cell(v, key))]
+    d = _as_dict(v)
+    if not d:
+        return []
+    keys = list(d)
     split = _split_columns(keys)
-    fields = _record_fields(v)
-    if fields is not None:
-        cols = [Column(c) for c in split or []] + [Column(heading(f)) for f in fields]
-        rows = []
-        for k, rec in v.items():
-            parts = [_part_cell(p) for p in _grid_key(str(k), len(split))] if split else []
-            rows.append(Row(None if split else label(str(k)),
-                            parts + [cell(rec.get(f), f, depth) for f in fields]))
-        return mark_numeric(Table(cols, rows, kind))
-    rows = [Row(heading(str(k)), [cell(x, str(k), depth)]) for k, x in v.items()]
-    return Table([Column("value")], rows, kind)
+    if split is not None:  # "pre|0.001|2|0|final": the parts are the rows' first columns
+        items = [(tuple(_grid_key(k, len(split))), x) for k, x in d.items()]
+        if all(isinstance(x, dict) and x and all(cellable(y) for y in x.values())
+               for _, x in items):
+            return _tree_blocks(title, items, split, (), "numbers")
+    flat = {k: x for k, x in d.items() if cellable(x)}
+    out = []
+    if flat:
+        body = [Row(heading(k), [cell(x, k)]) for k, x in flat.items()]
+        out.append(Block(title, table=mark_numeric(Table([Column("value")], body, "numbers"))))
+    nested = [((k,), x) for k, x in d.items() if k not in flat and x not in ({}, [], None)]
+    if nested:
+        levels = ROW_LEVELS.get(key, ())
+        name = _level_name([p[0] for p, _ in nested], levels[0] if levels else "")
+        out += _tree_blocks(title, nested, [name], levels, "numbers")
+    return out
+
+
+def table_of(v: Any) -> Table | None:
+    """A dict or list whose values all fit in cells, as one table; None for anything else."""
+    found = blocks("", v)
+    return found[0].table if len(found) == 1 and found[0].table is not None else None
 
 
 def mark_numeric(table: Table) -> Table:
@@ -352,19 +463,13 @@ def mark_numeric(table: Table) -> Table:
 
 
 def numbers_blocks(numbers: dict[str, Any]) -> list[Block]:
-    """A claim's `numbers`: the scalars, intervals and lists together in one table first, then
-    each nested value as its own titled table."""
-    flat = {k: v for k, v in numbers.items()
-            if _is_scalar(v) or as_interval(v) is not None
-            or (isinstance(v, list | tuple) and all(_is_scalar(x) for x in v))}
-    blocks = []
+    """A claim's `numbers`: the values that fit in a cell together in one table first, then each
+    structured value as its own titled tables (see `blocks`); empty ones are left out."""
+    flat = {k: v for k, v in numbers.items() if cellable(v)}
+    out = []
     if flat:
-        blocks.append(Block("", table=table_of(flat)))
-    return blocks + [block(k, v) for k, v in numbers.items() if k not in flat]
-
-
-def block(key: str, value: Any) -> Block:
-    """One value under its heading: a table, or a single cell."""
-    table = table_of(value)
-    return Block(heading(key), table=table) if table is not None \
-        else Block(heading(key), cell=cell(value, key))
+        out += blocks("", flat)
+    for k, v in numbers.items():
+        if k not in flat:
+            out += blocks(heading(k), v, k)
+    return out

@@ -15,15 +15,13 @@ from normlab.report.figures import loss_curves_svg, sweep_map_svgs
 from normlab.report.numbers import (
     Block,
     Cell,
-    Column,
     Interval,
-    Row,
-    Table,
     as_interval,
-    block,
+    blocks,
     cell,
     fmt,
     fmt_seconds,
+    heading,
     label,
     numbers_blocks,
     table_of,
@@ -119,7 +117,7 @@ class ClaimPage:
     note: str
     paper: Cell | None = None
     prediction_rows: list[PredictionRow] | None = None
-    predictions: Table | None = None     # predictions in a shape this report does not know
+    predictions: list[Block] = field(default_factory=list)  # in a shape not known here
     power: Cell | None = None
     diagnosis: str = ""                  # why an inconclusive verdict is inconclusive
     stalled: list[str] = field(default_factory=list)  # sides that did not train: not compared
@@ -167,17 +165,15 @@ def prediction_rows(v: Any) -> list[PredictionRow] | None:
     return rows
 
 
-def _predictions(v: Any) -> Table | None:
+def _predictions(v: Any) -> list[Block]:
+    """Predictions in a shape `prediction_rows` does not know, as tables."""
     if not v or prediction_rows(v) is not None:
-        return None
-    table = table_of(v)
-    if table is None:
-        return None
-    if not table.has_row_heads:
-        return table
-    table.columns.insert(0, Column("placement"))  # a dict keyed by placement
-    table.rows = [Row(None, [Cell("text", text=r.head or ""), *r.cells]) for r in table.rows]
-    return table
+        return []
+    out = blocks("", v)
+    for b in out:
+        if b.table is not None and b.table.has_row_heads and not b.table.corner:
+            b.table.corner = "placement"  # a dict keyed by placement
+    return out
 
 
 def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
@@ -199,7 +195,8 @@ def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
         diagnosis=str(extra.get("diagnosis") or ""),
         stalled=[str(x) for x in extra.get("stalled") or []]
         if isinstance(extra.get("stalled"), list) else [],
-        extra=[block(k, v) for k, v in extra.items() if k not in PAPER_FIELDS],
+        extra=[b for k, v in extra.items() if k not in PAPER_FIELDS
+               for b in blocks(heading(k), v, k)],
         ladder=ladder_of(extra))
 
 
@@ -279,13 +276,21 @@ def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_d
 
 
 _CODE = re.compile(r"`([^`\n]+)`")
+# A number with a minus sign in it ("-0.35", "2.046e-06"): browsers may break a line after the
+# hyphen-minus, so it is kept whole. Not inside an escaped entity ("&#34;").
+_SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
 
 
 def prose(value: str):
-    """Escaped text in which `backticks` become <code> (a Jinja filter)."""
+    """Escaped text in which `backticks` become <code> and no number can break across lines
+    (a Jinja filter)."""
     from markupsafe import Markup, escape
 
-    return Markup(_CODE.sub(r"<code>\1</code>", str(escape(value))))
+    def whole(m: re.Match) -> str:
+        return f'<span class="nb">{m.group(0)}</span>' if "-" in m.group(0) else m.group(0)
+
+    text = _SIGNED_NUMBER.sub(whole, str(escape(value)))
+    return Markup(_CODE.sub(r"<code>\1</code>", text))
 
 
 def slug(value: str) -> str:

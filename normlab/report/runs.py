@@ -27,6 +27,11 @@ from normlab.report.numbers import (
 
 # Config paths shown as columns whether or not they vary, and short names for group labels.
 ALWAYS = ("model.placement", "train.seed")
+# Settings that do not change what a run is (how often it logs, evaluates or saves, where and
+# how fast it computes): never listed as a difference between runs, never part of a group.
+BOOKKEEPING = ("train.checkpoint_every", "train.log_every", "train.eval_every",
+               "train.block_stats_every", "train.device", "train.threads", "train.compile",
+               "train.activation_checkpointing", "train.name", "train.tags")
 SHORT = {"model.placement": "", "train.lr": "lr", "train.warmup": "warmup",
          "model.n_blocks": "L", "model.d_model": "d", "model.final_norm": "final norm",
          "train.seed": "seed"}
@@ -95,16 +100,19 @@ def read_run(run_dir: Path, base: Path) -> RunRow:
 def read_runs(root: Path, folders: list[Path]) -> list[RunRow]:
     """Every run, its curve labelled by the group of runs it belongs to (the settings in which
     the runs differ, but the seed: its seeds are one line of the loss figure)."""
-    from normlab.sweep.summarize import varying_paths
-
     rows = [read_run(f, root) for f in folders]
-    # a group is its runs' settings: seeds and labels (name, tags) do not split it
-    varying = [p for p in varying_paths([r.flat for r in rows])
-               if p not in ("train.seed", "train.name", "train.tags")]
+    varying = [p for p in differing_paths(rows) if p != "train.seed"]
     for r in rows:
         if r.curve is not None:
             r.curve.group = group_label(r, varying)
     return rows
+
+
+def differing_paths(rows: list[RunRow]) -> list[str]:
+    """The settings in which the runs differ, bookkeeping left out (see BOOKKEEPING)."""
+    from normlab.sweep.summarize import varying_paths
+
+    return [p for p in varying_paths([r.flat for r in rows]) if p not in BOOKKEEPING]
 
 
 def group_label(row: RunRow, varying: list[str]) -> str:
@@ -179,12 +187,10 @@ RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
 
 
 def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
-    from normlab.sweep.summarize import varying_paths
     from normlab.train.listing import label_paths
 
     flats = [r.flat for r in rows]
-    varying = varying_paths(flats)
-    columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *varying]))
+    columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *differing_paths(rows)]))
     shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
                     if len({repr(r.get(p)) for r in rows}) == 1]
 

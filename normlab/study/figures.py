@@ -11,7 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from normlab.plotting import mean_band, new_figure, save_figure, seeds_text, styles_for
+from normlab.plotting import (
+    legend_outside,
+    mean_band,
+    new_figure,
+    save_figure,
+    seeds_text,
+    styles_for,
+)
 from normlab.train.logging import read_metrics
 
 LOSS_UNIT = "nats/byte"  # byte-level models: cross-entropy per byte
@@ -35,7 +42,7 @@ def plot_curves(runs_root: Path, runs: Mapping[str, str | Sequence[str]], path: 
     """Training loss of each `label -> run_id` (or `label -> [run_id per seed]`: the mean over
     the seeds with a min-max band); validation points as hollow markers, an x where a run
     diverged."""
-    fig = new_figure(6.4, 4.2)
+    fig = new_figure(8.2, 4.2)
     ax = fig.subplots()
     styles = styles_for(list(runs))
     counts, drawn = [], []
@@ -69,7 +76,7 @@ def plot_curves(runs_root: Path, runs: Mapping[str, str | Sequence[str]], path: 
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     fig.tight_layout()
     caption = (f"Training loss against step{' (' + title + ')' if title else ''}, one line per "
                f"setting ({'; '.join(drawn)}); {seeds_text(counts)}. Hollow markers: validation "

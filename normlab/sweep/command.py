@@ -169,10 +169,15 @@ def sweep_summarize(
 @sweep_app.command("map")
 def sweep_map(
     dir: DirArg,
-    x: Annotated[str, typer.Option(help="config path on the x axis")] = "train.warmup",
-    y: Annotated[str, typer.Option(help="config path on the y axis")] = "train.lr",
-    panel: Annotated[str, typer.Option(help="one panel per value of this path; none: one panel")
-                     ] = "model.placement",
+    x: Annotated[str | None, typer.Option(
+        help="config path on the x axis [default: the sweep's axes: warmup if swept, else the "
+             "first swept axis]")] = None,
+    y: Annotated[str | None, typer.Option(
+        help="config path on the y axis [default: lr if swept, else the next swept axis]")
+                 ] = None,
+    panel: Annotated[str | None, typer.Option(
+        help="one panel per value of this path; none: one panel [default: model.placement]")
+                     ] = None,
     metric: Annotated[str, typer.Option(help="val_loss, best_val_loss or train_loss")
                       ] = "val_loss",
     out: Annotated[Path | None, typer.Option(
@@ -182,15 +187,19 @@ def sweep_map(
 ) -> None:
     """Draw the stability map of a sweep. Cells coloured by outcome, annotated with the final
     loss over seeds."""
-    from normlab.sweep.maps import MapError, curves_path, loss_curves, stability_map
+    from normlab.sweep.maps import MapError, curves_path, loss_curves, map_axes, stability_map
+    from normlab.sweep.state import read_sweep_file
     from normlab.sweep.summarize import SummaryError, collect
 
     if metric not in ("val_loss", "best_val_loss", "train_loss"):
         fail(f"metric: {metric!r} is not one of val_loss, best_val_loss, train_loss")
-    panel_path = None if panel.lower() in ("none", "") else panel
     out = out or dir / "map.png"
     try:
         table = collect(dir)
+        auto_x, auto_y, auto_panel = map_axes(read_sweep_file(dir), table.configs)
+        x, y = x or auto_x, y or auto_y
+        panel_path = auto_panel if panel is None else (
+            None if panel.lower() in ("none", "") else panel)
         info = stability_map(table, out, x=x, y=y, panel=panel_path, metric=metric)
         console.print(f"map: {info.path} ({len(info.panels)} panel(s), {len(info.y_values)} x "
                       f"{len(info.x_values)} cells, {len(table.rows)} runs)", highlight=False)

@@ -120,6 +120,27 @@ def _sort_key(v: Any) -> tuple:
     return (0, v, "") if isinstance(v, int | float) and not isinstance(v, bool) else (1, 0, str(v))
 
 
+def map_axes(sweep: dict[str, Any] | None, configs: list[dict[str, Any]]
+             ) -> tuple[str, str, str | None]:
+    """x, y and panel for a sweep's map: warmup x lr by placement when the sweep varies those,
+    otherwise its first varying axes (seeds are pooled, never an axis of the map)."""
+    axes = list((sweep or {}).get("axes") or []) or varying_paths(configs)
+    axes = [a for a in axes if not a.endswith(".seed")]
+    panel = "model.placement" if "model.placement" in axes or any(
+        "model.placement" in c for c in configs) else None
+    rest = [a for a in axes if a != panel]
+    preferred = [a for a in ("train.warmup", "train.lr") if a in rest]
+    others = [a for a in rest if a not in preferred]
+    chosen = (preferred + others)[:2]
+    if len(chosen) == 2:
+        return chosen[0], chosen[1], panel
+    if len(chosen) == 1:  # one axis: a single row of cells
+        return chosen[0], "model.n_blocks" if chosen[0] != "model.n_blocks" else "train.lr", panel
+    if panel is not None:  # only the placement varies: it is the x axis, one row of cells
+        return panel, "train.lr", None
+    return "train.warmup", "train.lr", panel
+
+
 def _check_axis(table: SweepTable, path: str, what: str) -> None:
     known = set().union(*(c.keys() for c in table.configs))
     if path not in known:
@@ -158,6 +179,14 @@ def aggregate(table: SweepTable, x: str, y: str, panel: str | None, metric: str 
         elif outcome == "stalled":
             cell.stalled += 1
     return cells
+
+
+def _in_sweep_order(table: SweepTable, path: str, values: list[Any]) -> list[Any]:
+    """Placements in the order the sweep lists them (pre before post); other values sorted."""
+    if path != "model.placement":
+        return values
+    order = [table.value(i, path) for i in range(len(table.rows))]
+    return sorted(values, key=order.index)
 
 
 def _load(source: SweepTable | Path | str) -> SweepTable:
@@ -218,7 +247,7 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
     if panel == "model.placement":  # the order the sweep lists them in, e.g. pre before post
         order = [table.value(i, panel) for i in range(len(table.rows))]
         panels = sorted(panels, key=order.index)
-    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    xs = _in_sweep_order(table, x, sorted({k[2] for k in cells}, key=_sort_key))
     ys = sorted({k[1] for k in cells}, key=_sort_key)
     w = max(3.2, 0.95 * len(xs) + 1.6)
     fig = _figure(w * len(panels) + 0.4, max(2.8, 0.62 * len(ys) + 1.9))
@@ -290,17 +319,27 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
     if panel == "model.placement":
         order = [table.value(i, panel) for i in range(len(table.rows))]
         panels = sorted(panels, key=order.index)
-    xs = sorted({k[2] for k in cells}, key=_sort_key)
+    xs = _in_sweep_order(table, x, sorted({k[2] for k in cells}, key=_sort_key))
     ys = sorted({k[1] for k in cells}, key=_sort_key, reverse=True)  # largest y on top
     fig = _figure(2.3 * len(xs) + 0.6, 1.8 * len(ys) + 0.9)
     grid = fig.subplots(len(ys), len(xs), squeeze=False, sharex=True, sharey=True)
     names = [format_value(pv) for pv in panels]
-    styles = styles_for(names)
+
+    def line_name(name: str, yv: Any, xv: Any) -> str:
+        """The line's label: its panel value, or the cell's placement when that is an axis."""
+        if panel is None and "model.placement" in (x, y):
+            return format_value(xv if x == "model.placement" else yv)
+        return name
+
+    styles = styles_for(list(dict.fromkeys(line_name(n, yv, xv) for n in names for yv in ys
+                                           for xv in xs)))
     lows, highs, ends, counts = [], [], [], []
+    labelled: set[str] = set()  # each line in the legend once
     for r, yv in enumerate(ys):
         for c, xv in enumerate(xs):
             ax = grid[r][c]
-            for p, (pv, name) in enumerate(zip(panels, names, strict=True)):
+            for p, (pv, panel_name) in enumerate(zip(panels, names, strict=True)):
+                name = line_name(panel_name, yv, xv)
                 cell = cells.get((pv, yv, xv))
                 series: list[dict[int, float]] = []
                 for i in cell.runs if cell else []:
@@ -320,8 +359,9 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
                 steps = sorted({s for pts in series for s in pts})
                 counts.append(mean_band(ax, steps, [[pts.get(s, math.nan) for s in steps]
                                                     for pts in series],
-                                        styles[name], name if (r == 0 and c == 0) else "_",
+                                        styles[name], "_" if name in labelled else name,
                                         order=p, markers=False))
+                labelled.add(name)
             ax.set_title(f"{_short(y)}={format_value(yv)}, {_short(x)}={format_value(xv)}",
                          fontsize=7.5)
             ax.tick_params(labelsize=7)
@@ -334,12 +374,15 @@ def loss_curves(source: SweepTable | Path | str, out: Path | str, *, x: str = "t
         grid[0][0].set_ylim(min(lows) - 0.1, top)
         for ax, step, value, color in ends:  # an x where a run diverged, kept inside the plot
             ax.plot(step, min(value, top - 0.05), "x", color=color, markersize=6, clip_on=False)
-    if panel:
-        fig.legend(*grid[0][0].get_legend_handles_labels(), loc="lower center",
-                   ncol=len(panels), frameon=False, fontsize=8, title=_label(panel),
+    by_placement = panel or ("model.placement" if "model.placement" in (x, y) else None)
+    if by_placement:
+        handles = [h for ax in grid.flat for h in ax.get_lines()
+                   if not h.get_label().startswith("_")]
+        fig.legend(handles, [h.get_label() for h in handles], loc="lower center",
+                   ncol=len(handles), frameon=False, fontsize=8, title=_label(by_placement),
                    title_fontsize=8)
     fig.suptitle(f"{table.name}: one plot per cell of the map", fontsize=9.5)
-    fig.tight_layout(rect=(0, 0.06 if panel else 0, 1, 1))
+    fig.tight_layout(rect=(0, 0.06 if by_placement else 0, 1, 1))
     what = key.replace("_", " ")
     caption = (f"{what[:1].upper() + what[1:]} (nats/byte) against step in each cell of the "
                f"stability map ({_label(y)} by {_label(x)})"
