@@ -32,8 +32,10 @@ def rung_config(ctx: Any, rung: Rung, placement: str, n_blocks: int) -> ModelCon
 
 
 def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence[str],
-                depths: Sequence[int], perturb: bool = False) -> dict[str, Any]:
-    """`{rung.key: {placement: [{"n_blocks", "seed", "stats", "perturb_change"}]}}`."""
+                depths: Sequence[int], perturb: bool = False, stats: bool = True
+                ) -> dict[str, Any]:
+    """`{rung.key: {placement: [{"n_blocks", "seed", "stats", "perturb_change"}]}}` (`stats`:
+    `normlab.probe.init_stats`; `perturb`: Admin's output change)."""
     def compute() -> dict[str, Any]:
         from normlab.nn import build_model
         from normlab.probe.init_stats import init_statistics
@@ -52,8 +54,9 @@ def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence
                     cfg = rung_config(ctx, rung, placement, L)
                     for seed in range(p.init_seeds):
                         model = build_model(cfg, seed=seed)
-                        row = {"n_blocks": L, "seed": seed,
-                               "stats": init_statistics(model, batches)}
+                        row: dict[str, Any] = {"n_blocks": L, "seed": seed}
+                        if stats:
+                            row["stats"] = init_statistics(model, batches)
                         if perturb:
                             row["perturb_change"] = perturbation_sensitivity(
                                 model, batches, seed=seed)["perturb_change"]
@@ -63,19 +66,21 @@ def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence
     return ctx.cached(name, compute)
 
 
-UPDATE_VARIANTS: dict[str, tuple[str, bool]] = {  # label: (placement, with warmup)
-    "post, no warmup": ("post", False),
-    "post, warmup": ("post", True),
-    "deepnorm, no warmup": ("deepnorm", False),
-    "pre, no warmup": ("pre", False),
+UPDATE_VARIANTS: dict[str, tuple[str, bool, bool]] = {
+    # label: (placement, with warmup, measured at every depth: the depth law's variants)
+    "post, no warmup": ("post", False, True),
+    "deepnorm, no warmup": ("deepnorm", False, True),
+    "post, warmup": ("post", True, False),
+    "pre, no warmup": ("pre", False, False),
 }
 
 
 def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
                   depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]:
-    """DeepNet's model update per (rung, lr) x variant x depth x seed, and the init-to-init
-    distance of post per rung and depth: `{rung.key: {"lr", "series": {label: [{"n_blocks",
-    "seed", "update": [..]}]}, "init_distance": [{"n_blocks", "seed", "distance"}]}}`."""
+    """DeepNet's model update per (rung, lr) x variant x seed, at every depth for the depth
+    law's variants and at the deepest for the others, and the init-to-init distance of post per
+    rung and depth: `{rung.key: {"lr", "series": {label: [{"n_blocks", "seed", "update": [..]}]},
+    "init_distance": [{"n_blocks", "seed", "distance"}]}}`."""
     def compute() -> dict[str, Any]:
         from normlab.nn import build_model
         from normlab.probe import text_batches
@@ -93,7 +98,9 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
             series: dict[str, list] = {label: [] for label in UPDATE_VARIANTS}
             dist = []
             for L in depths:
-                for label, (placement, warm) in UPDATE_VARIANTS.items():
+                for label, (placement, warm, every_depth) in UPDATE_VARIANTS.items():
+                    if not every_depth and max(depths) != L:
+                        continue
                     cfg = rung_config(ctx, rung, placement, L)
                     for seed in range(p.init_seeds):
                         res = update_size(build_model(cfg, seed=seed), train, batches[0],

@@ -44,6 +44,7 @@ DEEPNET_FACTOR = math.log(2)
 # DeepNet and Xiong train at this peak lr.
 SOURCE_LR = 5e-4
 CACHE_VERSION = "v3"
+DEEPNET_CACHE = "v4"
 
 Rows = list[dict[str, Any]]
 
@@ -361,7 +362,7 @@ def c8(ctx: StudyContext) -> ClaimResult:
     depths = list(p.init_depths)
     placements = ["post", "pre", "admin", "admin_o1"]
     data = init_ladder(ctx, f"ladder_admin_{CACHE_VERSION}", rungs, placements, depths,
-                       perturb=True)
+                       perturb=True, stats=False)
     s_log = log_law_slope([2 * L for L in depths])
     bands = nearest_law_bands(s_log)
 
@@ -435,8 +436,7 @@ def c7(ctx: StudyContext) -> ClaimResult:
     rungs = [source, at_lr, *base[1:]]
     lrs = [(source, SOURCE_LR)] + [(r, lr) for r in rungs[1:]]
     depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
-    steps = min(3, p.update_steps)
-    data = update_ladder(ctx, f"ladder_deepnet_{CACHE_VERSION}", lrs, depths, steps,
+    data = update_ladder(ctx, f"ladder_deepnet_{DEEPNET_CACHE}", lrs, depths, steps=1,
                          warmup=p.update_steps)
 
     def first(rung: Rung, label: str, depth: int | None = None) -> Rows:
