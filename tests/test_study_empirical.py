@@ -278,8 +278,12 @@ def test_c11_every_prediction(tmp_path):
 def test_c11_without_a_deeper_model_says_so(tmp_path):
     world = {k: v for k, v in C11_GOOD.items() if k != "fn12"}
     result = CLAIMS["C11"](Fake(tmp_path, profile="quick", **world))
-    assert len(result.predictions) == 2 and result.verdict == "supported"
-    assert "No deeper model" in result.note
+    # quick trains neither a deeper model nor pre without a final norm: the ablation decides
+    assert [p["subject"] for p in result.predictions] == ["pre, 6 blocks"]
+    assert result.verdict == "supported"
+    assert "No deeper model" in result.note and "mechanism decides alone" in result.note
+    broken = CLAIMS["C11"](Fake(tmp_path, profile="quick", **{**world, "fn6": -0.1}))
+    assert broken.verdict == "not supported"
     assert CLAIMS["C11"](Fake(tmp_path, noise=3.0, **C11_GOOD)).verdict == "inconclusive"
 
 

@@ -298,22 +298,29 @@ def c9(ctx: StudyContext) -> ClaimResult:
 
 def c11(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
-    on, off = ctx.tuned("pre"), ctx.tuned("pre_nofinal")
-    diff = _per_seed(off["best"], on["best"])
+    on = ctx.tuned("pre")
+    off = ctx.tuned("pre_nofinal") if p.c11_trained_without else None
     src = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
-    predictions = [predict_direction(
-        "pre, trained without vs with", "val loss(no final norm, tuned) - val loss(final norm, "
-        "tuned)", "GPT-2 / Xiong: pre needs the final norm", diff, ">", 0.0, 0.0,
-        threshold_source=src)]
+    predictions = []
+    if off is not None:
+        predictions.append(predict_direction(
+            "pre, trained without vs with", "val loss(no final norm, tuned) - val loss(final "
+            "norm, tuned)", "GPT-2 / Xiong: pre needs the final norm",
+            _per_seed(off["best"], on["best"]), ">", 0.0, 0.0, threshold_source=src))
     shallow = ctx.final_norm_costs(on["best"])
     predictions.append(predict_direction(
         f"pre, {p.train_blocks} blocks", "val loss with the final norm replaced by identity - "
         "with it", "without it the head reads a stream whose scale grows with depth",
         shallow, ">", 0.0, 0.0, threshold_source=src))
+    tuned = [on] if off is None else [on, off]
     numbers: dict[str, Any] = {
-        "tuning": {"with": _tuning_numbers(on), "without": _tuning_numbers(off)},
+        "tuning": {"with": _tuning_numbers(on)} | (
+            {} if off is None else {"without": _tuning_numbers(off)}),
         f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
-    note = _bracket_note(on, off)
+    note = _bracket_note(*tuned)
+    if off is None:
+        note = ("This profile does not train pre without a final norm on its own grid (the "
+                "standard profile does): the mechanism decides alone. " + note).strip()
     if getattr(ctx, "claims", None) is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
     deep = ctx.deep_runs("pre")
@@ -335,8 +342,8 @@ def c11(ctx: StudyContext) -> ClaimResult:
         note = (note + " " if note else "") + (
             f"{why}: the cost of dropping the final norm is measured at {p.train_blocks} blocks "
             "only (the standard profile adds 12 blocks).")
-    bars = {"with final norm": mean_ci(_val(on["best"])),
-            "without final norm": mean_ci(_val(off["best"]))}
+    bars = {"with final norm": mean_ci(_val(on["best"]))} | (
+        {} if off is None else {"without final norm": mean_ci(_val(off["best"]))})
     fig = plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
                     ylabel="final validation loss (nats)",
                     title=f"pre, each at its tuned lr, {p.seeds} seeds")
@@ -351,7 +358,7 @@ def c11(ctx: StudyContext) -> ClaimResult:
         f"{p.train_blocks} blocks and (where the profile trains them) at {p.deep_blocks or '-'} "
         "blocks, per seed.",
         predictions, "GPT-2 added the final norm; no published loss gap at this size.",
-        numbers, _rel(ctx, fig), stalled=_stalled(on, off), note=note)
+        numbers, _rel(ctx, fig), stalled=_stalled(*tuned), note=note)
 
 
 def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]

@@ -188,6 +188,8 @@ class StudyContext:
                 if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
                         p.same_inits:
                     continue
+                if family == "pre_nofinal" and not p.c11_trained_without:
+                    continue
                 spec = (family, p.warmup if with_warmup else 0)
                 if spec not in specs:
                     specs.append(spec)
@@ -439,8 +441,8 @@ SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
 # selected claim's families together.
 _MATCHED = (("pre", True), ("post", True))
 TUNED_BY_CLAIM: dict[str, tuple[tuple[str, bool], ...]] = {
-    "C1": _MATCHED, "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED,
-    "C13": _MATCHED,
+    "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED, "C13": _MATCHED,
+    "C7": (("post", False),),  # the lr at which post without warmup fails (C6b's grid)
     "C6a": (*_MATCHED, ("pre", False), ("post", False)),
     "C6b": (*_MATCHED, ("pre", False), ("post", False)),
     "C9": (*_MATCHED, ("pre_xavier", True), ("post_gpt2", True)),

@@ -46,6 +46,8 @@ class Profile:
     # C9: the inits under which pre and post are compared, each family tuned on its own grid
     # ("xavier": pre_xavier vs post; "gpt2_scaled": pre vs post_gpt2)
     same_inits: tuple[str, ...] = ("xavier",)
+    # C11: also tune pre without a final norm on its own grid (else the ablation alone decides)
+    c11_trained_without: bool = True
     # fine-tuning (C10)
     finetune_steps: int = 80
     finetune_batch_size: int = 16
@@ -86,7 +88,8 @@ PROFILES: dict[str, Profile] = {
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=3, eval_batches=8,
         max_lr_extensions=1,
         finetune_steps=60, finetune_batch_size=16, finetune_test_max=384,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=4, deep_blocks=0),
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=4, deep_blocks=0,
+        c11_trained_without=False),
     "standard": Profile(
         name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
         probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,
