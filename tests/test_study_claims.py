@@ -43,40 +43,11 @@ class FakeContext:
         self.runs_root = tmp / "runs"
         self.profile = PROFILES["quick"]
         self.log = lambda _m: None
-        self._sweep: dict[str, Any] | None = None
 
-    # -- at init ---------------------------------------------------------------------------------
-    def _result(self, placement: str, L: int) -> dict[str, Any]:
-        w, g = self.w, lambda k: self.w.p.get(k, 0.0)
-        gamma = g(f"{placement}_gamma")
-        norms = [math.sqrt(1.0 + 0.5 * l ** gamma) for l in range(1, L + 1)]
-        trend = w.draw(f"{placement}_trend") if f"{placement}_trend" in w.p else 0.0
-        grads = [math.exp(trend * i / (L - 1)) for i in range(L)]
-        return {
-            "summary": {"embed_norm": 1.0,
-                        "growth_exponent": w.draw(f"{placement}_growth")
-                        if f"{placement}_growth" in w.p else 0.0,
-                        "last_fc_out_grad": L ** g(f"{placement}_grad_slope"),
-                        "perturb_change": L ** g(f"{placement}_perturb_slope")},
-            "per_block": {"norm": norms, "attn_grad": grads, "mlp_grad": grads,
-                          "ang_prev": [0.3] * L}}
-
-    def init_sweep(self) -> dict[str, Any]:
-        if self._sweep is None:
-            self._sweep = {}
-            for p in ("pre", "post", "admin", "deepnorm"):
-                runs = []
-                for s in range(SEEDS):
-                    # per seed, draw the planted slopes/exponents once
-                    for key in ("gamma", "grad_slope", "perturb_slope"):
-                        if f"{p}_{key}_mean" in self.w.p:
-                            self.w.p[f"{p}_{key}"] = self.w.draw(f"{p}_{key}_mean")
-                    for L in DEPTHS:
-                        runs.append({"placement": p, "n_blocks": L, "seed": s,
-                                     "result": self._result(p, L)})
-                self._sweep[p] = {"runs": runs, "fits": {p: {}},
-                                  "per_block_mean": {p: {}}}
-        return self._sweep
+    # -- the matched runs' own models at step 0 (C2's trained minus init) -----------------------
+    def init_probes(self) -> dict[str, Any]:
+        return {p: [{"per_block": {"ang_prev": [0.5] + [0.3] * 5}} for _ in range(SEEDS)]
+                for p in ("pre", "post")}
 
     # -- trained -----------------------------------------------------------------------------
     def _records(self, key: str, failed: bool = False) -> list[dict[str, Any]]:
@@ -174,3 +145,11 @@ def test_band_and_direction_rules():
     assert min_detectable([1.0]) == math.inf
     # mde = (t_.975 + t_.80) * sd / sqrt(n); df 3: (3.1824 + 0.9785) * sqrt(4/3) / 2
     assert min_detectable([-1.0, 1.0, -1.0, 1.0]) == pytest.approx(2.4023, rel=1e-3)
+
+
+def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
+    # post's planted trained distances are 0.4 on every late block; its models at step 0: 0.3
+    result = CLAIMS["C2"](FakeContext(tmp_path, World(0.0, **_fill({}))))
+    change = result.numbers["late_angle_trained_minus_init"]
+    assert change["post"]["mean"] == pytest.approx(0.1, abs=1e-9)
+    assert result.numbers["late_angle_init"]["post"]["mean"] == pytest.approx(0.3, abs=1e-9)

@@ -13,7 +13,7 @@ from typing import Any
 from normlab.probe.figures import (
     plot_per_block,
 )
-from normlab.probe.fits import loglog_fit, mean_ci
+from normlab.probe.fits import mean_ci
 from normlab.study.experiments import StudyContext
 from normlab.study.figures import plot_bars, plot_curves
 from normlab.study.schema import ClaimResult
@@ -71,30 +71,6 @@ def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
 def not_run(cid: str, title: str, why: str) -> ClaimResult:
     return ClaimResult(id=cid, title=title, statement="", source="", method="",
                        verdict="not run", rule="", note=why)
-
-
-def _runs(ctx: StudyContext, placement: str) -> list[dict[str, Any]]:
-    return ctx.init_sweep()[placement]["runs"]
-
-
-def _seeds(runs: list[dict[str, Any]]) -> list[int]:
-    return sorted({r["seed"] for r in runs})
-
-
-def _deepest(runs: list[dict[str, Any]], seed: int) -> dict[str, Any]:
-    mine = [r for r in runs if r["seed"] == seed]
-    return max(mine, key=lambda r: r["n_blocks"])["result"]
-
-
-def _per_seed_slope(runs: list[dict[str, Any]], metric: str) -> list[float]:
-    """Log-log slope of `metric` against depth, one per seed (seeds are the units)."""
-    out = []
-    for seed in _seeds(runs):
-        pts = [(r["n_blocks"], r["result"]["summary"].get(metric), seed) for r in runs
-               if r["seed"] == seed]
-        out.append(loglog_fit([p for p in pts if isinstance(p[1], (int, float))],
-                              n_boot=0)["slope"])
-    return out
 
 
 def _rel(ctx: StudyContext, path) -> list[str]:
@@ -424,11 +400,10 @@ def c2(ctx: StudyContext) -> ClaimResult:
                           ">", 0.0, 0.0, threshold_source="the seed argument: " + NO_SIZE),
     ]
 
-    def late_angle(result: dict[str, Any]) -> float:
-        return _late_mean(result["per_block"]["ang_prev"])
-
-    init = {p: mean_ci([late_angle(_deepest(_runs(ctx, p), s)) for s in _seeds(_runs(ctx, p))])
+    at_init = ctx.init_probes()
+    init = {p: [_late_mean(s["per_block"]["ang_prev"][1:]) for s in at_init[p]]
             for p in ("pre", "post")}
+    change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
     curves = _seed_mean_curves(ctx, tp, ("ang_prev",))
     return make_claim(
         "C2", title,
@@ -437,11 +412,14 @@ def c2(ctx: StudyContext) -> ClaimResult:
         "Seed argument; Curse of Depth (2502.05795); Gromov et al. 2024 (angular distance)",
         "Angular distance arccos(cos)/pi between the streams after blocks l and l+1 (blocks 2 to "
         "L; block 1 is compared with the embedding), on trained checkpoints at matched loss, per "
-        "seed; the deeper half's mean for the comparison. Values at init reported alongside.",
+        "seed; the deeper half's mean for the comparison. What training changed is reported as "
+        "trained minus each run's own model at step 0 (the value at init restates C1).",
         predictions, "Gromov et al. / Curse of Depth: in pre-LN LLMs the angular distance of "
         "deep consecutive layers falls below 0.2 (DeepSeek-7B after layer 18).",
         {"late_angle_trained": {p: mean_ci(v) for p, v in late.items()},
-         "late_angle_init": init, "matched_pair": tp["pair"]},
+         "late_angle_trained_minus_init": {p: mean_ci(v) for p, v in change.items()},
+         "late_angle_init": {p: mean_ci(v) for p, v in init.items()},
+         "matched_pair": tp["pair"]},
         _rel(ctx, plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.svg")),
         note=_pair_note(tp["pair"]))
 

@@ -1,8 +1,6 @@
 """The measurements the claims share, computed once per study folder and cached there.
 
-- `init_sweep`: stream probes of pre and post at init over depths x seeds (Xavier init and a
-  unit-variance embedding), reported beside C2's trained models; the theory claims measure on
-  ladders of their own (`normlab.study.ladder_runs`).
+- the theory claims measure at init on ladders of their own (`normlab.study.ladder_runs`).
 - `tuned(family)`: training runs on the Shakespeare corpus, one family (a placement plus model
   fields) over an lr grid that is extended until it brackets the best lr; paired seeds (seed s
   is the same data order and init draw for every family); warmup a fixed fraction of the run.
@@ -10,7 +8,7 @@
   interrupted study resumes.
 - `matched_pair`: the pre and post grid cells whose validation losses are closest, so probes of
   trained models compare checkpoints that reached a comparable loss.
-- `trained_probes`: probes of those checkpoints.
+- `trained_probes`: probes of those checkpoints; `init_probes`: the same runs' models at step 0.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from typing import Any
 from normlab.config import ModelConfig, RunConfig, load_run_config, parse_config
 from normlab.probe import probe_model, text_batches
 from normlab.probe.suite import finite_or_none
-from normlab.probe.sweep import depth_sweep
 from normlab.study.profiles import Profile
 from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
@@ -82,19 +79,6 @@ class StudyContext:
         return parse_config(ModelConfig, data)
 
     # -- shared measurements ------------------------------------------------------------------
-    def init_sweep(self) -> dict[str, Any]:
-        """pre and post at every init depth and seed (Xavier, unit-variance embedding): the
-        stream probes that C2 reports beside its trained models (the theory claims measure on
-        their own ladders, `normlab.study.ladder_runs`)."""
-        def compute() -> dict[str, Any]:
-            p = self.profile
-            self.log(f"depth sweep at init: depths {list(p.init_depths)}, {p.init_seeds} seeds")
-            return {placement: depth_sweep(self.init_base(), [placement], list(p.init_depths),
-                                           list(range(p.init_seeds)), self.probe_batches(),
-                                           ("stream",))
-                    for placement in ("pre", "post")}
-        return self.cached("init_sweep_stream", compute)
-
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
                    blocks: int | None = None, **model: Any) -> RunConfig:
@@ -286,6 +270,30 @@ class StudyContext:
             self.log("probed the matched-loss pre and post checkpoints")
             return out
         return self.cached(f"trained_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
+
+    def init_probes(self) -> dict[str, Any]:
+        """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
+        seed, before any update): what training changed is trained minus these, per seed."""
+        pair = self.matched_pair()
+        if "runs" not in pair:
+            return {"pair": pair}
+
+        def compute() -> dict[str, Any]:
+            from normlab.nn import build_model
+            from normlab.train import read_run_config
+
+            p = self.profile
+            batches = self.probe_batches(seq_len=min(p.probe_seq_len, p.seq_len))
+            out: dict[str, Any] = {"pair": pair}
+            for placement in ("pre", "post"):
+                out[placement] = []
+                for run_id in pair["runs"][placement]:
+                    cfg = read_run_config(self.runs_root / run_id)
+                    model = build_model(cfg.model, seed=cfg.train.seed)
+                    res = probe_model(model, batches, ("stream",), seed=cfg.train.seed)
+                    out[placement].append({"run_id": run_id, "per_block": res["per_block"]})
+            return out
+        return self.cached(f"init_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
 
 
     def c10_checkpoints(self) -> list[Any]:
