@@ -552,6 +552,8 @@ LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
 HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints")
+# The same for model fields added later (the analysed settings of the theory claims).
+MODEL_HASHED_WHEN_SET = ("attention", "embedding")
 
 
 def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:
@@ -599,7 +601,8 @@ class RunConfig(_Frozen):
         The execution options (`EXECUTION_OPTIONS`) change how a run is computed, not what, so
         they are left out: a run started with them can be resumed without, and the other way.
         So are its name and tags (`LABELS`): the same config under another name is the same run.
-        The fields of `HASHED_WHEN_SET` count only when they differ from their default.
+        The fields of `HASHED_WHEN_SET` and `MODEL_HASHED_WHEN_SET` count only when they differ
+        from their default.
         """
         data = self.to_dict()
         for key in EXECUTION_OPTIONS + LABELS:
@@ -607,6 +610,9 @@ class RunConfig(_Frozen):
         for key in HASHED_WHEN_SET:
             if data["train"][key] == TrainConfig.model_fields[key].default:
                 del data["train"][key]
+        for key in MODEL_HASHED_WHEN_SET:
+            if data["model"][key] == ModelConfig.model_fields[key].default:
+                del data["model"][key]
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
         m = self.model
         return f"{m.placement}-L{m.n_blocks}-d{m.d_model}-{digest}"

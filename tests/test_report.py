@@ -422,15 +422,19 @@ def test_runs_report_static(runs_dir, runs_html):
     # loss curves + the sweep's stability map and its per-cell curves, all inline SVG
     assert len(page.svgs) == 3 and page.imgs == []
     rows = page.table_rows["runs"]
-    assert rows[0] == ["run", "outcome", "placement", "seed", "training loss (nats/byte)",
-                       "validation loss (nats/byte)", "best validation loss (nats/byte)",
-                       "tokens/s"]
+    # pre and post differ in the init and final norm their placements resolved to
+    assert rows[0] == ["run", "outcome", "placement", "seed", "final norm", "init",
+                       "training loss (nats/byte)", "validation loss (nats/byte)",
+                       "best validation loss (nats/byte)", "tokens/s"]
     body = sorted(rows[1:], key=lambda r: (r[2], r[3]))
-    assert [r[2:4] for r in body] == [["post", "0"], ["post", "1"], ["pre", "0"], ["pre", "1"]]
+    assert [r[2:6] for r in body] == [["post", "0", "off", "xavier"],
+                                      ["post", "1", "off", "xavier"],
+                                      ["pre", "0", "on", "gpt2_scaled"],
+                                      ["pre", "1", "on", "gpt2_scaled"]]
     for r in body:
         assert r[0].endswith("folder TensorBoard log")
         assert r[1] == "stalled (step 6 of 6)"
-        assert all(float(x) > 0 for x in r[4:7])  # final train, final val, best val
+        assert all(float(x) > 0 for x in r[6:9])  # final train, final val, best val
     shared = page.table_rows["settings"]
     for row in (["blocks", "2"], ["width", "32"], ["learning rate", "0.001"], ["steps", "6"]):
         assert row in shared, row
@@ -1063,7 +1067,7 @@ def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
     assert problems == []
     assert "<table" not in "".join(re.findall(r"<td[^>]*>.*?</td>", html, flags=re.S))
     for table in re.findall(r"<table.*?</table>", html, flags=re.S):
-        assert "<tbody>\n</tbody>" not in table and re.search(r"<tbody>\s*<tr>", table), table
+        assert "<tbody>\n</tbody>" not in table and re.search(r"<tbody[^>]*>\s*<tr", table), table
     for raw in ("{&#34;", "{&#39;", "&#39;mean&#39;", "growth_exponent", "None,", "}}"):
         assert raw not in html, raw
     assert "growth exponent after training" not in html  # empty in a tiny study: not shown

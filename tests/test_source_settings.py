@@ -151,3 +151,17 @@ def test_plan_prints_the_source_setting():
 def test_nonsense_source_settings_are_named(fields, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
         parse_config(ModelConfig, {"d_model": 16, "n_heads": 2, **fields})
+
+
+def test_an_analysed_setting_names_another_run_while_the_defaults_keep_old_ids():
+    from normlab.config import load_run_config
+
+    base = load_run_config(None, ["model.d_model=16", "model.n_heads=2"])
+    data = base.to_dict()
+    assert "attention" in data["model"]
+    for fields in (["model.attention=uniform"], ["model.embedding=fairseq"]):
+        other = load_run_config(None, ["model.d_model=16", "model.n_heads=2", *fields])
+        assert other.run_id() != base.run_id()
+    explicit = load_run_config(None, ["model.d_model=16", "model.n_heads=2",
+                                      "model.attention=softmax", "model.embedding=normal"])
+    assert explicit.run_id() == base.run_id()

@@ -2,6 +2,7 @@
 
 import json
 import random
+import shutil
 
 import pytest
 
@@ -43,9 +44,9 @@ def test_parse_claims():
 
 
 @pytest.fixture(scope="module")
-def tiny_study(tmp_path_factory):
-    out = tmp_path_factory.mktemp("study")
-    return out, run_study(out, "tiny", log=lambda m: None)
+def tiny_study(tiny_study_dir):
+    """The session's tiny study (tests/conftest.py), as its folder and study.json."""
+    return tiny_study_dir, json.loads((tiny_study_dir / "study.json").read_text())
 
 
 def test_every_claim_runs_at_tiny_size(tiny_study):
@@ -87,8 +88,10 @@ def test_slopes_per_rung_and_placement_reach_study_json(tiny_study):
                 assert isinstance(by_placement[placement]["mean"], float), (cid, placement)
 
 
-def test_rerun_reuses_everything(tiny_study):
-    out, study = tiny_study
+def test_rerun_reuses_everything(tiny_study, tmp_path):
+    shared, study = tiny_study
+    out = tmp_path / "again"  # a copy: the session's study.json stays whole for other tests
+    shutil.copytree(shared, out)
     runs = sorted(p.name for p in (out / "runs").iterdir())
     mtimes = {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs}
     again = run_study(out, "tiny", claims=["C6", "C9"], log=lambda m: None)  # C6: C6a, C6b

@@ -144,7 +144,7 @@ BREAKS: dict[str, dict[str, dict[str, Any]]] = {
     "C4": {"post": {"post_slope": 0.35}, "pre": {"pre_mech": 0.35},
            "pre vs post": {"post_slope": -0.24, "pre_mech": 0.24}},
     "C5": {"post vs pre": {"pre_trend": 3.0}, "post": {"post_trend": -0.5, "pre_trend": -1.0}},
-    "C7": {"post vs deepnorm": {"deepnorm": 1.0}, "post vs pre": {"pre": 1.0},
+    "C7": {"post vs deepnorm": {"deepnorm": 1.0},
            "post: depth": {"post_depth": -1.0, "deepnorm_depth": -1.5},
            "post vs deepnorm: depth": {"deepnorm_depth": 2.0}},
     "C8": {"post": {"post": "log", "pre": "const"}, "pre": {"pre": "const"},
@@ -182,7 +182,8 @@ def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid
         (r["rung"], [(p["subject"], p["verdict"]) for p in r["predictions"]])
         for r in result.ladder]
     assert result.verdict == "supported"
-    assert result.departure == "holds on every rung"
+    assert result.departure.endswith(": contradicted on no rung")
+    assert "departs" not in result.departure
     assert result.figures and result.figures[0].endswith("_ladder.svg")
 
 
@@ -198,8 +199,8 @@ def test_each_prediction_broken_in_turn_on_normlab_s_block(cid, subject, tmp_pat
     assert verdicts == expected
     assert result.calibration == "passed"
     assert result.verdict == "not supported"
-    first = next(r["rung"] for r in result.ladder if r["key"] == key)
-    assert result.departure.startswith("departs when") and first in result.departure
+    first = next(r for r in result.ladder if r["key"] == key)
+    assert f"{subject} departs when {first['change']} ({first['rung']})" in result.departure
 
 
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
@@ -215,14 +216,14 @@ def test_a_prediction_broken_in_the_source_setting_fails_the_calibration(cid, tm
 def test_one_reading_that_holds_passes_the_calibration_and_names_the_departure(tmp_path):
     result = theory.c1(FakeContext(tmp_path, Planted(source_b={"pre_inc": 2.0})))
     assert result.calibration == "passed (source, reading A: FFN only)"
-    assert "uniform attention added" in result.departure
+    assert "pre departs when uniform attention added" in result.departure
 
 
 def test_a_planted_departure_is_attributed_to_its_rung(tmp_path):
     result = theory.c4(FakeContext(tmp_path, Planted(gelu={"post_slope": 0.6},
                                                      tied={"post_slope": 0.6},
                                                      init={"post_slope": 0.6})))
-    assert result.departure.startswith("departs when a 4d GELU MLP")
+    assert "post departs when a 4d GELU MLP" in result.departure
 
 
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
@@ -288,3 +289,16 @@ def test_law_bands_meet_halfway_between_the_laws_slopes():
     bands = theory.nearest_law_bands(0.4)
     assert bands == {"O(1)": pytest.approx((-0.2, 0.2)), "O(log n)": pytest.approx((0.2, 0.7)),
                      "O(n)": pytest.approx((0.7, 1.3))}
+
+
+def test_c7_reads_its_ratio_at_the_deepest_depth_where_post_is_unsaturated(tmp_path):
+    # post's first update, 15 (L / 24), passes half the init-to-init distance (5) beyond 6 blocks
+    world = Planted(**{k: {"post": 15.0, "post_depth": 1.0} for k in ("source", "lr", "gelu",
+                                                                      "tied")})
+    result = theory.c7(FakeContext(tmp_path, world))
+    assert set(result.numbers["depth_of_the_ratios"].values()) == {6}
+    flat = Planted(**{k: {"post": 30.0, "post_depth": 0.0} for k in ("source", "lr", "gelu",
+                                                                     "tied")})
+    saturated = theory.c7(FakeContext(tmp_path, flat))
+    assert set(saturated.numbers["depth_of_the_ratios"].values()) == {None}
+    assert _verdicts(saturated)["post vs deepnorm"] == "inconclusive"

@@ -279,6 +279,8 @@ _CODE = re.compile(r"`([^`\n]+)`")
 # A number with a minus sign in it ("-0.35", "2.046e-06"): browsers may break a line after the
 # hyphen-minus, so it is kept whole. Not inside an escaped entity ("&#34;").
 _SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
+# A name ending in a hyphen and a number ("GPT-2", "Peri-LN" is a word pair and may break).
+_NAME_NUMBER = re.compile(r"(?<![&#\w-])[A-Za-z][A-Za-z0-9]*-\d[\w.]*")
 
 
 def prose(value: str):
@@ -290,6 +292,7 @@ def prose(value: str):
         return f'<span class="nb">{m.group(0)}</span>' if "-" in m.group(0) else m.group(0)
 
     text = _SIGNED_NUMBER.sub(whole, str(escape(value)))
+    text = _NAME_NUMBER.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', text)
     return Markup(_CODE.sub(r"<code>\1</code>", text))
 
 
