@@ -378,7 +378,7 @@ def c8(ctx: StudyContext) -> ClaimResult:
                        lambda L: 2.0 * L)
 
     def law(subject: str, values: list[float], name: str, paper: str) -> Prediction:
-        lo, hi = bands[name]
+        lo, hi = (round(v, 3) for v in bands[name])
         return predict_band(subject, "log-log slope of E||f(x; w) - f(x; w + delta)||^2 "
                             "against n = 2L residual sublayers", paper, values, lo, hi)
 
