@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
