@@ -84,15 +84,25 @@ def status_counts(path: str) -> dict[str, str]:
 
 
 def survivor_diffs(path: str, names: list[str]) -> str:
+    """The unified diff of each mutant against the original function (the mutated module is
+    parsed once: mutmut's own `show` parses it per mutant)."""
+    from difflib import unified_diff
+
+    import libcst as cst
     import mutmut.__main__ as mm
 
-    os.chdir(ROOT)
+    module = cst.parse_module((ROOT / "mutants" / path).read_text())
     parts = []
     for name in names:
         try:
-            parts.append(mm.get_diff_for_mutant(name, path=path))
+            orig = cst.Module([mm.read_original_function(module, name)]).code.strip()
+            mutant = cst.Module([mm.read_mutant_function(module, name)]).code.strip()
         except Exception as err:  # a diff is a convenience; the name is what matters
             parts.append(f"# {name}: no diff ({err})")
+            continue
+        diff = unified_diff(orig.split("\n"), mutant.split("\n"), fromfile=path, tofile=path,
+                            lineterm="")
+        parts.append(f"# {name}\n" + "\n".join(diff))
     return "\n\n".join(parts) + "\n"
 
 
@@ -145,15 +155,17 @@ def main() -> int:
         start = time.monotonic()
         cmd = [sys.executable, str(Path(__file__).resolve()), "--run-one", path,
                "--max-children", str(args.max_children)]
+        log = OUT / (path.replace("/", ".") + ".log")
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout,
-                                  capture_output=True, text=True)
+            with log.open("w") as out:
+                proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout,
+                                      stdout=out, stderr=subprocess.STDOUT)
         except subprocess.TimeoutExpired:
-            print(f"   timed out after {args.timeout:.0f} s", flush=True)
+            print(f"   timed out after {args.timeout:.0f} s (mutmut's output: {log})", flush=True)
             failed.append(path)
             continue
         if proc.returncode != 0:
-            print(proc.stdout[-4000:] + proc.stderr[-4000:])
+            print(log.read_text()[-4000:])
             print(f"   mutmut failed on {path} (exit {proc.returncode})", flush=True)
             failed.append(path)
             continue
