@@ -194,3 +194,17 @@ def test_welch_ci_without_spread():
     assert w["diff"] == 1.0 and w["ci95"] == [1.0, 1.0]
     single = welch_ci([1.0], [2.0, 3.0])
     assert single["diff"] == -1.5 and all(math.isnan(v) for v in single["ci95"])
+
+
+# ten seeds, each with points at two depths: every resample has a slope, and resamples rarely tie
+TEN = [(x, 2.0 * x ** -0.5 * (1 + 0.05 * math.sin(7 * s + x)), s)
+       for s in range(10) for x in (4.0, 16.0)]
+
+
+@pytest.mark.parametrize("n_boot", [39, 41, 2000])
+def test_bootstrap_order_statistics(n_boot):
+    # 39 and 41 resamples put 0.025 (n - 1) and 0.975 (n - 1) on either side of an integer,
+    # so an index off by one shows; 2000 is the default
+    kw = {} if n_boot == 2000 else {"n_boot": n_boot}
+    assert loglog_fit(TEN, **kw)["ci95_boot"] == pytest.approx(_bootstrap(TEN, n_boot, 0),
+                                                               rel=1e-9)
