@@ -190,6 +190,10 @@ def main() -> int:
     counted = sum(r["mutants"] - r["equivalent"] for r in done)
     if counted:
         print(f"{'all run modules':<40} {counted:>7} {'':>6} {killed:>7} {killed / counted:>6.1%}")
+    rows = [f"| `{p}` | {' '.join(f'`{t}`' for t in r['tests'])} | {r['mutants']} | "
+            f"{r['equivalent']} | {r['killed']} | {r['score']:.1%} | {r['seconds']} s |"
+            for p, r in scores.items()]
+    (OUT / "scores.md").write_text("\n".join(rows) + "\n")  # the table of docs/testing.md
     missing = [p for p in table if p not in scores]
     if missing:
         print("not yet run: " + ", ".join(missing))
