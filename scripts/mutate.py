@@ -7,9 +7,10 @@ tests that reached the mutated function). A module's score is
     killed / (mutants - equivalent)
 
 where `killed` counts mutants a test failed on (or that timed out) and `equivalent` are the
-mutants listed in docs/testing.md's table of equivalent mutants (a row starting with
-"| `normlab...__mutmut_N`"): changes no test can tell from the original because the behaviour
-is the same. A mutant that survives or that no test reaches counts against the score.
+mutants listed in docs/testing.md's tables (a row starting with "| `normlab...__mutmut_N`"):
+changes no test can tell from the original because the behaviour is the same, and the few that
+only a plain test run can kill (mutmut's trampoline adds a stack frame). A mutant that survives
+or that no test reaches counts against the score.
 
     python scripts/mutate.py                      # every module, in the table's order
     python scripts/mutate.py normlab/study/verdict.py normlab/probe/fits.py
