@@ -16,6 +16,9 @@ or that no test reaches counts against the score.
     python scripts/mutate.py normlab/study/verdict.py normlab/probe/fits.py
     python scripts/mutate.py --list               # the modules and their tests
 
+A row may name `functions`: then only those functions' mutants run and count (the trainer's
+step, not its bookkeeping).
+
 Per module it writes build/mutation/<module>.txt (the surviving mutants' diffs) and updates
 build/mutation/scores.json; at the end it prints the score per module.
 """
@@ -53,8 +56,15 @@ def equivalent_mutants() -> set[str]:
     return set(re.findall(r"^\|\s*`(normlab\.[\w.]+__mutmut_\d+)`", text, flags=re.M))
 
 
-def run_one(path: str, tests: list[str], max_children: int) -> None:
-    """In this process: mutate `path` only and run its tests on every mutant (mutmut's own run)."""
+def mutant_globs(row: dict) -> list[str]:
+    """mutmut's name patterns for a row's `functions` (all of the module's mutants if none)."""
+    module = row["path"][: -len(".py")].replace("/", ".")
+    return [f"{module}.x_{fn}*" for fn in row.get("functions", [])]
+
+
+def run_one(path: str, tests: list[str], max_children: int, globs: list[str]) -> None:
+    """In this process: mutate `path` only and run its tests on every mutant (mutmut's own run);
+    with `globs`, only the mutants of those functions."""
     os.chdir(ROOT)
     shutil.rmtree("mutants", ignore_errors=True)
     import _pytest.nodes
@@ -72,16 +82,19 @@ def run_one(path: str, tests: list[str], max_children: int) -> None:
         paths_to_mutate=[Path("normlab")],
         tests_dir=list(tests),
     )
-    mm._run([], max_children)
+    mm._run(globs, max_children)
 
 
-def status_counts(path: str) -> dict[str, str]:
+def status_counts(path: str, globs: list[str]) -> dict[str, str]:
     """mutant name -> status, from mutmut's record of the last run on `path`."""
+    import fnmatch
+
     import mutmut.__main__ as mm
 
     meta = json.loads((ROOT / "mutants" / (path + ".meta")).read_text())
     return {name: mm.status_by_exit_code.get(code, "not checked")
-            for name, code in meta["exit_code_by_key"].items()}
+            for name, code in meta["exit_code_by_key"].items()
+            if not globs or any(fnmatch.fnmatch(name, g) for g in globs)}
 
 
 def survivor_diffs(path: str, names: list[str]) -> str:
@@ -131,9 +144,11 @@ def main() -> int:
     parser.add_argument("--run-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    table = {row["path"]: row["tests"] for row in module_table()}
+    rows = {row["path"]: row for row in module_table()}
+    table = {path: row["tests"] for path, row in rows.items()}
     if args.run_one:
-        run_one(args.run_one, table[args.run_one], args.max_children)
+        run_one(args.run_one, table[args.run_one], args.max_children,
+                mutant_globs(rows[args.run_one]))
         return 0
     if args.list:
         for path, tests in table.items():
@@ -170,7 +185,7 @@ def main() -> int:
             print(f"   mutmut failed on {path} (exit {proc.returncode})", flush=True)
             failed.append(path)
             continue
-        result = score(status_counts(path), equivalent)
+        result = score(status_counts(path, mutant_globs(rows[path])), equivalent)
         result["seconds"] = round(time.monotonic() - start)
         result["tests"] = table[path]
         scores[path] = result
