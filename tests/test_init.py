@@ -138,3 +138,33 @@ def test_default_std_is_0_02():
     init_weights(model, "normal", model.plan)
     assert spread(model.tok_emb.weight) == pytest.approx(0.02, rel=0.05)
     assert spread(model.blocks[0].attn.fn.qkv.weight) == pytest.approx(0.02, rel=0.05)
+
+
+def centred(w: torch.Tensor) -> bool:
+    return abs(w.double().mean().item()) < 0.1 * spread(w) + 1e-3
+
+
+def test_draws_are_centred():
+    for scheme in ("normal", "gpt2_scaled"):
+        model = model_for(scheme, std=0.05, tie_embeddings=False)
+        assert centred(model.lm_head.weight) and centred(model.tok_emb.weight)
+        for block in model.blocks:
+            assert all(centred(w) for w in maps(block)), scheme
+
+
+def test_classifier_head_drawn_like_the_embedding():
+    model = model_for("xavier", std=0.05, kind="encoder", n_classes=64)
+    assert spread(model.classifier.weight) == pytest.approx(0.05, rel=0.1)
+    assert centred(model.classifier.weight)
+    assert torch.all(model.classifier.bias == 0)
+
+
+def test_deepnorm_scheme_without_beta_is_plain_xavier():
+    model = model_for("xavier")  # a pre-norm plan: no deepnorm_beta among its constants
+    assert "deepnorm_beta" not in model.plan.constants
+    torch.manual_seed(1)
+    init_weights(model, "deepnorm", model.plan)
+    for block in model.blocks:
+        qkv, proj, fc_in, fc_out = maps(block)
+        assert_uniform(qkv.chunk(3, dim=0)[2], uniform_bound(D, D))
+        assert_uniform(fc_out, uniform_bound(4 * D, D))
