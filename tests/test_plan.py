@@ -131,31 +131,6 @@ block   0 mlp  [post]  x = LN(x + MLP(x))
 block   1 attn [pre]  x = x + Attn(LN(x))
 block   1 mlp  [pre]  x = x + MLP(LN(x))
 out = LN(x)"""),
-    ({'n_blocks': 2, 'placement': 'post', 'norm': 'dyt'}, """\
-placement post, 2 blocks, init xavier
-x = Emb(tokens)
-block   0 attn [post]  x = DyT(x + Attn(x))
-block   0 mlp  [post]  x = DyT(x + MLP(x))
-block   1 attn [post]  x = DyT(x + Attn(x))
-block   1 mlp  [post]  x = DyT(x + MLP(x))
-out = x"""),
-    ({'n_blocks': 2, 'placement': 'sandwich', 'out_norm': 'identity'}, """\
-placement sandwich, 2 blocks, init normal
-x = Emb(tokens)
-block   0 attn [sandwich]  x = x + Id(Attn(LN(x)))
-block   0 mlp  [sandwich]  x = x + Id(MLP(LN(x)))
-block   1 attn [sandwich]  x = x + Id(Attn(LN(x)))
-block   1 mlp  [sandwich]  x = x + Id(MLP(LN(x)))
-out = LN(x)"""),
-    ({'n_blocks': 2, 'placement': 'post', 'kind': 'encoder', 'norm': 'batchnorm',
-      'n_classes': 2}, """\
-placement post, 2 blocks, init xavier
-x = Emb(tokens)
-block   0 attn [post]  x = BN(x + Attn(x))
-block   0 mlp  [post]  x = BN(x + MLP(x))
-block   1 attn [post]  x = BN(x + Attn(x))
-block   1 mlp  [post]  x = BN(x + MLP(x))
-out = x"""),
 ]
 
 
@@ -165,6 +140,17 @@ def test_plan_text(kw, text):
     plan = build_plan(cfg(**kw))
     assert plan.describe() == text
     assert str(plan) == text
+
+
+@pytest.mark.parametrize("plan, text", [
+    (SublayerPlan("attn", post_norm="dyt"), "x = DyT(x + Attn(x))"),
+    (SublayerPlan("mlp", in_norm="layernorm", out_norm="identity"), "x = x + Id(MLP(LN(x)))"),
+    (SublayerPlan("mlp", post_norm="batchnorm"), "x = BN(x + MLP(x))"),
+    (SublayerPlan("attn", in_norm="rmsnorm", in_scale=0.5, skip_scale=2.0),
+     "x = 2*x + Attn(RMS(x)*0.5)"),
+])
+def test_sublayer_formula(plan, text):
+    assert plan.formula() == text
 
 
 def test_constants():
