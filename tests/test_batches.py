@@ -137,3 +137,12 @@ def test_load_text_data_labels(tmp_path: Path):
     assert three.val.label == f"val split of {', '.join(files[:3])}"
     assert load_text_data(files, seed=0).val_works == load_text_data(files).val_works
     assert math.isfinite(data.train.unigram_entropy)
+
+
+def test_load_text_data_passes_fraction_and_seed(tmp_path: Path):
+    for name, size in (("a", 300), ("b", 300), ("c", 60), ("d", 300)):
+        (tmp_path / f"{name}.txt").write_bytes(b"w" * size)
+    # seed 0 takes c (60 of 960 bytes) first: enough for 5%, not for the default 10%
+    assert load_text_data(tmp_path, val_fraction=0.05, seed=0).val_works == ["c"]
+    assert load_text_data(tmp_path, seed=0).val_works == ["a", "c"]
+    assert load_text_data(tmp_path, val_fraction=0.05, seed=1).val_works == ["a"]

@@ -48,6 +48,10 @@ def test_cosines():
     b = torch.tensor([[0.0, 2.0], [2.0, 2.0]])
     assert token_cosine(a, b).tolist() == pytest.approx([0.0, 1.0])
     assert token_cosine(a.double(), b.double()).dtype == torch.float32
+    # a stream [B, T, d]: one cosine per token, over the feature axis
+    a3 = torch.tensor([[[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]], [[0.0, 0.0, 2.0], [1.0, 0.0, 0.0]]])
+    b3 = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 1.0, 0.0]], [[0.0, 0.0, -1.0], [0.0, 3.0, 0.0]]])
+    torch.testing.assert_close(token_cosine(a3, b3), torch.tensor([[1.0, 0.5 ** 0.5], [-1.0, 0.0]]))
 
 
 def test_angular_from_cosine():
