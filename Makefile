@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo lint bench mutate clean
+.PHONY: test demo lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,7 @@ $(MUTATE_STAMP): $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mutate]'
 	touch $(MUTATE_STAMP)
 
+.PHONY: mutate
 mutate: $(MUTATE_STAMP)
 	OMP_NUM_THREADS=1 $(PY) scripts/mutate.py $(MODULES)
 	@if [ -z "$(MODULES)" ] && [ -f scripts/mutate_report_css.py ]; then $(MAKE) mutate-report; fi

@@ -37,42 +37,41 @@ def _xavier_slices(weight: torch.Tensor, n_slices: int, gain: float = 1.0) -> No
             part.uniform_(-bound, bound)
 
 
+@torch.no_grad()
 def init_weights(model: nn.Module, scheme: str, plan: ModelPlan, std: float = 0.02) -> None:
-    # no_grad as a block, not a decorator, so that mutation testing reaches the body
-    with torch.no_grad():
-        n_blocks = len(plan.blocks)
-        for name, p in model.named_parameters():
-            if name.endswith(".bias"):
-                p.zero_()
-            elif "emb" in name and p.dim() == 2:
-                p.normal_(0.0, std)
-        for name in ("lm_head", "classifier"):
-            head = getattr(model, name, None)
-            if head is not None and head.weight is not getattr(model.tok_emb, "weight", None):
-                head.weight.normal_(0.0, std)
+    n_blocks = len(plan.blocks)
+    for name, p in model.named_parameters():
+        if name.endswith(".bias"):
+            p.zero_()
+        elif "emb" in name and p.dim() == 2:
+            p.normal_(0.0, std)
+    for name in ("lm_head", "classifier"):
+        head = getattr(model, name, None)
+        if head is not None and head.weight is not getattr(model.tok_emb, "weight", None):
+            head.weight.normal_(0.0, std)
 
-        beta = plan.constants.get("deepnorm_beta", 1.0)
-        for i, block in enumerate(model.blocks):
-            attn, mlp = block.attn.fn, block.mlp.fn
-            swiglu_slices = 2 if mlp.swiglu else 1
-            maps = [(attn.qkv.weight, 3), (attn.proj.weight, 1), (mlp.fc_in.weight, swiglu_slices),
-                    (mlp.fc_out.weight, 1)]
-            if scheme in ("normal", "gpt2_scaled"):
+    beta = plan.constants.get("deepnorm_beta", 1.0)
+    for i, block in enumerate(model.blocks):
+        attn, mlp = block.attn.fn, block.mlp.fn
+        swiglu_slices = 2 if mlp.swiglu else 1
+        maps = [(attn.qkv.weight, 3), (attn.proj.weight, 1), (mlp.fc_in.weight, swiglu_slices),
+                (mlp.fc_out.weight, 1)]
+        if scheme in ("normal", "gpt2_scaled"):
+            for w, _ in maps:
+                w.normal_(0.0, std)
+            if scheme == "gpt2_scaled":
+                for w in (attn.proj.weight, mlp.fc_out.weight):
+                    w.normal_(0.0, std / math.sqrt(2 * n_blocks))
+        elif scheme in ("xavier", "deepnorm", "admin", "ds_init"):
+            for w, k in maps:
+                _xavier_slices(w, k)
+            if scheme == "deepnorm":
+                d = attn.proj.weight.shape[0]
+                attn.qkv.weight[2 * d:].mul_(beta)  # V only; Q and K keep their xavier scale
+                for w in (attn.proj.weight, mlp.fc_in.weight, mlp.fc_out.weight):
+                    w.mul_(beta)
+            elif scheme == "ds_init":
                 for w, _ in maps:
-                    w.normal_(0.0, std)
-                if scheme == "gpt2_scaled":
-                    for w in (attn.proj.weight, mlp.fc_out.weight):
-                        w.normal_(0.0, std / math.sqrt(2 * n_blocks))
-            elif scheme in ("xavier", "deepnorm", "admin", "ds_init"):
-                for w, k in maps:
-                    _xavier_slices(w, k)
-                if scheme == "deepnorm":
-                    d = attn.proj.weight.shape[0]
-                    attn.qkv.weight[2 * d:].mul_(beta)  # V only; Q and K keep their xavier scale
-                    for w in (attn.proj.weight, mlp.fc_in.weight, mlp.fc_out.weight):
-                        w.mul_(beta)
-                elif scheme == "ds_init":
-                    for w, _ in maps:
-                        w.div_(math.sqrt(i + 1))
-            else:
-                raise ValueError(f"unknown init scheme {scheme!r}")
+                    w.div_(math.sqrt(i + 1))
+        else:
+            raise ValueError(f"unknown init scheme {scheme!r}")
