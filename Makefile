@@ -39,5 +39,17 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_step.py
 
+# Mutation testing of the core (docs/testing.md), one module at a time; too slow for `make test`.
+# `make mutate MODULES="normlab/study/verdict.py normlab/probe/fits.py"` runs only those.
+MUTATE_STAMP := $(VENV)/.installed-mutate
+$(MUTATE_STAMP): $(STAMP)
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mutate]'
+	touch $(MUTATE_STAMP)
+
+.PHONY: mutate
+mutate: $(MUTATE_STAMP)
+	OMP_NUM_THREADS=1 $(PY) scripts/mutate.py $(MODULES)
+	@if [ -z "$(MODULES)" ] && [ -f scripts/mutate_report_css.py ]; then $(MAKE) mutate-report; fi
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache mutants

@@ -163,8 +163,20 @@ def test_matmul_params_count_the_built_models_linear_weights(mlp):
 
 
 def test_gemm_peak_is_a_plausible_rate():
-    tflops = gemm_peak_tflops(torch.float32, sizes=(128,), seconds=0.05)
-    assert 1e-4 < tflops < 1e3
+    # One thread, so the bounds are per core and a busy second core cannot stall a barrier.
+    # Upper: physics. fp32 has no matrix units on x86; AVX-512 with two FMA ports does
+    # 2 x 16 lanes x 2 FLOPs = 64 FLOP/cycle, and no core clocks above 6 GHz: 0.384 TFLOP/s.
+    # Lower: this machine (AMD EPYC, AVX-512 on 256-bit units, 32 FLOP/cycle) measures
+    # 0.10 TFLOP/s for this 128^3 GEMM on one core (0.44 on two for large GEMMs); a tenth of
+    # that leaves room for a loaded machine and older CPUs (one AVX2 FMA port at 2 GHz: 0.032
+    # peak), and still catches a rate counted off by a factor of n (FLOPs n^2 instead of 2 n^3).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tflops = gemm_peak_tflops(torch.float32, sizes=(128,), seconds=0.05)
+    finally:
+        torch.set_num_threads(threads)
+    assert 0.01 < tflops < 64 * 6e9 / 1e12, tflops
 
 
 # -- allocator ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from normlab.nn import (  # noqa: E402
     capture,
     deepnorm_constants,
 )
-from normlab.nn.norms import DyT, TokenBatchNorm  # noqa: E402
+from normlab.nn.norms import TokenBatchNorm  # noqa: E402
 from normlab.warnings import NormlabWarning  # noqa: E402
 
 D, H, L, T, B, V = 16, 2, 3, 5, 2, 32
@@ -100,25 +100,29 @@ def assert_differs(a: torch.Tensor, b: torch.Tensor, min_diff: float = 1e-3) -> 
 
 # --- references written from the formulas ---
 
-def ref_norm(x: torch.Tensor, m: nn.Module | None, eps: float = 1e-5) -> torch.Tensor:
-    """Norm of the module's kind with the module's parameters, computed by hand."""
+def ref_norm(x: torch.Tensor, m: nn.Module | None, cfg, kind: str | None = None
+             ) -> torch.Tensor:
+    """The norm the config asks for here (`kind`, default `cfg.norm`), computed by hand from its
+    formula with `cfg`'s eps and bias setting; only the parameter tensors come from the module,
+    so a module of another kind than configured fails (wrong formula or missing parameters)."""
     assert m is not None, "the formula puts a norm here but the model has none"
-    if isinstance(m, nn.LayerNorm):
+    assert not isinstance(m, nn.Identity), "the formula puts a norm here but the model has none"
+    kind = kind or cfg.norm
+    eps, bias = cfg.norm_eps, cfg.norm_bias
+    if kind == "layernorm":  # Ba et al. 2016
         mu = x.mean(-1, keepdim=True)
         var = ((x - mu) ** 2).mean(-1, keepdim=True)
         y = (x - mu) / torch.sqrt(var + eps) * m.weight
-        return y + m.bias if m.bias is not None else y
-    if isinstance(m, nn.RMSNorm):
+        return y + m.bias if bias else y
+    if kind == "rmsnorm":  # Zhang & Sennrich 2019
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * m.weight
-    if isinstance(m, DyT):
+    if kind == "dyt":  # Zhu et al. 2025
         y = torch.tanh(m.alpha * x) * m.weight
-        return y + m.bias if m.bias is not None else y
-    if isinstance(m, TokenBatchNorm):
+        return y + m.bias if bias else y
+    if kind == "batchnorm":  # eval mode: the running statistics
         assert not m.training
         return (x - m.running_mean) / torch.sqrt(m.running_var + eps) * m.weight + m.bias
-    if isinstance(m, nn.Identity):
-        raise AssertionError("the formula puts a norm here but the model has an identity")
-    raise AssertionError(f"no reference for norm {type(m).__name__}")
+    raise AssertionError(f"no reference for norm kind {kind!r}")
 
 
 def ref_rope(t: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -133,7 +137,7 @@ def ref_rope(t: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 def ref_attn(attn: nn.Module, x: torch.Tensor, *, causal: bool = True, n_heads: int = H,
              qkv_norms=None, rope: bool = False, prev: torch.Tensor | None = None,
-             eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+             cfg=None) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(dk) [+ S_prev] + mask) V, then the output projection.
     Returns (output, pre-softmax scores before masking)."""
     b, t, d = x.shape
@@ -144,7 +148,7 @@ def ref_attn(attn: nn.Module, x: torch.Tensor, *, causal: bool = True, n_heads: 
     q, k, v = qkv[..., :d], qkv[..., d: 2 * d], qkv[..., 2 * d:]
     q, k, v = (z.reshape(b, t, n_heads, dh) for z in (q, k, v))
     if qkv_norms is not None:  # HybridNorm: per head, over head_dim
-        q, k, v = (ref_norm(z, m, eps) for z, m in zip((q, k, v), qkv_norms, strict=True))
+        q, k, v = (ref_norm(z, m, cfg) for z, m in zip((q, k, v), qkv_norms, strict=True))
     q, k, v = (z.transpose(1, 2) for z in (q, k, v))
     if rope:
         q, k = ref_rope(q), ref_rope(k)
@@ -194,22 +198,23 @@ def block_names(placement: str, n_blocks: int, mix_k: int | None = None,
 def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: int | None = None,
                custom: tuple[str, ...] | None = None, residual_attention: bool = False,
                rope: bool = False, causal: bool = True, swiglu: bool = False,
-               eps: float = 1e-5, final_norm: bool = True) -> torch.Tensor:
+               final_norm: bool = True) -> torch.Tensor:
     """The final stream of `placement`, from the formulas of docs/reference.md section 1
     (`final_norm=False`: the placement's final norm switched off by config)."""
+    cfg = model.cfg  # every norm's kind, eps and bias come from here, not from the built modules
     n_blocks = len(model.blocks)
     t = idx.shape[1]
     x = model.tok_emb.weight[idx]
     if not rope:
         x = x + model.pos_emb.weight[:t]
     if placement == "peri":  # Peri-LN normalizes the embedding output
-        x = ref_norm(x, model.embed_norm, eps)
+        x = ref_norm(x, model.embed_norm, cfg)
     scores: list[torch.Tensor | None] = [None]
 
     def attn(sub, h, qkv_norm=False):
         y, s = ref_attn(sub.fn, h, causal=causal, rope=rope,
                         qkv_norms=sub.fn.qkv_norms if qkv_norm else None,
-                        prev=scores[0] if residual_attention else None, eps=eps)
+                        prev=scores[0] if residual_attention else None, cfg=cfg)
         if residual_attention:
             scores[0] = s
         return y
@@ -218,7 +223,10 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
         return ref_mlp(sub.fn, h, swiglu=swiglu)
 
     def norm(m, h):
-        return ref_norm(h, m, eps)
+        return ref_norm(h, m, cfg)
+
+    def out_norm(m, h):  # sandwich/peri's branch-output norm: its own kind when configured
+        return ref_norm(h, m, cfg, cfg.out_norm)
 
     if placement == "resi_dual":
         a = d = x
@@ -240,8 +248,8 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
             x = x + attn(at, norm(at.in_norm, x))
             x = x + mlp(ml, norm(ml.in_norm, x))
         elif name == "sandwich":
-            x = x + norm(at.out_norm, attn(at, norm(at.in_norm, x)))
-            x = x + norm(ml.out_norm, mlp(ml, norm(ml.in_norm, x)))
+            x = x + out_norm(at.out_norm, attn(at, norm(at.in_norm, x)))
+            x = x + out_norm(ml.out_norm, mlp(ml, norm(ml.in_norm, x)))
         elif name == "deepnorm":
             x = norm(at.post_norm, alpha * x + attn(at, x))
             x = norm(ml.post_norm, alpha * x + mlp(ml, x))
@@ -307,7 +315,7 @@ def test_placement_matches_formula(kw):
     model = make_model(**kw)
     idx = tokens()
     cfg = model.cfg
-    ref = ref_stream(model, idx, cfg.placement, custom=cfg.block_placements, eps=cfg.norm_eps)
+    ref = ref_stream(model, idx, cfg.placement, custom=cfg.block_placements)
     with torch.no_grad():
         out = model.stream(idx)
         logits = model(idx).logits
@@ -558,10 +566,10 @@ def test_resi_dual_output_from_taps():
     a_last = cap[f"blocks.{L - 1}.mlp.stream_out"]
     branches = [cap[f"blocks.{i}.{k}.branch_added"] for i in range(L) for k in ("attn", "mlp")]
     d_last = cap["blocks.0.attn.stream_in"] + sum(branches)
-    expected = a_last + ref_norm(d_last, model.final.norm)
+    expected = a_last + ref_norm(d_last, model.final.norm, model.cfg)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(cap["final.out"], expected, **TOL)
-    assert_differs(out, ref_norm(a_last, model.final.norm))
+    assert_differs(out, ref_norm(a_last, model.final.norm, model.cfg))
 
 
 # --- DeepNorm constants and init ---
@@ -849,7 +857,7 @@ def test_final_norm_override_changes_output():
     post_on = make_model(placement="post", final_norm="on")
     with torch.no_grad():
         out = post_on.stream(idx)
-    ref = ref_norm(ref_stream(post_on, idx, "post"), post_on.final.norm)
+    ref = ref_norm(ref_stream(post_on, idx, "post"), post_on.final.norm, post_on.cfg)
     torch.testing.assert_close(out, ref, **TOL)
 
 

@@ -144,10 +144,10 @@ def load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
         )
     try:
         missing, unexpected = load_model(model, str(directory / "model.safetensors"), strict=False)
-        if missing or unexpected:
+        if missing or unexpected:  # sets (safetensors 0.8): sorted, so the message is stable
             raise CheckpointError(
-                f"{directory}/model.safetensors does not fit the model: missing {missing[:3]}, "
-                f"unexpected {unexpected[:3]}")
+                f"{directory}/model.safetensors does not fit the model: missing "
+                f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
         opt_tensors = load_file(str(directory / "optimizer.safetensors"))
         _load_optimizer_tensors(model, optimizer, opt_tensors)
         rng = load_file(str(directory / "rng.safetensors"))
