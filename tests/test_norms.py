@@ -7,15 +7,19 @@ import pytest
 import torch
 from torch import nn
 
+from normlab.nn import norms
 from normlab.nn.norms import DyT, TokenBatchNorm, make_norm
 
 
 def test_defaults():
     ln = make_norm("layernorm", 8)
-    assert type(ln) is nn.LayerNorm and ln.eps == 1e-5 and ln.bias is not None
+    # torch's norms with the analysis taps (.in, .scale, .out): normlab.nn.norms' subclasses
+    assert type(ln) is norms.LayerNorm and isinstance(ln, nn.LayerNorm)
+    assert ln.eps == 1e-5 and ln.bias is not None
     assert ln.normalized_shape == (8,)
     rms = make_norm("rmsnorm", 8)
-    assert type(rms) is nn.RMSNorm and rms.eps == 1e-5 and rms.normalized_shape == (8,)
+    assert type(rms) is norms.RMSNorm and isinstance(rms, nn.RMSNorm)
+    assert rms.eps == 1e-5 and rms.normalized_shape == (8,)
     dyt = make_norm("dyt", 8)
     assert type(dyt) is DyT and dyt.alpha.item() == 0.5 and dyt.bias is not None
     assert DyT(8).alpha.item() == 0.5 and DyT(8).bias is not None  # Zhu et al. 2025's alpha0
