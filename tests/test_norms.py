@@ -64,3 +64,108 @@ def test_token_batchnorm_uses_batch_and_positions():
     want = (flat - flat.mean(0)) / torch.sqrt(flat.var(0, unbiased=False) + 1e-5)
     assert y.shape == x.shape
     torch.testing.assert_close(y.reshape(-1, 4), want, rtol=1e-5, atol=1e-5)
+
+
+# -- the analysis taps: in, scale (1/std or 1/rms per token), out ----------------------------------
+
+def _x(dtype=torch.float32, shape=(2, 3, 8), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * 3 + 1).to(dtype)
+
+
+@pytest.mark.parametrize(("dtype", "stat"), [(torch.bfloat16, torch.float32),
+                                             (torch.float32, torch.float32),
+                                             (torch.float64, torch.float64)])
+def test_scales_are_one_over_std_and_rms_per_token_in_float32_at_least(dtype, stat):
+    x = _x(dtype)
+    x64 = x.double()
+    want_ln = 1 / (x64.var(-1, keepdim=True, unbiased=False) + 1e-3).sqrt()
+    want_rms = 1 / (x64.pow(2).mean(-1, keepdim=True) + 1e-3).sqrt()
+    for got, want in ((norms.layernorm_scale(x, 1e-3), want_ln),
+                      (norms.rmsnorm_scale(x, 1e-3), want_rms)):
+        assert got.dtype == stat and got.shape == (2, 3, 1)
+        torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
+
+
+def _tapped(norm, x, hook=None):
+    """The norm's output with its scale tap hooked (so the explicit path runs) and the three
+    taps' values."""
+    seen = {}
+    handles = [getattr(norm, name).register_forward_hook(
+        lambda _m, _i, out, name=name: seen.__setitem__(name, out)) for name in ("in", "out")]
+    handles.append(norm.scale.register_forward_hook(
+        hook or (lambda _m, _i, out: seen.__setitem__("scale", out))))
+    try:
+        return norm(x), seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_explicit_path_taken_for_the_scale_tap_equals_torchs_norm(kind, bias, dtype):
+    norm = make_norm(kind, 8, eps=1e-3, bias=bias).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 2.0, 8))
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.copy_(torch.linspace(-1.0, 1.0, 8))
+    x = _x(dtype)
+    plain = norm(x)  # no tap hooked: torch's own kernel
+    got, seen = _tapped(norm, x)
+    torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
+    assert got.dtype == x.dtype
+    torch.testing.assert_close(seen["in"], x, rtol=0, atol=0)
+    torch.testing.assert_close(seen["out"], got, rtol=0, atol=0)
+    scale_fn = norms.layernorm_scale if kind == "layernorm" else norms.rmsnorm_scale
+    torch.testing.assert_close(seen["scale"], scale_fn(x, 1e-3), rtol=0, atol=0)
+
+
+def test_bf16_layernorm_with_the_scale_tap_matches_the_kernel():
+    norm = make_norm("layernorm", 8).to(torch.bfloat16)
+    x = _x(torch.bfloat16)
+    got, _ = _tapped(norm, x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), norm(x).float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_a_hook_that_returns_a_scale_replaces_it(kind):
+    norm = make_norm(kind, 8, eps=1e-3)
+    x = _x()
+    base, seen = _tapped(norm, x)
+    doubled, _ = _tapped(norm, x, hook=lambda _m, _i, out: 2 * out)
+    # the output is affine in the scale: weight * (x - mean) * s + bias
+    shift = norm.bias if kind == "layernorm" else 0.0
+    torch.testing.assert_close(doubled - shift, 2 * (base - shift), rtol=1e-5, atol=1e-5)
+
+
+def test_rmsnorm_without_eps_uses_the_dtypes_epsilon():
+    norm = make_norm("rmsnorm", 8)
+    norm.eps = None
+    x = _x() * 1e-4
+    got, seen = _tapped(norm, x)
+    torch.testing.assert_close(seen["scale"], norms.rmsnorm_scale(x, torch.finfo(x.dtype).eps))
+    torch.testing.assert_close(got, norm(x), rtol=1e-5, atol=1e-6)
+
+
+def test_dyt_has_in_and_out_taps_and_no_scale():
+    dyt = make_norm("dyt", 8)
+    assert not hasattr(dyt, "scale")
+    seen = {}
+    hs = [getattr(dyt, n).register_forward_hook(lambda _m, _i, o, n=n: seen.__setitem__(n, o))
+          for n in ("in", "out")]
+    x = _x()
+    y = dyt(x)
+    for h in hs:
+        h.remove()
+    torch.testing.assert_close(seen["in"], x)
+    torch.testing.assert_close(seen["out"], y)
+    torch.testing.assert_close(y, torch.tanh(0.5 * x))
+
+
+def test_layernorm_keeps_its_eps_and_bias_setting():
+    assert make_norm("layernorm", 8, eps=1e-3, bias=False).bias is None
+    ln = norms.LayerNorm(8, eps=1e-3)
+    assert ln.eps == 1e-3 and ln.bias is not None and hasattr(ln, "scale")
