@@ -710,7 +710,7 @@ def test_bert_pattern_tap_is_the_models_own_attention():
     idx, mask = _tokens(), _padding_mask()
     with torch.no_grad():
         plain = wrapper(idx, attention_mask=mask).logits
-        with capture(wrapper, ["blocks.*.attn.fn.*"]) as cap:
+        with capture(wrapper, ["blocks.*.attn.fn.*", "blocks.*.attn.branch_in"]) as cap:
             logits = wrapper(idx, attention_mask=mask).logits
         own = _own_attentions(hf, idx, attention_mask=mask)
     torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)
@@ -722,3 +722,7 @@ def test_bert_pattern_tap_is_the_models_own_attention():
         scores = cap[f"{p}.q"] @ cap[f"{p}.k"].transpose(-1, -2) / math.sqrt(d)
         torch.testing.assert_close(cap[f"{p}.pattern"], (scores + pad).softmax(-1), rtol=0,
                                    atol=1e-6)
+        att = hf.bert.encoder.layer[i].attention.self
+        with torch.no_grad():
+            v = att.value(cap[f"blocks.{i}.attn.branch_in"])
+        torch.testing.assert_close(cap[f"{p}.v"], v.view(3, 20, -1, d).transpose(1, 2))

@@ -29,8 +29,21 @@ Which module carries each tap (per block, relative to the layer; "in" = the modu
 | attn.post_norm.* / .in_norm.* | attention.output.LayerNorm | ln_1 | input_layernorm |
 | mlp.post_norm.* / .in_norm.* | output.LayerNorm | ln_2 | post_attention_layernorm |
 | final.norm.* | - | ln_f | norm |
+| attn.fn.q, .k, .v | attention.self.{query,key,value} | c_attn out / 3 | self_attn.{q,k,v}_proj |
+| attn.fn.pattern | attention.self out[1] | attn out[1] | self_attn out[1] |
 
 (ro: read-only, the residual add happens inside the layer's forward.)
+
+The attention taps are read-only. `attn.fn.{q,k,v}` are `[B, heads, T, head_dim]`, the tensors
+the attention's score and weighted sum are computed from, as on normlab's attention: on the
+Llama family q and k are rotated with the `position_embeddings` (cos, sin) the layer receives
+(after Qwen3's per-head `q_norm` / `k_norm`), and k and v have `num_key_value_heads` heads (each
+serves `num_attention_heads / num_key_value_heads` query heads, grouped-query attention); GPT-2
+and BERT have no QKV norm and no RoPE. `attn.fn.pattern` is the softmax weights `[B, heads, T,
+T]` (causal on the decoders, the padding mask on BERT; after attention dropout, a no-op in eval
+mode): while it is hooked that forward runs transformers' eager attention (sdpa returns no
+weights) and the model's attention implementation is restored afterwards; with it unhooked
+nothing changes. Layouts are those of transformers 5.
 
 Each norm carries normlab's norm taps (`normlab.nn.norms`): `.in` (the norm module's input),
 `.scale` (1/std or 1/rms per token, [B, T, 1], computed from the input with the module's own eps
