@@ -280,14 +280,14 @@ def test_bert_taps_and_layer_drop_match_the_import():
     assert hooks_left(hf) == []
 
 
-def _llama(layers=3):
-    cfg = transformers.LlamaConfig(
+def _llama(layers=3, family="Llama", **extra):
+    cfg = getattr(transformers, f"{family}Config")(
         vocab_size=SMALL["vocab"], hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, **extra)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        hf = transformers.LlamaForCausalLM(cfg).eval()
+        hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
     _randomize(hf, std=0.2)
     return hf
 
@@ -609,17 +609,9 @@ def test_bert_norm_taps_and_no_decomposition_of_a_post_ln_stream():
 
 # --- attention taps: q, k, v and the pattern -------------------------------------------------
 
-def _qwen3(layers=2):
+def _qwen3():
     """A Llama-family model whose attention normalizes q and k per head before RoPE."""
-    cfg = transformers.Qwen3Config(
-        vocab_size=SMALL["vocab"], hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        hf = transformers.Qwen3ForCausalLM(cfg).eval()
-    _randomize(hf, std=0.2)
-    return hf
+    return _llama(layers=2, family="Qwen3", head_dim=8)
 
 
 def _projections(hf, i, x):
