@@ -84,6 +84,17 @@ ATTENTION_TAPS = ("q", "k", "v", "pattern")
 
 
 @dataclass(frozen=True)
+class AttentionSites:
+    """Where a block's attention exposes q, k, v and its weights (paths relative to the layer).
+    `qkv` is one path (a fused projection, split into three) or three (q, k, v); `rope`: the
+    module's forward receives `position_embeddings=(cos, sin)` and rotates q and k with them."""
+
+    module: str
+    qkv: tuple[str, ...]
+    rope: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     """How one family of Hugging Face models lays out a block. `sites[tap]` is
     `(module path relative to the layer, "in" | "out", writable)`."""
@@ -97,17 +108,6 @@ class Family:
     sites: dict[str, tuple[str, str, bool]]
     norms: dict[str, str]  # normlab's norm name in a block (`attn.in_norm`) -> module path
     attention: AttentionSites
-
-
-@dataclass(frozen=True)
-class AttentionSites:
-    """Where a block's attention exposes q, k, v and its weights (paths relative to the layer).
-    `qkv` is one path (a fused projection, split into three) or three (q, k, v); `rope`: the
-    module's forward receives `position_embeddings=(cos, sin)` and rotates q and k with them."""
-
-    module: str
-    qkv: tuple[str, ...]
-    rope: bool = False
 
 
 def _pre_sites(ln1: str, attn: str, ln2: str, mlp: str) -> dict[str, tuple[str, str, bool]]:
