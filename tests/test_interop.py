@@ -7,6 +7,7 @@ loaded once per module.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -279,14 +280,14 @@ def test_bert_taps_and_layer_drop_match_the_import():
     assert hooks_left(hf) == []
 
 
-def _llama(layers=3):
-    cfg = transformers.LlamaConfig(
+def _llama(layers=3, family="Llama", **extra):
+    cfg = getattr(transformers, f"{family}Config")(
         vocab_size=SMALL["vocab"], hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, **extra)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        hf = transformers.LlamaForCausalLM(cfg).eval()
+        hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
     _randomize(hf, std=0.2)
     return hf
 
@@ -604,3 +605,116 @@ def test_bert_norm_taps_and_no_decomposition_of_a_post_ln_stream():
     with pytest.raises(ValueError, match=r"decompose_resid: blocks\.0\.attn \(bert, post-LN\) "
                                          "re-normalizes"):
         cache.decompose_resid()
+
+
+# --- attention taps: q, k, v and the pattern -------------------------------------------------
+
+def _qwen3():
+    """A Llama-family model whose attention normalizes q and k per head before RoPE."""
+    return _llama(layers=2, family="Qwen3", head_dim=8)
+
+
+def _projections(hf, i, x):
+    """(q, k, v) [B, H, T, head_dim] of layer i's attention on its normed input x, computed
+    with the model's own modules: after c_attn (GPT-2), after q/k_norm and RoPE (Llama family)."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    if hf.config.model_type == "gpt2":
+        att = hf.transformer.h[i].attn
+        heads = [t.view(*x.shape[:-1], -1, att.head_dim).transpose(1, 2)
+                 for t in att.c_attn(x).split(att.split_size, dim=-1)]
+        return tuple(heads)
+    att = hf.model.layers[i].self_attn
+    shape = (*x.shape[:-1], -1, att.head_dim)
+    q, k, v = att.q_proj(x).view(shape), att.k_proj(x).view(shape), att.v_proj(x).view(shape)
+    if hasattr(att, "q_norm"):
+        q, k = att.q_norm(q), att.k_norm(k)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    cos, sin = hf.model.rotary_emb(x, torch.arange(x.shape[1])[None])
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
+    return q, k, v
+
+
+def _own_attentions(hf, idx, **kw):
+    """transformers' `output_attentions=True` weights (eager), on a copy of the model: the
+    flag leaves output-recording hooks on the model it runs."""
+    twin = copy.deepcopy(hf)
+    twin.set_attn_implementation("eager")
+    return twin(idx, output_attentions=True, **kw).attentions
+
+
+@pytest.mark.parametrize("make", [_gpt2, _llama, _qwen3], ids=["gpt2", "llama", "qwen3"])
+def test_attention_taps_on_hf_models(make):
+    hf = make()
+    wrapper = HFTapModel(hf)
+    attention = wrapper.family.attention.module
+    layers = wrapper._layers
+    impl = hf.config._attn_implementation
+    assert impl != "eager"
+    idx = _tokens()
+    T = idx.shape[1]
+    seen: list = []  # (implementation, whether weights came back) per attention call
+    spies = [layer.get_submodule(attention).register_forward_hook(
+        lambda _m, _a, out: seen.append((hf.config._attn_implementation, out[1] is not None)))
+        for layer in layers]
+    with torch.no_grad():
+        plain = wrapper(idx).logits  # no attention tap hooked: the model's own path, no weights
+        assert seen == [(impl, False)] * len(layers)
+        seen.clear()
+        with capture(wrapper, ["blocks.*.attn.fn.*", "blocks.*.attn.branch_in"]) as cap:
+            logits = wrapper(idx).logits
+        assert seen == [("eager", True)] * len(layers)
+        assert hf.config._attn_implementation == impl  # restored
+        torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)
+        own = _own_attentions(hf, idx, use_cache=False)
+    for h in spies:
+        h.remove()
+    causal = torch.full((T, T), float("-inf")).triu(1)
+    for i in range(len(layers)):
+        p = f"blocks.{i}.attn.fn"
+        pattern = cap[f"{p}.pattern"]
+        assert pattern.shape == (3, hf.config.num_attention_heads, T, T)
+        torch.testing.assert_close(pattern.sum(-1), torch.ones(pattern.shape[:-1]))
+        torch.testing.assert_close(pattern, own[i], rtol=0, atol=0)
+        with torch.no_grad():
+            q, k, v = _projections(hf, i, cap[f"blocks.{i}.attn.branch_in"])
+        for name, expected in zip("qkv", (q, k, v), strict=True):
+            torch.testing.assert_close(cap[f"{p}.{name}"], expected, rtol=1e-6, atol=1e-6)
+        # k and v have num_key_value_heads heads; each serves a group of query heads
+        group = q.shape[1] // cap[f"{p}.k"].shape[1]
+        keys = cap[f"{p}.k"].repeat_interleave(group, dim=1)
+        scores = cap[f"{p}.q"] @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        torch.testing.assert_close(pattern, (scores + causal).softmax(-1), rtol=0, atol=1e-6)
+    assert wrapper.site_of("blocks.0.attn.fn.q").endswith(
+        ("c_attn (1/3 of the output, per head, read-only)",
+         "q_proj (output, per head, RoPE applied, read-only)"))
+    # the taps are read-only; the implementation is restored after the refusal too
+    with pytest.raises(InteropError, match=r"blocks\.0\.attn\.fn\.pattern is read-only"), \
+            hooked(wrapper, {"blocks.0.attn.fn.pattern": lambda _m, _i, x: x * 2}):
+        wrapper(idx)
+    assert hf.config._attn_implementation == impl
+    assert hooks_left(hf) == []
+
+
+def test_bert_pattern_tap_is_the_models_own_attention():
+    hf = _bert(transformers.BertForMaskedLM)
+    wrapper = HFTapModel(hf)
+    idx, mask = _tokens(), _padding_mask()
+    with torch.no_grad():
+        plain = wrapper(idx, attention_mask=mask).logits
+        with capture(wrapper, ["blocks.*.attn.fn.*", "blocks.*.attn.branch_in"]) as cap:
+            logits = wrapper(idx, attention_mask=mask).logits
+        own = _own_attentions(hf, idx, attention_mask=mask)
+    torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)
+    d = cap["blocks.0.attn.fn.q"].shape[-1]
+    pad = torch.where(mask.bool(), 0.0, float("-inf"))[:, None, None, :]
+    for i in range(2):
+        p = f"blocks.{i}.attn.fn"
+        torch.testing.assert_close(cap[f"{p}.pattern"], own[i], rtol=0, atol=0)
+        scores = cap[f"{p}.q"] @ cap[f"{p}.k"].transpose(-1, -2) / math.sqrt(d)
+        torch.testing.assert_close(cap[f"{p}.pattern"], (scores + pad).softmax(-1), rtol=0,
+                                   atol=1e-6)
+        att = hf.bert.encoder.layer[i].attention.self
+        with torch.no_grad():
+            v = att.value(cap[f"blocks.{i}.attn.branch_in"])
+        torch.testing.assert_close(cap[f"{p}.v"], v.view(3, 20, -1, d).transpose(1, 2))

@@ -29,8 +29,21 @@ Which module carries each tap (per block, relative to the layer; "in" = the modu
 | attn.post_norm.* / .in_norm.* | attention.output.LayerNorm | ln_1 | input_layernorm |
 | mlp.post_norm.* / .in_norm.* | output.LayerNorm | ln_2 | post_attention_layernorm |
 | final.norm.* | - | ln_f | norm |
+| attn.fn.q, .k, .v | attention.self.{query,key,value} | c_attn out / 3 | self_attn.{q,k,v}_proj |
+| attn.fn.pattern | attention.self out[1] | attn out[1] | self_attn out[1] |
 
 (ro: read-only, the residual add happens inside the layer's forward.)
+
+The attention taps are read-only. `attn.fn.{q,k,v}` are `[B, heads, T, head_dim]`, the tensors
+the attention's score and weighted sum are computed from, as on normlab's attention: on the
+Llama family q and k are rotated with the `position_embeddings` (cos, sin) the layer receives
+(after Qwen3's per-head `q_norm` / `k_norm`), and k and v have `num_key_value_heads` heads (each
+serves `num_attention_heads / num_key_value_heads` query heads, grouped-query attention); GPT-2
+and BERT have no QKV norm and no RoPE. `attn.fn.pattern` is the softmax weights `[B, heads, T,
+T]` (causal on the decoders, the padding mask on BERT; after attention dropout, a no-op in eval
+mode): while it is hooked that forward runs transformers' eager attention (sdpa returns no
+weights) and the model's attention implementation is restored afterwards; with it unhooked
+nothing changes. Layouts are those of transformers 5.
 
 Each norm carries normlab's norm taps (`normlab.nn.norms`): `.in` (the norm module's input),
 `.scale` (1/std or 1/rms per token, [B, T, 1], computed from the input with the module's own eps
@@ -67,6 +80,18 @@ from normlab.nn.norms import add_norm_taps
 from normlab.nn.taps import Tap, active
 
 SUBLAYER_TAPS = ("stream_in", "branch_in", "branch_raw", "branch_added", "stream_out")
+ATTENTION_TAPS = ("q", "k", "v", "pattern")
+
+
+@dataclass(frozen=True)
+class AttentionSites:
+    """Where a block's attention exposes q, k, v and its weights (paths relative to the layer).
+    `qkv` is one path (a fused projection, split into three) or three (q, k, v); `rope`: the
+    module's forward receives `position_embeddings=(cos, sin)` and rotates q and k with them."""
+
+    module: str
+    qkv: tuple[str, ...]
+    rope: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,7 @@ class Family:
     final_norm: str | None  # path of the final norm in the base model
     sites: dict[str, tuple[str, str, bool]]
     norms: dict[str, str]  # normlab's norm name in a block (`attn.in_norm`) -> module path
+    attention: AttentionSites
 
 
 def _pre_sites(ln1: str, attn: str, ln2: str, mlp: str) -> dict[str, tuple[str, str, bool]]:
@@ -109,14 +135,19 @@ FAMILIES: dict[str, Family] = {
          "mlp.branch_raw": ("output.dense", "out", True),
          "mlp.branch_added": ("output.dense", "out", True),
          "mlp.stream_out": ("", "out", True)},
-        {"attn.post_norm": "attention.output.LayerNorm", "mlp.post_norm": "output.LayerNorm"}),
+        {"attn.post_norm": "attention.output.LayerNorm", "mlp.post_norm": "output.LayerNorm"},
+        AttentionSites("attention.self", ("attention.self.query", "attention.self.key",
+                                          "attention.self.value"))),
     "gpt2": Family("gpt2", ("gpt2",), "pre", "layernorm", "h", "ln_f",
                    _pre_sites("ln_1", "attn", "ln_2", "mlp"),
-                   {"attn.in_norm": "ln_1", "mlp.in_norm": "ln_2"}),
+                   {"attn.in_norm": "ln_1", "mlp.in_norm": "ln_2"},
+                   AttentionSites("attn", ("attn.c_attn",))),
     "llama": Family("llama", ("llama", "mistral", "qwen2", "qwen3"), "pre", "rmsnorm", "layers",
                     "norm", _pre_sites("input_layernorm", "self_attn",
                                        "post_attention_layernorm", "mlp"),
-                    {"attn.in_norm": "input_layernorm", "mlp.in_norm": "post_attention_layernorm"}),
+                    {"attn.in_norm": "input_layernorm", "mlp.in_norm": "post_attention_layernorm"},
+                    AttentionSites("self_attn", ("self_attn.q_proj", "self_attn.k_proj",
+                                                 "self_attn.v_proj"), rope=True)),
 }
 
 
@@ -236,12 +267,16 @@ class HFPlan:
 
 
 class _SublayerTaps(nn.Module):
-    def __init__(self, norms: Iterable[str] = ()) -> None:
+    def __init__(self, norms: Iterable[str] = (), attention: bool = False) -> None:
         super().__init__()
         for name in SUBLAYER_TAPS:
             self.add_module(name, Tap())
         for name in norms:  # in_norm / post_norm: a holder of the norm taps
             self.add_module(name, _NormTaps())
+        if attention:  # attn.fn.{q,k,v,pattern}, as on normlab's attention
+            self.add_module("fn", nn.Module())
+            for name in ATTENTION_TAPS:
+                self.fn.add_module(name, Tap())
 
 
 class _NormTaps(nn.Module):
@@ -257,8 +292,9 @@ class BlockProxy(nn.Module):
         super().__init__()
         norms = list(norms)
         for kind in ("attn", "mlp"):
-            self.add_module(kind, _SublayerTaps(n.split(".")[1] for n in norms
-                                                if n.startswith(kind + ".")))
+            self.add_module(kind, _SublayerTaps((n.split(".")[1] for n in norms
+                                                 if n.startswith(kind + ".")),
+                                                attention=kind == "attn"))
 
     def forward(self, x: torch.Tensor, state: SimpleNamespace) -> torch.Tensor:
         return state.block_out
@@ -311,6 +347,16 @@ class HFTapModel(HookedMixin, nn.Module):
         layer = self._layers[i]
         if not rest:
             return f"{base_name[id(layer)]} (output)"
+        if parts[2:4] == ["attn", "fn"]:
+            att = self.family.attention
+            if parts[4] == "pattern":
+                return (f"{base_name[id(layer.get_submodule(att.module))]} (output[1], the "
+                        "attention weights of the eager path, read-only)")
+            fused = len(att.qkv) == 1
+            path = att.qkv[0] if fused else att.qkv["qkv".index(parts[4])]
+            how = f"{'qkv'.index(parts[4]) + 1}/3 of the output" if fused else "output"
+            rope = ", RoPE applied" if att.rope and parts[4] != "v" else ""
+            return f"{base_name[id(layer.get_submodule(path))]} ({how}, per head{rope}, read-only)"
         path, side, writable = self.family.sites[rest]
         module = layer.get_submodule(path) if path else layer
         ro = "" if writable else ", read-only"
@@ -414,6 +460,7 @@ class HFTapModel(HookedMixin, nn.Module):
 
                 handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
                 handles.append(layer.register_forward_hook(post))
+                handles.extend(self._attention_bridge(i, layer))
             for name, module, taps in self._norms():
                 handles.extend(self._norm_bridge(name, module, taps))
             if self._final_norm is not None:
@@ -426,6 +473,101 @@ class HFTapModel(HookedMixin, nn.Module):
         finally:
             for h in handles:
                 h.remove()
+
+    def _wants_pattern(self) -> bool:
+        return any(active(proxy.attn.fn.pattern) for proxy in self.blocks)
+
+    @contextmanager
+    def _eager_attention(self) -> Iterator[None]:
+        """While a `pattern` tap is hooked, the forward runs transformers' eager attention (sdpa
+        and flash attention return no weights); the model's own implementation is restored on
+        exit, also after an exception. The eager attention modules return their weights
+        without `output_attentions=True`, which is not passed: in transformers 5 it installs
+        output-recording hooks on the model that stay after the forward."""
+        config = self.hf.config
+        before = config._attn_implementation
+        if not self._wants_pattern() or before == "eager":
+            yield
+            return
+        setter = getattr(self.hf, "set_attn_implementation", None)
+
+        def set_impl(name: str) -> None:
+            if setter is not None:
+                setter(name)
+            else:  # older transformers: the config field the attention modules read
+                config._attn_implementation = name
+
+        set_impl("eager")
+        try:
+            yield
+        finally:
+            set_impl(before)
+
+    def _fire_read_only(self, name: str, tap: nn.Module, value: torch.Tensor) -> None:
+        if tap(value) is not value:
+            raise InteropError(f"tap {name} is read-only on Hugging Face models: it is "
+                               "recomputed from the model's own projections; replace "
+                               f"{name.rsplit('.', 2)[0]}.branch_in or .branch_raw instead")
+
+    def _attention_bridge(self, i: int, layer: nn.Module) -> list[Any]:
+        """Hooks that fire `blocks.{i}.attn.fn.{q,k,v,pattern}` (only those that are hooked):
+        q, k, v from the projections' outputs, reshaped to [B, heads, T, head_dim] (with RoPE
+        applied to q and k on the Llama family, as the attention itself does), the pattern from
+        the attention module's output (its weights, present on the eager path)."""
+        att = self.family.attention
+        fn = self.blocks[i].attn.fn
+        module = layer.get_submodule(att.module)
+        wanted = [n for n in "qkv" if active(getattr(fn, n))]
+        handles = []
+        if active(fn.pattern):
+            def on_weights(_m, _args, out):
+                weights = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+                if weights is None:
+                    raise InteropError(
+                        f"blocks.{i}.attn.fn.pattern: {type(module).__name__} returned no "
+                        f"attention weights (attention implementation "
+                        f"{self.hf.config._attn_implementation!r}); use eager attention")
+                self._fire_read_only(f"blocks.{i}.attn.fn.pattern", fn.pattern, weights)
+            handles.append(module.register_forward_hook(on_weights))
+        if not wanted:
+            return handles
+        head_dim = getattr(module, "head_dim", None) or module.attention_head_size
+        rotation: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        if att.rope:
+            def keep_rotation(_m, _args, kwargs):
+                rotation["cos_sin"] = kwargs["position_embeddings"]
+            handles.append(module.register_forward_pre_hook(keep_rotation, with_kwargs=True))
+
+        def per_head(x: torch.Tensor, which: str) -> torch.Tensor:
+            x = x.view(*x.shape[:-1], -1, head_dim)
+            norm = getattr(module, f"{which}_norm", None)  # Qwen3's per-head q/k RMSNorm
+            if norm is not None:
+                x = norm(x)
+            x = x.transpose(1, 2)  # [B, H, T, head_dim]
+            if att.rope and which != "v":
+                cos, sin = rotation["cos_sin"]
+                cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+                half = x.shape[-1] // 2
+                x = x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+            return x
+
+        def on_projection(names: str):
+            def hook(_m, _args, out):
+                parts = out.chunk(3, dim=-1) if len(names) == 3 else (out,)
+                for which, part in zip(names, parts, strict=True):
+                    if which in wanted:
+                        self._fire_read_only(f"blocks.{i}.attn.fn.{which}",
+                                             getattr(fn, which), per_head(part, which))
+            return hook
+
+        if len(att.qkv) == 1:
+            handles.append(layer.get_submodule(att.qkv[0]).register_forward_hook(
+                on_projection("qkv")))
+        else:
+            for which in wanted:
+                handles.append(layer.get_submodule(att.qkv["qkv".index(which)])
+                               .register_forward_hook(on_projection(which)))
+        return handles
 
     def _norm_bridge(self, name: str, module: nn.Module, taps: nn.Module) -> list[Any]:
         """Hooks that pass a Hugging Face norm's input, scale and output through its taps. The
@@ -491,7 +633,7 @@ class HFTapModel(HookedMixin, nn.Module):
     def stream(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
                ) -> torch.Tensor:
         """The final stream `[B, T, d]` (after the final norm where the model has one)."""
-        with self._bridge():
+        with self._eager_attention(), self._bridge():
             out = base_of(self.hf)(input_ids=idx, **self._kwargs(attention_mask))
         return _first(out) if not hasattr(out, "last_hidden_state") else out.last_hidden_state
 
@@ -503,7 +645,7 @@ class HFTapModel(HookedMixin, nn.Module):
         if self.objective == "none":
             raise InteropError(f"{self.cfg.architecture} has no LM head; use stream() (or load "
                                "the checkpoint with its ...ForCausalLM / ...ForMaskedLM class)")
-        with self._bridge():
+        with self._eager_attention(), self._bridge():
             logits = self.hf(input_ids=idx, **self._kwargs(attention_mask)).logits
         loss = None
         if targets is not None:
