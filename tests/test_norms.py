@@ -169,3 +169,21 @@ def test_layernorm_keeps_its_eps_and_bias_setting():
     assert make_norm("layernorm", 8, eps=1e-3, bias=False).bias is None
     ln = norms.LayerNorm(8, eps=1e-3)
     assert ln.eps == 1e-3 and ln.bias is not None and hasattr(ln, "scale")
+
+
+def test_the_tapped_norms_default_to_eps_1e_5():
+    assert norms.LayerNorm(8).eps == 1e-5
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_bf16_explicit_path_computes_in_float32_and_returns_bf16(kind):
+    norm = make_norm(kind, 8, eps=1e-3).to(torch.bfloat16)
+    x = _x(torch.bfloat16)
+    got, seen = _tapped(norm, x)
+    assert got.dtype == torch.bfloat16
+    xf, s = x.float(), seen["scale"]
+    centred = xf - xf.mean(-1, keepdim=True) if kind == "layernorm" else xf
+    want = (centred * s).to(torch.bfloat16) * norm.weight
+    if kind == "layernorm":
+        want = want + norm.bias
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -105,3 +105,10 @@ def test_embedding_stds(embedding, positions, want):
 def test_an_unknown_embedding_is_an_error():
     with pytest.raises(ValueError, match="unknown embedding 'glove'"):
         embedding_stds("glove", 16, 0.02, True)
+
+
+def test_an_absent_attention_sublayer_keeps_its_kind_and_gate_resolves_from_the_mlp_alone():
+    plan = build_plan(cfg(attention="none", n_blocks=1))
+    assert plan.blocks[0].attn.kind == "attn" and plan.blocks[0].attn.absent
+    assert resolved_settings(cfg(placement="rezero", attention="none", n_blocks=1))[
+        "gate_init"] == 0.0
