@@ -46,8 +46,8 @@ class FakeContext:
 
     # -- the matched runs' own models at step 0 (C2's trained minus init) -----------------------
     def init_probes(self) -> dict[str, Any]:
-        return {p: [{"per_block": {"ang_prev": [0.5] + [0.3] * 5}} for _ in range(SEEDS)]
-                for p in ("pre", "post")}
+        return {p: {"seeds": [{"per_block": {"ang_prev": [0.5] + [0.3] * 5}}
+                              for _ in range(SEEDS)]} for p in ("pre", "post")}
 
     # -- trained -----------------------------------------------------------------------------
     def _records(self, key: str, failed: bool = False) -> list[dict[str, Any]]:

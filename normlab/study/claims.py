@@ -401,7 +401,7 @@ def c2(ctx: StudyContext) -> ClaimResult:
     ]
 
     at_init = ctx.init_probes()
-    init = {p: [_late_mean(s["per_block"]["ang_prev"][1:]) for s in at_init[p]]
+    init = {p: [_late_mean(s["per_block"]["ang_prev"][1:]) for s in at_init[p]["seeds"]]
             for p in ("pre", "post")}
     change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
     curves = _seed_mean_curves(ctx, tp, ("ang_prev",))

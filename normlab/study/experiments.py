@@ -250,6 +250,24 @@ class StudyContext:
 
     def trained_probes(self) -> dict[str, Any]:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints."""
+        return self._probe_matched("trained_probes", lambda run_dir: load_trained_model(run_dir)[1],
+                                   ("stream", "merge", "drop", "lens"))
+
+    def init_probes(self) -> dict[str, Any]:
+        """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
+        seed, before any update): what training changed is trained minus these, per seed."""
+        def at_init(run_dir: Path) -> Any:
+            from normlab.nn import build_model
+            from normlab.train import read_run_config
+
+            cfg = read_run_config(run_dir)
+            return build_model(cfg.model, seed=cfg.train.seed)
+        return self._probe_matched("init_probes", at_init, ("stream",))
+
+    def _probe_matched(self, name: str, model_of: Callable[[Path], Any],
+                       probes: tuple[str, ...]) -> dict[str, Any]:
+        """`probes` of the model `model_of(run_dir)` gives for each matched-loss run, cached as
+        `{"pair", placement: {"lr", "seeds": [{"run_id", "per_block", "summary"}]}}`."""
         pair = self.matched_pair()
         if "runs" not in pair:
             return {"pair": pair}
@@ -261,40 +279,14 @@ class StudyContext:
             for placement in ("pre", "post"):
                 out[placement] = {"lr": pair[f"{placement}_lr"], "seeds": []}
                 for seed, run_id in enumerate(pair["runs"][placement]):
-                    _, model = load_trained_model(self.runs_root / run_id)
-                    res = probe_model(model, batches, ("stream", "merge", "drop", "lens"),
+                    res = probe_model(model_of(self.runs_root / run_id), batches, probes,
                                       seed=seed)
                     out[placement]["seeds"].append({"run_id": run_id,
                                                     "per_block": res["per_block"],
                                                     "summary": res["summary"]})
-            self.log("probed the matched-loss pre and post checkpoints")
+            self.log(f"{name}: probed the matched-loss pre and post runs")
             return out
-        return self.cached(f"trained_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
-
-    def init_probes(self) -> dict[str, Any]:
-        """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
-        seed, before any update): what training changed is trained minus these, per seed."""
-        pair = self.matched_pair()
-        if "runs" not in pair:
-            return {"pair": pair}
-
-        def compute() -> dict[str, Any]:
-            from normlab.nn import build_model
-            from normlab.train import read_run_config
-
-            p = self.profile
-            batches = self.probe_batches(seq_len=min(p.probe_seq_len, p.seq_len))
-            out: dict[str, Any] = {"pair": pair}
-            for placement in ("pre", "post"):
-                out[placement] = []
-                for run_id in pair["runs"][placement]:
-                    cfg = read_run_config(self.runs_root / run_id)
-                    model = build_model(cfg.model, seed=cfg.train.seed)
-                    res = probe_model(model, batches, ("stream",), seed=cfg.train.seed)
-                    out[placement].append({"run_id": run_id, "per_block": res["per_block"]})
-            return out
-        return self.cached(f"init_probes_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
-
+        return self.cached(f"{name}_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
 
     def c10_checkpoints(self) -> list[Any]:
         """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""
