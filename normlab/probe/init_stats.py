@@ -25,13 +25,14 @@ import torch
 from torch import nn
 
 from normlab.nn.taps import capture
-from normlab.probe.measures import model_loss
+from normlab.probe.measures import model_loss, token_norms
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 def _mean_sq(x: torch.Tensor) -> float:
-    return x.double().square().sum(-1).mean().item()
+    """E||x||^2 over tokens."""
+    return token_norms(x.double()).square().mean().item()
 
 
 def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:

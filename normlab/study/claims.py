@@ -197,7 +197,7 @@ def c6b(ctx: StudyContext) -> ClaimResult:
     # no-warmup grids that fail everywhere are the claim's result for post, not a stall
     stalled = _stalled(*tuned.values())
     cost = {pl: _per_seed(no_w[pl]["best"], tuned[pl]["best"]) for pl in tuned}
-    lesson = "the lesson (seeds/001): "
+    lesson = "the warmup lesson (docs/reference.md, section 2): "
     predictions = [
         predict_direction("post", "best val loss over lr without warmup - best with warmup",
                           "lesson: Post-LN warmup 'Required. Training diverges without it.'",
@@ -216,7 +216,8 @@ def c6b(ctx: StudyContext) -> ClaimResult:
         "C6b", "Pre-LN needs no warmup even at its own best lr; Post-LN does",
         "Pre-LN does not need warmup and can train with large learning rates from the start; "
         "Post-LN diverges without warmup.",
-        "Seed lesson (../shared/seeds/001), 'A Direct Comparison: Stability vs. Performance'",
+        "The warmup lesson, 'A Direct Comparison: Stability vs. Performance' (quoted in "
+        "docs/reference.md, section 2)",
         f"Each placement tuned twice over its own bracketed grid: with warmup ({p.warmup} of "
         f"{p.steps} steps) and without; per seed, the best cell without warmup minus the best "
         "cell with it (a cell where a seed failed is never the optimum unless every cell "
@@ -372,7 +373,8 @@ def _trained(ctx: StudyContext, cid: str, title: str) -> tuple[dict[str, Any] | 
     return tp, None
 
 
-def _slope_over_depth(values: Sequence[float]) -> float:
+def slope_over_depth(values: Sequence[float]) -> float:
+    """Least-squares slope of `values` (one per block) against relative depth l/(L-1)."""
     n = len(values)
     xs = [i / max(1, n - 1) for i in range(n)]
     mx, my = sum(xs) / n, sum(values) / n
@@ -386,7 +388,7 @@ def c2(ctx: StudyContext) -> ClaimResult:
     if missing:
         return missing
     ang = {p: [s["per_block"]["ang_prev"][1:] for s in tp[p]["seeds"]] for p in ("pre", "post")}
-    slope_pre = [_slope_over_depth(a) for a in ang["pre"]]
+    slope_pre = [slope_over_depth(a) for a in ang["pre"]]
     late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
     predictions = [
         predict_direction("pre", "slope of angular distance(x_l, x_{l+1}) over relative depth",
@@ -493,8 +495,9 @@ def c13(ctx: StudyContext) -> ClaimResult:
     predictions = [predict_direction(
         "pre", "mean lens loss raw - through the final norm, blocks 1..L-1 (nats)",
         "seed guidance: with pre-norm you may need a norm at each extraction point",
-        gaps["pre"], ">", 0.0, 0.0, threshold_source="the seed guidance (seeds/002: 'you may "
-        "need to add explicit normalization at each extraction point'): " + NO_SIZE)]
+        gaps["pre"], ">", 0.0, 0.0, threshold_source="the placement guidance (docs/reference.md, "
+        "section 2: 'you may need to add explicit normalization at each extraction point'): "
+        + NO_SIZE)]
     curves = _seed_mean_curves(ctx, tp, ("lens_raw", "lens_normed"))
     figs = _rel(ctx, plot_per_block(curves, "lens_raw", ctx.fig_dir / "c13_lens_raw.svg"))
     figs += _rel(ctx, plot_per_block(curves, "lens_normed", ctx.fig_dir / "c13_lens_normed.svg"))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from normlab.probe.fits import loglog_fit, mean_ci
-from normlab.study.claims import SCALE, _rel, make_claim
+from normlab.study.claims import SCALE, _rel, make_claim, slope_over_depth
 from normlab.study.experiments import StudyContext
 from normlab.study.figures import plot_ladder
 from normlab.study.ladder_runs import init_ladder, update_ladder
@@ -98,12 +98,7 @@ def growth_exponent_sq(stats: dict[str, Any]) -> float:
 
 def gradient_trend(stats: dict[str, Any]) -> float:
     """Slope of log ||grad W^2|| of each block against relative depth l/(L-1)."""
-    g = [math.log(max(v, 1e-30)) for v in stats["per_block"]["fc_out_grad"]]
-    n = len(g)
-    xs = [i / max(1, n - 1) for i in range(n)]
-    mx, my = sum(xs) / n, sum(g) / n
-    sxx = sum((x - mx) ** 2 for x in xs) or math.nan
-    return sum((x - mx) * (y - my) for x, y in zip(xs, g, strict=True)) / sxx
+    return slope_over_depth([math.log(max(v, 1e-30)) for v in stats["per_block"]["fc_out_grad"]])
 
 
 def log_law_slope(ns: Sequence[float]) -> float:
