@@ -247,3 +247,46 @@ def test_set_lr_sets_every_group():
     opt = torch.optim.AdamW([{"params": params[:2]}, {"params": params[2:]}], lr=1.0)
     set_lr(opt, 3e-4)
     assert [g["lr"] for g in opt.param_groups] == [3e-4, 3e-4]
+
+
+class DeviceDist(distributed.Dist):
+    """Records the module each micro-batch syncs and the device of the loss it averages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nets: list[torch.nn.Module] = []
+        self.mean_device: torch.device | None = None
+
+    def sync_context(self, net, sync):
+        self.nets.append(net)
+        return contextlib.nullcontext()
+
+    def mean(self, value):
+        self.mean_device = value.device
+        return torch.zeros(())  # a meta tensor has no value to read
+
+
+class DeviceNet(torch.nn.Module):
+    """A stand-in network on the `meta` device that records where its inputs are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1, device="meta"))
+        self.seen: list[tuple[str, str]] = []
+
+    def forward(self, x, y):
+        from types import SimpleNamespace
+
+        self.seen.append((x.device.type, y.device.type))
+        return SimpleNamespace(loss=(self.w * x.float().mean()).sum())
+
+
+def test_batches_and_the_loss_live_on_the_step_device_and_ddp_syncs_the_wrapped_net():
+    """On a device other than the CPU (here `meta`, which every build of torch has): inputs,
+    targets and the summed loss are moved there, and DDP's sync context gets the network."""
+    net, dist = DeviceNet(), DeviceDist()
+    accumulate_gradients(net, Sampler(), 0, 2, dist, torch.device("meta"),
+                         contextlib.nullcontext())
+    assert net.seen == [("meta", "meta")] * 2
+    assert dist.mean_device == torch.device("meta")
+    assert dist.nets == [net, net]

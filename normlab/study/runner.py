@@ -129,14 +129,15 @@ def estimate_runs(p: Profile) -> dict[str, float]:
     tuned grid (with warmup: pre, post, pre without final norm and C9's same-init families;
     without warmup: pre and post, C6b, whose cells C6a reuses at the common lrs) with one lr
     extension, a cell or so of C6a's common lrs outside the no-warmup grids, the deep models
-    (C11, C12: cost grows with depth); and the fine-tuning steps of C10 (pretrained and from
-    init, every lr of the grid, per placement and seed, the passage read in windows)."""
+    (C11, C12: pre and post tuned at that depth, the cost growing with depth); and the
+    fine-tuning steps of C10 (pretrained and from init, every lr of the grid, per placement
+    and seed, the passage read in windows)."""
     cells = len(p.lrs) + 1
     kinds = {"tuned with warmup": (3 + len(p.same_inits)) * cells,
              "tuned without warmup (C6b)": 2 * cells,
              "C6a common lrs beyond the grids": 2,
-             "deep models (C11, C12)": 2 * p.deep_blocks / p.train_blocks if p.deep_blocks
-             else 0}
+             "deep models (C11, C12)": 2 * cells * p.deep_blocks / p.train_blocks
+             if p.deep_blocks else 0}
     out = {k: p.seeds * v for k, v in kinds.items()}
     windows = max(1, p.finetune_passage_bytes // p.seq_len)
     finetune = 2 * 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
