@@ -217,11 +217,13 @@ def test_kept_weights_copy_the_checkpoint_and_list_in_step_order(tmp_path: Path)
         keep_weights(d, step)
     kept = tmp_path / "run" / "checkpoints"
     (kept / "step_abc.safetensors").write_bytes(b"")  # not a step: ignored
+    (kept / "step_+x.safetensors").write_bytes(b"")  # nor this, which sorts before the steps
     (kept / "notes.txt").write_text("")
     assert kept_steps(tmp_path / "run") == [2, 4, 10]  # numeric, not by name
     assert kept_steps(str(tmp_path / "run")) == [2, 4, 10]
     assert sorted(p.name for p in kept.iterdir() if p.name.startswith("step_")) == [
-        "step_10.safetensors", "step_2.safetensors", "step_4.safetensors", "step_abc.safetensors"]
+        "step_+x.safetensors", "step_10.safetensors", "step_2.safetensors",
+        "step_4.safetensors", "step_abc.safetensors"]
     assert (kept / "step_4.safetensors").read_bytes() == (d / "model.safetensors").read_bytes()
 
 
@@ -453,3 +455,63 @@ def test_a_cuda_state_without_a_device_index_is_refused(tmp_path: Path, monkeypa
     with refused(f"{d}/rng.safetensors: not a usable RNG state (ValueError: invalid literal for "
                  "int() with base 10: 'x'); delete the run folder to restart"):
         load_checkpoint(d, *trained(1), "abc")
+
+
+def test_the_error_lists_at_most_three_names_of_each_kind(tmp_path: Path):
+    big = nn.Sequential(*(nn.Linear(2, 2) for _ in range(4)))
+    d = tmp_path / "ckpt"
+    save_checkpoint(d, big, torch.optim.AdamW(big.parameters()), STATE)
+    small = nn.Sequential(nn.Linear(2, 2))
+    with refused(f"{d}/model.safetensors does not fit the model: missing [], unexpected "
+                 "['1.bias', '1.weight', '2.bias']"):
+        load_checkpoint(d, small, torch.optim.AdamW(small.parameters()), "abc")
+
+
+def test_optimizer_moments_go_to_the_parameter_device_and_the_step_stays(tmp_path: Path):
+    """The moments are moved to where their parameter lives; AdamW's `step` count stays where
+    it was saved (the CPU), as torch keeps it. Checked on the `meta` device, which every build
+    of torch has, so no GPU is needed."""
+    from normlab.train.checkpoint import _load_optimizer_tensors
+
+    model = nn.Linear(2, 2, device="meta")
+    opt = torch.optim.AdamW(model.parameters())
+    tensors = {f"{n}.{slot}": torch.ones(p.shape) for n, p in model.named_parameters()
+               for slot in ("exp_avg", "exp_avg_sq")}
+    tensors |= {f"{n}.step": torch.tensor(3.0) for n, _ in model.named_parameters()}
+    _load_optimizer_tensors(model, opt, tensors)
+    for p in model.parameters():
+        assert opt.state[p]["exp_avg"].device.type == "meta"
+        assert opt.state[p]["exp_avg_sq"].device.type == "meta"
+        assert opt.state[p]["step"].device.type == "cpu"
+
+
+def test_saving_tensor_states_copies_nothing_twice(tmp_path: Path):
+    """Tensor slots are saved as they are (torch.tensor() of a tensor warns and copies)."""
+    import warnings
+
+    model, opt = trained()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_checkpoint(tmp_path / "ckpt", model, opt, STATE)
+
+
+def test_load_trained_model_refuses_weights_missing_a_tensor(kept_run: Path, tmp_path: Path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / kept_run.name
+    shutil.copytree(kept_run, run)
+    weights = run / "checkpoint" / "model.safetensors"
+    tensors = load_file(str(weights))
+    dropped = sorted(tensors)[0]
+    save_file({k: v for k, v in tensors.items() if k != dropped}, str(weights))
+    with pytest.raises(CheckpointError, match="^" + re.escape(
+            f"{weights}: cannot be loaded into the run's model (")):
+        load_trained_model(run)
+
+
+def test_load_trained_model_moves_the_model_to_the_device(kept_run: Path):
+    _, model = load_trained_model(kept_run, device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert not model.training

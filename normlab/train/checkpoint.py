@@ -68,7 +68,7 @@ def kept_steps(run_dir: Path | str) -> list[int]:
     """The steps whose weights the run kept (`keep_weights`), in order."""
     kept = Path(run_dir) / "checkpoints"
     steps = []
-    for f in kept.glob("step_*.safetensors") if kept.is_dir() else []:
+    for f in sorted(kept.glob("step_*.safetensors")) if kept.is_dir() else []:
         try:
             steps.append(int(f.name[len("step_"):-len(".safetensors")]))
         except ValueError:
