@@ -209,7 +209,7 @@ def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
                      "units)")}
 
 
-C12_MIN_PAIRS = 3  # matched pairs the design asks for (the standard profile's 5 seeds)
+C12_MIN_PAIRS = 3  # matched pairs the design asks for (of the standard profile's 4 seeds)
 
 
 def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
