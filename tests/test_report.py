@@ -1077,6 +1077,20 @@ def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
     assert "<th>model</th>" in c12  # the rows are named: one per real model
 
 
+
+def test_each_prediction_names_where_its_threshold_comes_from(tiny_study_dir):
+    """A prediction's threshold source (from its paper, or the design's 0) is shown under its
+    expected value, so a reader sees why a threshold is what it is."""
+    page = html.unescape(re.sub(r"<[^>]+>", "", build_html(tiny_study_dir)))
+    study = json.loads((tiny_study_dir / "study.json").read_text())
+    sources = {p["threshold_source"] for c in study["claims"] for p in c.get("predictions") or []
+               if isinstance(p, dict) and p.get("threshold_source")}
+    assert len(sources) >= 5
+    flat = " ".join(page.split())
+    for src in sources:  # the page writes `code` as <code>code</code>
+        assert "threshold: " + " ".join(src.replace("`", "").split()) in flat, src
+
+
 # One control page per defect the layout check must see, each in a column 300 px wide, with the
 # key of LAYOUT_CHECK that must report it and a piece of the text it must name.
 CONTROLS = {

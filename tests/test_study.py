@@ -112,3 +112,76 @@ def test_address_needs_the_ray_executor(tmp_path):
 def test_unknown_profile():
     with pytest.raises(ConfigError, match="profile"):
         run_study(__import__("pathlib").Path("/nonexistent"), "huge")
+
+
+def test_the_estimate_times_a_step_with_one_workers_share_of_the_cores(monkeypatch):
+    """The study's workers each train with cores / workers threads, so the step behind the
+    estimate is timed that way (timed with every core it came out 1.6x short on 2 cores); the
+    thread count is restored after."""
+    import torch
+
+    from normlab.study import runner
+    from normlab.study.profiles import PROFILES
+    from normlab.sweep.executors import default_threads
+
+    seen = []
+
+    def fake_time_steps(cfg, steps=3, warmup_steps=2):
+        seen.append(torch.get_num_threads())
+        return 0.5
+
+    monkeypatch.setattr(runner, "time_steps", fake_time_steps)
+    before = torch.get_num_threads()
+    p = PROFILES["quick"]
+    torch.set_num_threads(default_threads(p.workers) + 2)  # not a worker's share
+    try:
+        est = runner.estimate_seconds(p)
+        assert seen == [default_threads(p.workers)]
+        assert torch.get_num_threads() == default_threads(p.workers) + 2
+    finally:
+        torch.set_num_threads(before)
+    counts = runner.estimate_runs(p)
+    assert est == pytest.approx((counts["runs"] * p.steps + counts["finetune_steps"]) * 0.5
+                                / p.workers + 90)
+
+
+def test_deep_models_are_tuned_on_their_own_grid_at_their_depth(tmp_path, monkeypatch):
+    """12-block post can stall where 6-block post trains, so each placement's deep models
+    are tuned at their own depth: a planted deep post that trains only below the grid is found
+    by the grid's extension, pre keeps its own best, and the deep grids of both placements are
+    trained in one go."""
+    from dataclasses import replace
+
+    from normlab.study.experiments import StudyContext
+    from normlab.study.profiles import PROFILES
+
+    p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3, 4e-3), max_lr_extensions=2, deep_blocks=4)
+    ctx = StudyContext(tmp_path, p, log=lambda _m: None)
+    calls, trained = [], []
+
+    def fake_runs(self, family, lrs, warmup, blocks=None):
+        calls.append((family, tuple(lrs), blocks))
+        out = {}
+        for lr in lrs:
+            stalled = blocks == 4 and family == "post" and lr > 6e-4
+            loss = 3.3 if stalled else {"pre": 2.0 + abs(lr - 2e-3) * 100,
+                                        "post": 2.5 + abs(lr - 5e-4) * 100}[family]
+            out[lr] = [{"run_id": f"{family}-{blocks}-{lr:g}-{s}", "seed": s, "score": loss,
+                        "val_loss": loss, "failed": stalled,
+                        "outcome": "stalled" if stalled else "completed"}
+                       for s in range(p.seeds)]
+        return out
+
+    monkeypatch.setattr(StudyContext, "runs", fake_runs)
+    monkeypatch.setattr(StudyContext, "train", lambda self, cfgs: trained.extend(cfgs) or [])
+    post, pre = ctx.deep_runs("post"), ctx.deep_runs("pre")
+    assert post["lr"] == 5e-4 and not post["all_stalled"]
+    assert [r["outcome"] for r in post["records"]] == ["completed"] * p.seeds
+    assert len(post["extensions"]) == 2 and post["bracketed"]  # 1e-3 -> 5e-4 -> 2.5e-4
+    assert pre["lr"] == 2e-3 and pre["bracketed"]
+    assert all(blocks == 4 for _f, _l, blocks in calls)
+    # the prefetch trained both placements' whole first grids at 4 blocks, once
+    assert len(trained) == 2 * len(p.lrs) * p.seeds
+    assert {c.model.n_blocks for c in trained} == {4}
+    assert {c.model.placement for c in trained} == {"pre", "post"}
+    assert ctx.deep_runs("post") == post and len(trained) == 2 * len(p.lrs) * p.seeds

@@ -97,6 +97,7 @@ class PredictionRow:
     power: str        # the smallest effect this test could detect vs the one the claim means
     rule: str
     diagnosis: str
+    threshold_source: str = ""  # where the expected value's threshold comes from
 
 
 @dataclass
@@ -161,7 +162,8 @@ def prediction_rows(v: Any) -> list[PredictionRow] | None:
             subject=str(p.get("subject", "")), quantity=str(p.get("quantity", "")),
             paper=str(p.get("paper", "")), measured=as_interval(effect),
             expected=str(effect.get("expected", "")), verdict=str(p.get("verdict", "")),
-            power=power, rule=str(p.get("rule", "")), diagnosis=str(p.get("diagnosis", ""))))
+            power=power, rule=str(p.get("rule", "")), diagnosis=str(p.get("diagnosis", "")),
+            threshold_source=str(p.get("threshold_source") or "")))
     return rows
 
 

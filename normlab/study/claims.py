@@ -314,8 +314,7 @@ def c11(ctx: StudyContext) -> ClaimResult:
         numbers["deep_lr"] = deep["lr"]
     else:
         why = ("No deeper model in this profile" if not p.deep_blocks else
-               f"No {p.deep_blocks}-block model trained (they take the lr of the matched-loss "
-               f"{p.train_blocks}-block cell, and none matched)")
+               f"No {p.deep_blocks}-block pre model trained")
         note = (note + " " if note else "") + (
             f"{why}: the cost of dropping the final norm is measured at {p.train_blocks} blocks "
             "only (the standard profile adds 12 blocks).")

@@ -179,16 +179,19 @@ class StudyContext:
                     specs.append(spec)
         return specs
 
-    def tuned(self, family: str, warmup: int | None = None) -> dict[str, Any]:
-        """`family` over the lr grid (with the profile's warmup unless `warmup` is given),
-        extended by x2 at an edge that holds the best mean score (at most `max_lr_extensions`
-        times per side). Every run is kept."""
+    def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
+              ) -> dict[str, Any]:
+        """`family` over the lr grid (with the profile's warmup unless `warmup` is given; at
+        `blocks` blocks, the profile's depth unless given), extended by x2 at an edge that holds
+        the best mean score (at most `max_lr_extensions` times per side). Every run is kept."""
         p = self.profile
         warmup = p.warmup if warmup is None else warmup
-        key = f"tuned:{family}:{warmup}"
+        key = f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
         if key in self._memo:
             return self._memo[key]
-        if "prefetched" not in self._memo:  # the first grids of every tuned family, together
+        if blocks:
+            self.prefetch_deep()
+        elif "prefetched" not in self._memo:  # the first grids of every tuned family, together
             self._memo["prefetched"] = True
             self.prefetch([(f, list(p.lrs), w) for f, w in self.tuned_specs()])
         lrs = sorted(p.lrs)
@@ -197,7 +200,7 @@ class StudyContext:
         low_ext = high_ext = 0
         while True:
             todo = [lr for lr in lrs if lr not in table]
-            table.update(self.runs(family, todo, warmup))
+            table.update(self.runs(family, todo, warmup, blocks))
             means = {lr: sum(r["score"] for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
             trained = {lr: m for lr, m in means.items() if not any(r["failed"] for r in table[lr])}
@@ -305,26 +308,28 @@ class StudyContext:
         return out
 
     def deep_runs(self, placement: str) -> dict[str, Any]:
-        """`placement` at `deep_blocks` blocks, trained at the lr of its matched 6-block cell,
-        one run per seed, each keeping its weights along the way; None-valued when the profile
-        trains no deep models or no matched cell exists."""
-        p, pair = self.profile, self.matched_pair()
-        if not p.deep_blocks or "runs" not in pair:
+        """`placement` at `deep_blocks` blocks, tuned on its own lr grid like the 6-block
+        families (`tuned`), one run per seed and lr, each keeping its weights along the way;
+        the records of its best cell. None-valued when the profile trains no deep models.
+        The deep models are tuned, not trained at the 6-block matched lr: a depth changes the
+        lr a placement trains at (docs/study.md, C12)."""
+        p = self.profile
+        if not p.deep_blocks:
             return {"lr": None, "records": []}
-        lr = pair[f"{placement}_lr"]
-        return {"lr": lr, "records": self.runs(placement, [lr], p.warmup,
-                                               blocks=p.deep_blocks)[lr]}
+        t = self.tuned(placement, blocks=p.deep_blocks)
+        return {"lr": t["best_lr"], "records": t["best"], "bracketed": t["bracketed"],
+                "extensions": t["extensions"], "all_stalled": t["all_stalled"],
+                "mean_score": t["mean_score"]}
 
     def c12_checkpoints(self) -> list[Any]:
-        """Deeper pre and post models (`deep_blocks`), one pair per seed, taken along their
-        training trajectories (`trajectory_pair`): the kept checkpoints of the two runs whose
-        validation losses are closest, preferring the most trained pair within tolerance."""
+        """Deeper pre and post models (`deep_blocks`, each at its own tuned lr: `deep_runs`),
+        one pair per seed, taken along their training trajectories (`trajectory_pair`): the
+        kept checkpoints of the two runs whose validation losses are closest, preferring the
+        most trained pair within tolerance."""
         from normlab.study.schema import Pretrained
 
-        p = self.profile
-        if not p.deep_blocks or "runs" not in self.matched_pair():
+        if not self.profile.deep_blocks:
             return []
-        self.prefetch_deep()
         runs = {pl: {r["seed"]: r for r in self.deep_runs(pl)["records"]} for pl in PLACEMENTS}
         out = []
         for seed in sorted(set(runs["pre"]) & set(runs["post"])):
@@ -344,11 +349,12 @@ class StudyContext:
         return out
 
     def prefetch_deep(self) -> None:
-        """Both placements' deep runs trained together (one stacked group where that pays)."""
-        p, pair = self.profile, self.matched_pair()
-        if p.deep_blocks and "runs" in pair:
-            self.train([self.run_config(pl, pair[f"{pl}_lr"], p.warmup, s, p.deep_blocks)
-                        for pl in PLACEMENTS for s in range(p.seeds)])
+        """Both placements' deep grids trained together, so the workers stay busy."""
+        p = self.profile
+        if p.deep_blocks and "prefetched_deep" not in self._memo:
+            self._memo["prefetched_deep"] = True
+            self.train([self.run_config(pl, lr, p.warmup, s, p.deep_blocks)
+                        for pl in PLACEMENTS for lr in p.lrs for s in range(p.seeds)])
 
     def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
         """Per run (one per seed): validation loss with the final norm replaced by the identity

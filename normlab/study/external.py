@@ -344,7 +344,12 @@ def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> C
         numbers["real_models_illustration"] = {n: {k: v for k, v in r.items() if k != "_raw"}
                                                for n, r in real.items()}
     own = _checkpoints(ctx, "c12_checkpoints", checkpoints)
-    method = ("normlab's own pre and post models (12-24 blocks), paired by seed at matched "
+    deep_runs = getattr(ctx, "deep_runs", None)
+    if own and deep_runs is not None:  # the lr each placement's deep models were tuned to
+        numbers["deep_tuned"] = {pl: {k: v for k, v in deep_runs(pl).items() if k != "records"}
+                                 for pl in ("pre", "post")}
+    method = ("normlab's own pre and post models (12-24 blocks, each placement tuned on its "
+              "own lr grid at that depth), paired by seed at matched "
               "validation loss along their training trajectories (each run keeps its weights "
               "at every evaluation; the most trained pair of checkpoints within the tolerance "
               "is compared): each block skipped in turn, its drop cost the "
@@ -367,6 +372,12 @@ def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> C
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
                 "pairs": len(res["slopes"]["pre"])}
     wanted = _setting(ctx, "c12_min_pairs", C12_MIN_PAIRS)
+    outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PLACEMENTS}
+    stalled = [pl for pl, out in outcomes.items()
+               if out and all(o in ("stalled", "diverged") for o in out)]
+    if stalled:  # a result to report: no model of that side trained, so nothing is compared
+        notes.append(f"{' and '.join(stalled)} stalled or diverged in every seed at its tuned "
+                     "lr: no pair to compare")
     if len(res["slopes"]["pre"]) < wanted:
         notes.append(f"{len(res['slopes']['pre'])} matched pair(s) along the trajectories, "
                      f"fewer than the {wanted} the design asks for")
@@ -374,7 +385,7 @@ def c12(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None) -> C
         id="C12", title=title, statement=statement, source=source, method=method,
         verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
         predictions=[p.to_dict() for p in c12_predictions(res["slopes"])],
-        figures=figures, note="; ".join([res["reason"], *notes]),
+        figures=figures, note="; ".join([res["reason"], *notes]), stalled=stalled,
         caveat="Small byte-level models trained briefly on a CPU; the real checkpoints are "
                "one per placement and differ in size, objective, data and quantization.")
 

@@ -100,8 +100,9 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
 
 def estimate_seconds(profile: Profile) -> float:
     """Rough wall time of a profile: its training runs and its fine-tuning at the step time
-    measured here on one run of the profile's shape, shared by the workers; plus a minute and
-    a half for probes and the real checkpoints. `estimate_runs` counts the runs."""
+    measured here on one run of the profile's shape with one worker's share of the cores,
+    shared by the workers; plus a minute and a half for probes and the real checkpoints.
+    `estimate_runs` counts the runs."""
     from normlab.config import load_run_config
 
     p = profile
@@ -109,7 +110,15 @@ def estimate_seconds(profile: Profile) -> float:
         f"model.n_blocks={p.train_blocks}", f"model.d_model={p.train_width}",
         f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
         f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
-    step_s = time_steps(cfg, steps=2, warmup_steps=1)
+    # each worker trains with its share of the cores, so the step is timed with that share
+    from normlab.sweep.executors import default_threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(default_threads(p.workers))
+    try:
+        step_s = time_steps(cfg, steps=3, warmup_steps=1)
+    finally:
+        torch.set_num_threads(threads)
     counts = estimate_runs(p)
     return ((counts["runs"] * p.steps + counts["finetune_steps"]) * step_s
             / max(1, p.workers) + 90)
@@ -120,14 +129,15 @@ def estimate_runs(p: Profile) -> dict[str, float]:
     tuned grid (with warmup: pre, post, pre without final norm and C9's same-init families;
     without warmup: pre and post, C6b, whose cells C6a reuses at the common lrs) with one lr
     extension, a cell or so of C6a's common lrs outside the no-warmup grids, the deep models
-    (C11, C12: cost grows with depth); and the fine-tuning steps of C10 (pretrained and from
-    init, every lr of the grid, per placement and seed, the passage read in windows)."""
+    (C11, C12: pre and post tuned at that depth, the cost growing with depth); and the
+    fine-tuning steps of C10 (pretrained and from init, every lr of the grid, per placement
+    and seed, the passage read in windows)."""
     cells = len(p.lrs) + 1
     kinds = {"tuned with warmup": (3 + len(p.same_inits)) * cells,
              "tuned without warmup (C6b)": 2 * cells,
              "C6a common lrs beyond the grids": 2,
-             "deep models (C11, C12)": 2 * p.deep_blocks / p.train_blocks if p.deep_blocks
-             else 0}
+             "deep models (C11, C12)": 2 * cells * p.deep_blocks / p.train_blocks
+             if p.deep_blocks else 0}
     out = {k: p.seeds * v for k, v in kinds.items()}
     windows = max(1, p.finetune_passage_bytes // p.seq_len)
     finetune = 2 * 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows

@@ -157,10 +157,12 @@ def load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
         raise CheckpointError(f"{directory}: corrupted checkpoint ({e})") from None
     try:
         torch.set_rng_state(rng["torch_cpu"])
-        cuda = [rng[k] for k in sorted(rng) if k.startswith("torch_cuda_")]
+        # in device order: sorting the names as strings would put device 10 before device 2
+        cuda = [rng[k] for k in sorted((k for k in rng if k.startswith("torch_cuda_")),
+                                       key=lambda k: int(k[len("torch_cuda_"):]))]
         if cuda and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(cuda)
-    except (KeyError, RuntimeError, TypeError) as e:
+    except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise CheckpointError(f"{directory}/rng.safetensors: not a usable RNG state "
                               f"({type(e).__name__}: {e}); delete the run folder to restart"
                               ) from None

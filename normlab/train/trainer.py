@@ -69,6 +69,7 @@ from normlab.train.rundir import (
     summary_problem,
 )
 from normlab.train.schedules import lr_at
+from normlab.train.step import accumulate_gradients, clip_and_step, gradient_norm, set_lr
 from normlab.warnings import NormlabWarning
 
 ThreadPolicy = Literal["match", "refuse"]
@@ -476,27 +477,13 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                                   "requested")
                 t0 = time.perf_counter()
                 lr = lr_at(step, tc)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                set_lr(optimizer, lr)
                 stats_now = block_stats_due(tc, step + 1)
-                loss_sum = torch.zeros((), device=device)
-                cap_ctx = (capture(model, "blocks.*.mlp.stream_out") if stats_now
-                           else contextlib.nullcontext())
-                for micro in range(tc.grad_accum):
-                    x, y = dist.shard(*sampler.batch(step * tc.grad_accum + micro))
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                    with dist.sync_context(net, sync=micro == tc.grad_accum - 1):
-                        with cap_ctx if micro == 0 else contextlib.nullcontext() as cap, autocast:
-                            loss = net(x, y).loss
-                        (loss / tc.grad_accum).backward()
-                    loss_sum += loss.detach()
-                    if micro == 0:
-                        captured = cap
-                # DDP averaged the gradients, so the norm, clipping and divergence checks below
-                # see the same values on every rank; the loss is averaged here to match.
-                train_loss = dist.mean(loss_sum).item() / tc.grad_accum
-                params = [p for p in model.parameters() if p.grad is not None]
-                total_norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+                acc = accumulate_gradients(
+                    net, sampler, step, tc.grad_accum, dist, device, autocast,
+                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None)
+                train_loss, captured = acc.train_loss, acc.captured
+                params, total_norm = gradient_norm(model)
                 grad_norm = total_norm.item()
                 step += 1
                 record: dict[str, Any] = {"step": step, "train_loss": train_loss, "lr": lr,
@@ -508,10 +495,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                     return finish("diverged", step, reason=reason)
                 if stats_now:  # before the step: gradients as computed, before clipping
                     record.update(block_stats(model, captured, dist))
-                if tc.grad_clip is not None:
-                    torch.nn.utils.clip_grads_with_norm_(params, tc.grad_clip, total_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                clip_and_step(optimizer, params, total_norm, tc.grad_clip)
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
                 if eval_due(tc, step):

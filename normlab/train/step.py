@@ -1,0 +1,72 @@
+"""One optimizer step's arithmetic: the loss, gradient accumulation, the gradient norm and
+clipping. The training loop (`normlab.train.trainer`) calls these between its bookkeeping
+(divergence checks, block statistics, evaluation, checkpoints), so the numbers a run's every
+record rests on live in a few small functions with their own tests (`tests/test_step.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from normlab.data import BatchSampler
+from normlab.train import distributed
+
+
+@dataclass
+class Accumulated:
+    """What `accumulate_gradients` leaves besides the gradients themselves."""
+    train_loss: float  # mean loss of the step's micro-batches (and of every rank's shard)
+    captured: Any  # the capture context of micro-batch 0 (block statistics), else None
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def accumulate_gradients(net: torch.nn.Module, sampler: BatchSampler, step: int, grad_accum: int,
+                         dist: distributed.Dist, device: torch.device,
+                         autocast: contextlib.AbstractContextManager,
+                         capture_ctx: contextlib.AbstractContextManager | None = None
+                         ) -> Accumulated:
+    """Forward and backward over step `step`'s `grad_accum` micro-batches (batches
+    `step * grad_accum + micro` of `sampler`), each loss divided by `grad_accum` so the summed
+    gradient is the mean over the step's sequences, as one batch `grad_accum` times larger
+    would give. Under DDP the gradients are all-reduced on the last micro-batch only.
+    `capture_ctx` wraps micro-batch 0's forward (block statistics read one micro-batch)."""
+    loss_sum = torch.zeros((), device=device)
+    captured = None
+    for micro in range(grad_accum):
+        x, y = dist.shard(*sampler.batch(step * grad_accum + micro))
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        ctx = capture_ctx if micro == 0 and capture_ctx is not None else contextlib.nullcontext()
+        with dist.sync_context(net, sync=micro == grad_accum - 1):
+            with ctx as cap, autocast:
+                loss = net(x, y).loss
+            (loss / grad_accum).backward()
+        loss_sum += loss.detach()
+        if micro == 0:
+            captured = cap
+    # DDP averaged the gradients, so the norm, clipping and divergence checks that follow see
+    # the same values on every rank; the loss is averaged over ranks here to match.
+    return Accumulated(dist.mean(loss_sum).item() / grad_accum, captured)
+
+
+def gradient_norm(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], torch.Tensor]:
+    """The parameters that received a gradient and the global L2 norm of those gradients."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    return params, torch.nn.utils.get_total_norm([p.grad for p in params])
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+                  total_norm: torch.Tensor, grad_clip: float | None) -> None:
+    """Scale the gradients to norm `grad_clip` when their norm exceeds it (the norm already
+    computed, `gradient_norm`), take the optimizer step and free the gradients."""
+    if grad_clip is not None:
+        torch.nn.utils.clip_grads_with_norm_(params, grad_clip, total_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
