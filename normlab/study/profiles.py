@@ -2,7 +2,7 @@
 
 - `tiny`: seconds, for tests; its verdicts mean nothing.
 - `quick`: what `make demo` runs; at most 10 minutes on 2 CPU cores; 3 paired seeds, 320 steps.
-- `standard`: at most an hour on 2 CPU cores; 4 paired seeds, 800 steps, pre and post compared
+- `standard`: at most an hour on 2 CPU cores; 4 paired seeds, 400 steps, pre and post compared
   under both inits (C9), and 12-block models (C11, C12).
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
 
@@ -94,9 +94,9 @@ PROFILES: dict[str, Profile] = {
         name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
         probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,
         update_blocks=24, update_lr=5e-4,
-        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=800,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=400,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=4, eval_batches=16,
-        same_inits=("xavier", "gpt2_scaled"), finetune_steps=200, finetune_batch_size=16,
+        same_inits=("xavier", "gpt2_scaled"), finetune_steps=150, finetune_batch_size=16,
         finetune_test_max=512,
         finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12),
