@@ -175,3 +175,17 @@ def test_masks_and_tables_are_made_on_the_tensors_device(setting):
         residual = ForwardState(prev_scores=None)
         attn.residual_attention = True  # the masked branch
         assert attn._explicit(q, q, q, residual, 0.0).device.type == "meta"
+
+
+def test_the_causal_bias_is_made_on_the_device_of_the_scores(monkeypatch):
+    """`causal_bias` makes its mask where it is asked to, and the explicit path asks for the
+    device of q (a mask left on the CPU would fail beside CUDA scores)."""
+    bias = layers.causal_bias(5, torch.float32, torch.device("meta"))
+    assert bias.device.type == "meta" and bias.shape == (1, 5, 5)
+    seen = []
+    real = layers.causal_bias
+    monkeypatch.setattr(layers, "causal_bias",
+                        lambda T, dtype, device: seen.append(device) or real(T, dtype, device))
+    q = torch.empty(2, 4, 5, 4, device="meta")
+    Attention(cfg()).to("meta")._explicit(q, q, q, ForwardState(), 0.0)
+    assert seen == [q.device]
