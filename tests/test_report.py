@@ -1232,3 +1232,15 @@ def test_sweep_map_axes_are_the_swept_axes():
                                                                            "train.lr")
     # only the placement (and seeds) swept: placement on x, never an axis that was not swept
     assert map_axes({"axes": ["model.placement", "train.seed"]}, configs)[0] == "model.placement"
+
+
+def test_prose_keeps_numbers_and_compound_words_whole():
+    """Words a browser would break at their hyphen are kept whole: signed numbers, names ending
+    in a number, and a number joined to a word; a word pair may still break."""
+    from normlab.report.pages import prose
+
+    got = str(prose("< 0.2 in 30-layer LLMs, 12-block post, -0.35 and GPT-2; Peri-LN"))
+    for whole in ("30-layer", "12-block", "-0.35", "GPT-2"):
+        assert f'<span class="nb">{whole}</span>' in got, whole
+    assert '<span class="nb">Peri-LN</span>' not in got
+    assert '<span class="nb">0.2</span>' not in got  # nothing to break in it

@@ -80,6 +80,7 @@ class FakeContext:
             grad = L ** w.param(rung, "post_slope", XIONG["post_slope"])
             trend = w.param(rung, "post_trend", XIONG["post_trend"])
             norm_in = [d * w.jitter(w.param(rung, "post_norm_in", XIONG["post_norm_in"]))] * L
+        trend = w.param(rung, f"{placement}_trend@{L}", trend)  # a trend at one depth only
         trend = trend + w.noise * 20 * w.rng.gauss(0.0, 1.0)
         fc = [math.exp(trend * i / max(1, L - 1)) for i in range(L)]
         return {"per_block": {"sq_norm": sq, "mlp_norm_input_sq": norm_in, "fc_out_grad": fc},
@@ -302,3 +303,35 @@ def test_c7_reads_its_ratio_at_the_deepest_depth_where_post_is_unsaturated(tmp_p
     saturated = theory.c7(FakeContext(tmp_path, flat))
     assert set(saturated.numbers["depth_of_the_ratios"].values()) == {None}
     assert _verdicts(saturated)["post vs deepnorm"] == "inconclusive"
+
+
+def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_path):
+    """C5 is Fig. 3, a 6-layer model: every rung reads the 6-block models, and the depth rung
+    alone reads the profile's deepest. Planted: post's trend falls at every depth but 6 in the
+    source setting (the calibration must still pass), and on normlab's block at the deepest
+    depth only (only the depth rung may fail)."""
+    depths = FakeContext(tmp_path, Planted()).depths()
+    deepest = max(PROFILES["quick"].init_depths)
+    away = {f"post_trend@{L}": -1.0 for L in depths if L != theory.FIG3_DEPTH}
+    world = Planted(source_a=away, source_b=away, init={f"post_trend@{deepest}": -1.0})
+    result = theory.c5(FakeContext(tmp_path, world))
+    assert result.calibration == "passed" and result.verdict == "not supported"
+    by_rung = {r["key"]: {p["subject"]: p["verdict"] for p in r["predictions"]}
+               for r in result.ladder}
+    assert all(v["post"] == "supported" for k, v in by_rung.items() if k != "deep"), by_rung
+    assert by_rung["deep"]["post"] == "not supported"
+    deep = next(r for r in result.ladder if r["key"] == "deep")
+    assert deep["rung"] == f"normlab's block at {deepest} blocks"
+    assert f"{deepest} blocks instead of the source's {theory.FIG3_DEPTH}" in deep["change"]
+    assert result.numbers["post_trend"][deep["rung"]]["mean"] < 0
+    assert result.numbers["post_trend"]["normlab's block (own inits)"]["mean"] > 0
+    # the predictions' words, as the report shows them
+    first = next(r for r in result.ladder if r["key"] == "source_a")
+    quantities = {p["subject"]: (p["quantity"], p["paper"]) for p in first["predictions"]}
+    assert quantities == {
+        "post": ("trend of log ||grad W^2|| over relative depth",
+                 "Fig. 3: 'the scale of the expected gradients grows along with the layer index "
+                 "for the Post-LN Transformer'"),
+        "post vs pre": ("trend(post) - trend(pre)",
+                        "Fig. 3: 'the scale almost keeps the same for different layers in the "
+                        "Pre-LN Transformer'")}

@@ -283,6 +283,8 @@ _CODE = re.compile(r"`([^`\n]+)`")
 _SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
 # A name ending in a hyphen and a number ("GPT-2", "Peri-LN" is a word pair and may break).
 _NAME_NUMBER = re.compile(r"(?<![&#\w-])[A-Za-z][A-Za-z0-9]*-\d[\w.]*")
+# A number, a hyphen and a word ("30-layer", "12-block"): one word, kept whole.
+_NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?-[A-Za-z]\w*")
 
 
 def prose(value: str):
@@ -295,6 +297,7 @@ def prose(value: str):
 
     text = _SIGNED_NUMBER.sub(whole, str(escape(value)))
     text = _NAME_NUMBER.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', text)
+    text = _NUMBER_WORD.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', text)
     return Markup(_CODE.sub(r"<code>\1</code>", text))
 
 
