@@ -178,8 +178,11 @@ def test_ctrl_c_records_where_each_run_stopped(cluster, tmp_path):
     root = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "normlab", "sweep", "run", str(spec), "--root", str(root),
            "--executor", "ray", "--address", cluster.address, "--workers", "0", "--quiet"]
+    # Ctrl-C as in a terminal: a suite started in the background (`cmd &` in a script) runs
+    # with SIGINT ignored, which its children inherit, and a sweep then rightly ignores it
     proc = subprocess.Popen(cmd, env=cluster.env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while time.time() < deadline:
