@@ -175,9 +175,9 @@ def test_the_capture_wraps_micro_batch_0_only_and_autocast_every_micro_batch():
     assert plain.captured is None
 
 
-def test_backward_accumulates_into_existing_gradients_only_through_the_loss():
-    """The step starts from freed gradients (`clip_and_step` sets them to None); within a step
-    the micro-batches add up: half of each micro-batch's own gradient."""
+def test_the_step_gradient_is_the_mean_of_the_micro_batch_gradients():
+    """From freed gradients (`clip_and_step` sets them to None), two micro-batches add up to
+    half of each one's own gradient."""
     model = tiny_model()
     accumulate_gradients(model, Sampler(), 0, 2, distributed.SINGLE, CPU,
                          contextlib.nullcontext())
