@@ -23,6 +23,13 @@ SEEDS = 5
 DEPTHS = (3, 6, 12, 24)
 
 
+
+@pytest.fixture(autouse=True)
+def figure_calls(stub_figures):
+    from normlab.study import claims
+
+    return stub_figures(claims, ["plot_bars", "plot_curves", "plot_per_block"])
+
 class World:
     """Planted parameters: each number is drawn as `value + noise * N(0, 1)` per seed."""
 
@@ -87,6 +94,7 @@ class FakeContext:
                 gap = self.w.draw(f"{p}_lens_gap")
                 seeds.append({"per_block": {
                     "ang_prev": ang, "merge_kl": [kl] * (L - 1), "drop_dloss": [0.1] * L,
+                    "drop_kl": [0.1] * L,
                     "lens_raw": [3.0 + gap] * L, "lens_normed": [3.0] * L},
                     "summary": {"growth_exponent": 0.5, "effective_depth_kl": 3.0}})
             out[p] = {"lr": 2e-3, "seeds": seeds}
@@ -111,10 +119,14 @@ def _fill(params: dict[str, float]) -> dict[str, float]:
     return {**base, **params}
 
 
+@pytest.mark.draws
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_planted_effect_supported_opposite_not(cid, tmp_path):
     yes, no = WORLDS[cid]
-    assert CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)))).verdict == "supported"
+    result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes))))
+    assert result.verdict == "supported"
+    assert result.figures and all((tmp_path / f).read_text().startswith("<?xml")
+                                  for f in result.figures)
     assert CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(no)))).verdict == "not supported"
 
 
@@ -153,3 +165,104 @@ def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
     change = result.numbers["late_angle_trained_minus_init"]
     assert change["post"]["mean"] == pytest.approx(0.1, abs=1e-9)
     assert result.numbers["late_angle_init"]["post"]["mean"] == pytest.approx(0.3, abs=1e-9)
+
+
+@pytest.mark.parametrize("cid", sorted(WORLDS))
+def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
+    yes, _ = WORLDS[cid]
+    recorded_words(f"claims_{cid}", CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)))),
+                   figure_calls)
+    recorded_words(f"claims_{cid}_noise",
+                   CLAIMS[cid](FakeContext(tmp_path, World(NOISE[cid], **_fill(yes)))))
+
+
+class _Unmatched(FakeContext):
+    def __init__(self, tmp: Path, world: World, pair: dict[str, Any], drop: bool) -> None:
+        super().__init__(tmp, world)
+        self.pair, self.drop = pair, drop
+
+    def trained_probes(self) -> dict[str, Any]:
+        out = super().trained_probes()
+        out["pair"] = self.pair
+        if self.drop:
+            del out["pre"], out["post"]
+        return out
+
+
+TITLES = {"C2": "Pre-Norm's consecutive blocks become near-identical",
+          "C3": "Pre-LN's depth acts like width",
+          "C13": "Intermediate heads need a norm under Pre-LN"}
+
+
+@pytest.mark.parametrize("cid", ["C2", "C3", "C13"])
+@pytest.mark.parametrize("side", ["pre", "post"])
+def test_no_checkpoints_to_compare_names_the_side_that_did_not_train(cid, side, tmp_path):
+    reason = f"{side} stalled at every lr of its grid"
+    ctx = _Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False, "reason": reason},
+                     drop=True)
+    result = CLAIMS[cid](ctx)
+    assert result.verdict == "inconclusive" and result.stalled == [side]
+    assert result.note == f"No checkpoints to compare: {reason}."
+    assert result.id == cid and result.title == TITLES[cid]
+
+
+@pytest.mark.parametrize("cid", ["C2", "C3", "C13"])
+def test_the_note_says_whether_the_checkpoints_matched(cid, tmp_path):
+    pair = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
+            "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
+    result = CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), pair, drop=False))
+    assert result.note == ("Checkpoints at matched loss: pre at lr 0.001 (val 2.200), post at "
+                           "lr 0.004 (val 2.400): gap +0.200 nats, NOT matched (tolerance "
+                           "0.05).")
+    assert result.numbers["matched_pair"] == pair
+    reason = {"matched": False, "reason": "no pair within tolerance"}
+    assert CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), reason, drop=False)
+                       ).note == "no pair within tolerance"
+
+
+def test_c2_and_c13_report_the_planted_numbers(tmp_path):
+    world = World(0.0, **_fill({"pre_ang_slope": -0.2, "pre_lens_gap": 1.0}))
+    c2 = CLAIMS["C2"](FakeContext(tmp_path, world)).numbers
+    # planted: angles 0.4 + slope i / 4 for i = 0..4 after the first block; late half i = 2..4
+    assert c2["late_angle_trained"]["pre"]["mean"] == pytest.approx(0.4 - 0.2 * 3 / 4)
+    assert c2["late_angle_trained"]["post"]["mean"] == pytest.approx(0.4)
+    assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.3)
+    c13 = CLAIMS["C13"](FakeContext(tmp_path, world)).numbers
+    assert c13["lens_gap"]["pre"]["mean"] == pytest.approx(1.0)
+    assert c13["lens_gap"]["post"]["mean"] == pytest.approx(0.0)
+
+
+def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
+    """A claim quotes its source between single quotes; each quote must be the source's words as
+    docs/study.md or docs/reference.md record them, so the report never shows a paraphrase as
+    a quote. The claims' words are those recorded in tests/claim_words (kept equal to what the
+    claims say by the words tests)."""
+    import json
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+
+    def plain(text: str) -> str:
+        return " ".join(text.replace("`", "").split()).lower()
+
+    docs = plain((root / "docs" / "study.md").read_text()
+                 + (root / "docs" / "reference.md").read_text())
+    quotes: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            quotes.update(re.findall(r"(?<![\w])'(.+?)'(?![\w])", value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    files = sorted((root / "tests" / "claim_words").glob("*.json"))
+    assert len(files) >= 30
+    for f in files:
+        walk(json.loads(f.read_text()))
+    assert len(quotes) >= 10, quotes
+    missing = sorted(q for q in quotes if plain(q) not in docs)
+    assert not missing, f"quoted in a claim but not in docs/: {missing}"

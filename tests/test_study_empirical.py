@@ -24,6 +24,13 @@ SEEDS = 5
 LRS = (1e-3, 2e-3)
 
 
+
+@pytest.fixture(autouse=True)
+def figure_calls(stub_figures):
+    from normlab.study import claims
+
+    return stub_figures(claims, ["plot_bars", "plot_curves", "plot_per_block"])
+
 class Fake:
     """A StudyContext serving planted numbers: `p[key]` plus `noise * N(0, 1)` per seed.
     Keys: `val_<family>` (with warmup) and `val_<family>_nowarmup`, each optionally
@@ -335,6 +342,7 @@ def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
     assert "Not bracketed" not in CLAIMS["C9"](Fake(tmp_path, **C9_GOOD)).note
 
 
+@pytest.mark.draws
 def test_every_threshold_names_its_source(tmp_path):
     worlds = {"C6a": C6_GOOD, "C6b": C6_GOOD, "C9": C9_GOOD, "C11": C11_GOOD,
               "C3": {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}}
@@ -437,3 +445,81 @@ def test_the_claims_effect_is_the_prediction_that_decides_it(tmp_path):
     assert result.verdict == "not supported"
     assert result.effect.name == result.predictions[1]["quantity"]
     assert result.effect.estimate == result.predictions[1]["effect"]["estimate"]  # pre's
+
+
+# -- the words each claim shows --------------------------------------------------------------
+
+C3_GOOD = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}
+WORDS = {"C3": C3_GOOD, "C6a": C6_GOOD, "C6b": C6_GOOD, "C9": C9_GOOD, "C11": C11_GOOD}
+
+
+@pytest.mark.parametrize("cid", sorted(WORDS))
+def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
+    recorded_words(f"empirical_{cid}", CLAIMS[cid](Fake(tmp_path, **WORDS[cid])), figure_calls)
+
+
+@pytest.mark.parametrize(("name", "cid", "profile", "world"), [
+    ("C9_post_stalled", "C9", "standard", C9_GOOD | {"stalled_post": 1.0}),
+    ("C9_quick_unbracketed", "C9", "quick", C9_GOOD | {"unbracketed_pre_xavier": 1.0}),
+    ("C6a_noise", "C6a", "standard", C6_GOOD | {"noise": 3.0}),
+    ("C6b_unbracketed", "C6b", "standard", C6_GOOD | {"unbracketed_post": 1.0}),
+    ("C11_quick", "C11", "quick", {k: v for k, v in C11_GOOD.items() if k != "fn12"}),
+    ("C11_without_final_stalled", "C11", "standard", C11_GOOD | {"stalled_pre_nofinal": 1.0}),
+])
+def test_the_words_of_stalled_unbracketed_noisy_and_short_runs(name, cid, profile, world,
+                                                               tmp_path, recorded_words,
+                                                               figure_calls):
+    world = dict(world)
+    noise = world.pop("noise", 0.01)
+    recorded_words(f"empirical_{name}",
+                   CLAIMS[cid](Fake(tmp_path, noise=noise, profile=profile, **world)),
+                   figure_calls)
+
+
+def test_c10_s_prediction_words_are_the_recorded_ones(recorded_words):
+    recorded_words("empirical_C10_predictions", _c10(**C10_GOOD))
+    recorded_words("empirical_C10_no_transfer",
+                   _c10(**(C10_GOOD | {"pretrained_pre": 0.5, "pretrained_post": 0.5})))
+
+
+def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
+    """Without noise every reported mean is the planted value it summarises."""
+    def mean(ci):
+        return ci["mean"]
+
+    c6a = CLAIMS["C6a"](Fake(tmp_path, noise=0.0, **C6_GOOD)).numbers
+    assert c6a["common_lrs"] == [1e-3, 2e-3]  # post's tuned lr (the first of equals) first
+    at = c6a["lr 0.001"]
+    assert mean(at["cost"]["post"]) == pytest.approx(0.8)
+    assert mean(at["cost"]["pre"]) == pytest.approx(-0.1)
+    assert mean(at["pre without - post with"]) == pytest.approx(-0.1)
+    assert at["outcomes_without_warmup"] == {pl: ["completed"] * SEEDS for pl in ("pre", "post")}
+    assert c6a["tuning"]["post"] == {
+        "lrs": list(LRS), "best_lr": 1e-3, "bracketed": True, "extensions": [],
+        "mean_val_loss": {}, "outcomes": {f"{lr:g}": ["completed"] * SEEDS for lr in LRS}}
+
+    c6b = CLAIMS["C6b"](Fake(tmp_path, noise=0.0, **(C6_GOOD | {"val_pre_nowarmup@0.002": 1.9}))
+                        ).numbers
+    assert mean(c6b["cost"]["post"]) == pytest.approx(0.8)
+    assert mean(c6b["cost"]["pre"]) == pytest.approx(1.9 - 2.2)  # its best cell, 2e-3
+    assert c6b["tuning_without_warmup"]["pre"]["best_lr"] == 2e-3
+    assert c6b["tuning_with_warmup"]["pre"]["best_lr"] == 1e-3
+
+    c9 = CLAIMS["C9"](Fake(tmp_path, noise=0.0, **C9_GOOD)).numbers
+    assert mean(c9["paper_inits_context"]["pre (GPT-2 scaled) - post (Xavier)"]) == \
+        pytest.approx(2.3 - 2.2)
+    assert set(c9["tuning"]) == {"pre", "post", "pre_xavier", "post_gpt2"}
+
+    c11 = CLAIMS["C11"](Fake(tmp_path, noise=0.0, **C11_GOOD)).numbers
+    assert mean(c11["final_norm_dropped_6_blocks"]) == pytest.approx(0.5)
+    assert mean(c11["final_norm_dropped_12_blocks"]) == pytest.approx(1.0)
+    assert c11["deep_lr"] == 2e-3
+    assert set(c11["tuning"]) == {"with", "without"}
+
+    c3 = CLAIMS["C3"](Fake(tmp_path, noise=0.0, **C3_GOOD)).numbers
+    assert mean(c3["late_merge_per_drop"]["pre"]) == pytest.approx(math.exp(-3.0))
+    assert mean(c3["late_merge_per_drop"]["post"]) == pytest.approx(1.0)
+    assert mean(c3["late_merge_kl"]["pre"]) == pytest.approx(math.exp(-3.0))
+    assert mean(c3["late_drop_kl"]["pre"]) == pytest.approx(1.0)
+    assert mean(c3["late_drop_dloss"]["post"]) == pytest.approx(1.0)
+    assert mean(c3["effective_depth"]["pre"]) == pytest.approx(3.0)

@@ -216,3 +216,180 @@ def test_tune_lr_extends_the_grid_past_a_winning_edge():
     assert res["best"] == pytest.approx(9e-3)
     capped = tune_lr(lambda lr: (lr, 0.0), (1e-4, 1e-3), 1)
     assert capped["extended"] == [pytest.approx(3e-3)] and not capped["bracketed"]
+
+
+# -- the words C10 and C12 show, on planted measurements -----------------------------------------
+
+def _planted_ctx(tmp_path, **profile):
+    from types import SimpleNamespace
+
+    from normlab.study.profiles import PROFILES
+
+    fig_dir = tmp_path / "figures"
+    fig_dir.mkdir(exist_ok=True)
+    return SimpleNamespace(out=tmp_path, fig_dir=fig_dir, log=lambda _m: None,
+                           profile=SimpleNamespace(**(PROFILES["standard"].to_dict() | profile)))
+
+
+def _pretrained(outcome_post: str = "completed", seeds: int = 4) -> list[Pretrained]:
+    return [Pretrained(pl, s, Path(f"/runs/{pl}-{s}"), 2.2,
+                       outcome=outcome_post if pl == "post" else "completed")
+            for pl in ("pre", "post") for s in range(seeds)]
+
+
+def _no_real_models(ctx):
+    from normlab.interop import CheckpointNotFound
+
+    raise CheckpointNotFound("minilm is not in the local cache (planted)")
+
+
+@pytest.fixture
+def planted_c12(monkeypatch):
+    """C12 on planted per-seed depth slopes: its own models' decision is decide_c12's."""
+    from normlab.study import external
+
+    def own(ctx, checkpoints, tolerance=None):
+        pairs, left_out = matched_pairs(checkpoints, 0.05)
+        n = len(pairs)
+        slopes = {"pre": (-1.0 + _noise(0.1)[:n]).tolist(),
+                  "post": (0.1 + _noise(0.1, 1)[:n]).tolist()}
+        return decide_c12(slopes) | {"per_seed": {}, "left_out": left_out, "slopes": slopes,
+                                     "tolerance": 0.05}
+
+    monkeypatch.setattr(external, "c12_own_models", own)
+    monkeypatch.setattr(external, "c12_real_models", _no_real_models)
+    return external
+
+
+def test_c12_s_words_are_the_recorded_ones(planted_c12, tmp_path, recorded_words):
+    ctx = _planted_ctx(tmp_path)
+    recorded_words("external_C12", planted_c12.c12(ctx, _pretrained()))
+    recorded_words("external_C12_two_pairs", planted_c12.c12(ctx, _pretrained(seeds=2)))
+    recorded_words("external_C12_post_stalled",
+                   planted_c12.c12(ctx, _pretrained(outcome_post="stalled")))
+    recorded_words("external_C12_no_deep_models",
+                   planted_c12.c12(_planted_ctx(tmp_path, deep_blocks=0), []))
+    recorded_words("external_C12_none_provided", planted_c12.c12(ctx, []))
+
+
+def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path):
+    ctx = _planted_ctx(tmp_path)
+    ctx.deep_runs = lambda pl: {"lr": 1e-3 if pl == "pre" else 2e-3, "bracketed": True,
+                                "records": ["not reported"]}
+    res = planted_c12.c12(ctx, _pretrained(seeds=3))
+    assert res.numbers["deep_tuned"] == {"pre": {"lr": 1e-3, "bracketed": True},
+                                         "post": {"lr": 2e-3, "bracketed": True}}
+    assert res.numbers["pairs"] == 3
+    assert res.verdict == "supported" and res.stalled == []
+    assert res.note == "pre's deep blocks are cheaper; post's are not; real checkpoints not " \
+                       "probed: minilm is not in the local cache (planted)"
+    assert [p["verdict"] for p in res.predictions] == ["supported", "supported"]
+    assert res.numbers["own_models"]["slopes"]["pre"] == pytest.approx(
+        (-1.0 + _noise(0.1)[:3]).tolist())
+    assert res.effect.name == "depth slope of the drop cost: post - pre"
+    ctx.profile.c12_min_pairs = 4
+    assert "3 matched pair(s) along the trajectories, fewer than the 4" in \
+        planted_c12.c12(ctx, _pretrained(seeds=3)).note
+
+
+@pytest.fixture
+def planted_c10(monkeypatch):
+    """C10 on planted fine-tuning accuracies (no fine-tuning)."""
+    from normlab.study import external
+
+    def finetune(ctx, checkpoints, tolerance=None):
+        pairs, left_out = matched_pairs(checkpoints, 0.05)
+        seeds = sorted(pairs)
+        acc = {"pretrained": {"pre": 0.6, "post": 0.7}, "scratch": {"pre": 0.5, "post": 0.5}}
+        return {"settings": external.c10_settings(ctx), "seeds": seeds, "left_out": left_out,
+                "tolerance": 0.05, "tuned_lr": {}, "runs": {},
+                "accuracy": {arm: {p: [v + 0.01 * k for k in range(len(seeds))]
+                                   for p, v in a.items()} for arm, a in acc.items()},
+                "val_loss_pretrained": {}, "baseline": {"test_accuracy": 0.55},
+                "chance": 1 / 3, "majority": 0.4}
+
+    monkeypatch.setattr(external, "c10_finetune", finetune)
+    return external
+
+
+def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words):
+    ctx = _planted_ctx(tmp_path)
+    result = planted_c10.c10(ctx, _pretrained())
+    recorded_words("external_C10", result)
+    assert result.verdict == "supported"
+    assert result.numbers["ngram_baseline_context"] == 0.55
+    assert result.numbers["majority"] == 0.4 and result.numbers["chance"] == 1 / 3
+    recorded_words("external_C10_no_pair", planted_c10.c10(ctx, _pretrained("diverged")))
+    recorded_words("external_C10_not_run", planted_c10.c10(ctx, []))
+
+
+def test_c10_settings_come_from_the_profile_with_defaults_and_refuse_short_passages(tmp_path):
+    from types import SimpleNamespace
+
+    from normlab.study.external import c10_settings
+
+    bare = SimpleNamespace(profile=SimpleNamespace())
+    assert c10_settings(bare) == {
+        "steps": 200, "batch_size": 32, "warmup": 20, "passage_bytes": 256, "test_max": None,
+        "val_fraction": 0.1, "val_max": 512, "train_eval_max": 256, "standardize": 512}
+    ctx = SimpleNamespace(profile=SimpleNamespace(finetune_steps=30, finetune_passage_bytes=512))
+    assert c10_settings(ctx)["warmup"] == 3 and c10_settings(ctx)["passage_bytes"] == 512
+    short = SimpleNamespace(profile=SimpleNamespace(finetune_passage_bytes=128))
+    with pytest.raises(ValueError, match="at least 256 bytes, got 128"):
+        c10_settings(short)
+
+
+def _hf_result(name: str) -> dict:
+    lm = name == "smollm2"
+    L = 30 if lm else 6
+    curve = _curve(L, -1.0 if lm else 0.0)
+    return {"model": {"family": "llama" if lm else "bert", "placement": "pre" if lm else "post",
+                      "norm": "rmsnorm" if lm else "layernorm", "n_blocks": L, "d_model": 576,
+                      "objective": "causal" if lm else "masked", "not": "reported"},
+            "drop": {"drop_dloss": curve if lm else None,
+                     "drop_hidden_cos": [c / 10 for c in curve]},
+            "per_block": {"norm": [1.0] * L, "norm_median": [0.9] * L, "norm_first": [9.0] * L,
+                          "norm_all": [1.1] * L, "ang_prev": [0.3] * L},
+            "summary": {"growth_exponent": 0.4, "growth_exponent_all_positions": 0.5,
+                        "loss": 3.1 if lm else None}}
+
+
+def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypatch):
+    import normlab.interop
+    import normlab.interop.figures
+    from normlab.study import external
+
+    asked, cached = [], []
+    monkeypatch.setattr(normlab.interop, "run_hf_probe",
+                        lambda name, **kw: asked.append((name, kw)) or _hf_result(name))
+    monkeypatch.setattr(normlab.interop.figures, "comparison_figure",
+                        lambda results, path: asked.append(("figure", len(results))) or path)
+    ctx = _planted_ctx(tmp_path, real_passages=3)
+    ctx.cached = lambda name, compute: cached.append(name) or compute()
+    real = external.c12_real_models(ctx)
+    assert cached == ["real_v2_minilm", "real_v2_smollm2"]
+    kw = {"n_batches": 3, "batch_size": 2, "seq_len": 64, "figures": False}
+    assert asked == [("minilm", kw), ("smollm2", kw)]
+    mini, smol = real["minilm"], real["smollm2"]
+    assert mini["drop_cost"] == "drop_hidden_cos" and smol["drop_cost"] == "drop_dloss"
+    assert smol["profile"] == drop_cost_profile(_hf_result("smollm2")["drop"]["drop_dloss"])
+    assert mini["profile"] == drop_cost_profile(_hf_result("minilm")["drop"]["drop_hidden_cos"])
+    assert smol["hidden_profile"]["depth_slope"] == pytest.approx(-1.0, rel=0.05)
+    assert smol["model"] == {k: v for k, v in _hf_result("smollm2")["model"].items()
+                             if k != "not"}
+    assert (smol["stream_norm"], smol["stream_norm_median"], smol["stream_norm_position0"],
+            smol["stream_norm_all_positions"]) == ([1.0] * 30, [0.9] * 30, [9.0] * 30,
+                                                   [1.1] * 30)
+    assert (smol["growth_exponent"], smol["growth_exponent_all_positions"], smol["loss"],
+            smol["ang_prev"]) == (0.4, 0.5, 3.1, [0.3] * 30)
+    assert smol["_raw"] == _hf_result("smollm2")
+    # in the claim: reported without the raw results, drawn in one figure, no verdict on them
+    monkeypatch.setattr(external, "c12_real_models", lambda ctx: real)
+    asked.clear()
+    res = external.c12(ctx, [])
+    assert asked == [("figure", 2)]
+    assert res.figures == ["figures/c12_real_models.svg"]
+    assert res.numbers["real_models_illustration"]["smollm2"] == {
+        k: v for k, v in smol.items() if k != "_raw"}
+    assert res.verdict == "not run"
+    assert res.note == "the study provided no matched pre/post models for C12"

@@ -46,21 +46,37 @@ class Planted:
 
 
 class FakeContext:
+    """Serves the ladders a claim asks `init_ladder` / `update_ladder` for, made for exactly the
+    rungs, placements, depths and measurements asked (a claim that asks for the wrong ones reads
+    data that is not there), and records each request in `requests`."""
+
     def __init__(self, tmp: Path, world: Planted, failing_lrs: tuple[float, ...] = ()) -> None:
         self.out, self.world, self.failing_lrs = tmp, world, failing_lrs
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.profile = PROFILES["quick"]
         self.log = lambda _m: None
+        self.requests: list[dict[str, Any]] = []
 
     def cached(self, name: str, compute) -> Any:
-        if name.startswith("ladder_xiong"):
-            return self._xiong()
+        raise AssertionError(f"the theory claims read their ladders through init_ladder and "
+                             f"update_ladder, not ctx.cached ({name})")
+
+    def init_ladder(self, name: str, rungs, placements, depths, perturb: bool = False,
+                    stats: bool = True) -> dict[str, Any]:
+        self.requests.append({"kind": "init", "name": name, "rungs": [r.key for r in rungs],
+                              "placements": list(placements), "depths": list(depths),
+                              "perturb": perturb, "stats": stats})
         if name.startswith("ladder_admin"):
-            return self._admin()
-        if name.startswith("ladder_deepnet"):
-            return self._deepnet()
-        raise AssertionError(name)
+            return self._admin(rungs, placements, depths, perturb)
+        return self._xiong(rungs, placements, depths, stats)
+
+    def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
+                      ) -> dict[str, Any]:
+        self.requests.append({"kind": "update", "name": name,
+                              "rungs": [(r.key, lr) for r, lr in rungs], "depths": list(depths),
+                              "steps": steps, "warmup": warmup})
+        return self._deepnet([r.key for r, _ in rungs], depths)
 
     def depths(self) -> list[int]:
         return sorted(set(self.profile.init_depths) | {theory.FIG3_DEPTH})
@@ -87,31 +103,29 @@ class FakeContext:
                 "summary": {"embed_sq": d, "final_in_sq": sq[-1],
                             "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
 
-    def _xiong(self) -> dict[str, Any]:
-        rungs = xiong_ladder(64, 2)
-        return {r.key: {pl: [{"n_blocks": L, "seed": s, "stats": self._stats(r.key, pl, L)}
-                             for s in range(SEEDS) for L in self.depths()]
-                        for pl in ("pre", "post")} for r in rungs}
+    def _xiong(self, rungs, placements, depths, stats: bool) -> dict[str, Any]:
+        return {r.key: {pl: [{"n_blocks": L, "seed": s}
+                             | ({"stats": self._stats(r.key, pl, L)} if stats else {})
+                             for s in range(SEEDS) for L in depths]
+                        for pl in placements} for r in rungs}
 
     # -- Admin's ladder: C8 ----------------------------------------------------------------------
-    def _admin(self) -> dict[str, Any]:
+    def _admin(self, rungs, placements, depths, perturb: bool) -> dict[str, Any]:
         laws = {"n": lambda n: float(n), "log": math.log, "const": lambda n: 1.0}
         out = {}
-        for r in fairseq_ladder(64, 2):
+        for r in rungs:
             out[r.key] = {}
-            for pl, law in ADMIN.items():
-                f = laws[self.world.param(r.key, pl, law)]
-                out[r.key][pl] = [{"n_blocks": L, "seed": s,
-                                   "perturb_change": self.world.jitter(f(2 * L))}
-                                  for s in range(SEEDS) for L in self.profile.init_depths]
+            for pl in placements:
+                f = laws[self.world.param(r.key, pl, ADMIN[pl])]
+                out[r.key][pl] = [{"n_blocks": L, "seed": s}
+                                  | ({"perturb_change": self.world.jitter(f(2 * L))}
+                                     if perturb else {})
+                                  for s in range(SEEDS) for L in depths]
         return out
 
     # -- DeepNet's ladder: C7 --------------------------------------------------------------------
-    def _deepnet(self) -> dict[str, Any]:
-        p, w = self.profile, self.world
-        keys = [r.key for r in fairseq_ladder(64, 2)[:-1]]
-        keys.insert(1, "lr")
-        depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
+    def _deepnet(self, keys: list[str], depths) -> dict[str, Any]:
+        w = self.world
         out = {}
         for key in keys:
             def series(name: str, depth_key: str | None, key=key) -> list[dict[str, Any]]:
@@ -136,6 +150,19 @@ class FakeContext:
 
     def trained_probes(self) -> dict[str, Any]:
         return {"pair": {"matched": False, "reason": "not trained in this test"}}
+
+
+@pytest.fixture(autouse=True)
+def figure_calls(stub_figures):
+    return stub_figures(theory, ["plot_ladder"])
+
+
+@pytest.fixture(autouse=True)
+def _ladders_from_the_fake_context(monkeypatch):
+    """The claims' ladder requests go to the fake context, which serves what they ask for."""
+    monkeypatch.setattr(theory, "init_ladder", lambda ctx, *a, **k: ctx.init_ladder(*a, **k))
+    monkeypatch.setattr(theory, "update_ladder",
+                        lambda ctx, *a, **k: ctx.update_ladder(*a, **k))
 
 
 CLAIMS = {"C1": theory.c1, "C4": theory.c4, "C5": theory.c5, "C7": theory.c7, "C8": theory.c8}
@@ -175,6 +202,7 @@ def _verdicts(result) -> dict[str, str]:
     return {p["subject"]: p["verdict"] for p in result.predictions}
 
 
+@pytest.mark.draws
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
 def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid, tmp_path):
     result = CLAIMS[cid](FakeContext(tmp_path, Planted()))
@@ -185,7 +213,8 @@ def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid
     assert result.verdict == "supported"
     assert result.departure.endswith(": contradicted on no rung")
     assert "departs" not in result.departure
-    assert result.figures and result.figures[0].endswith("_ladder.svg")
+    assert result.figures == [f"figures/{cid.lower()}_ladder.svg"]
+    assert (tmp_path / result.figures[0]).read_text().startswith("<?xml")
 
 
 @pytest.mark.parametrize(("cid", "subject"), [(c, s) for c in BREAKS for s in BREAKS[c]])
@@ -241,6 +270,133 @@ def test_c7_runs_at_the_smallest_lr_where_post_without_warmup_failed(tmp_path):
     assert "failed (stalled)" in result.numbers["lr"]["why"]
     never = theory.c7(FakeContext(tmp_path, Planted()))
     assert never.numbers["lr"]["C6"] == grid[-1] and "at no lr" in never.numbers["lr"]["why"]
+
+
+# -- what each claim asks for, says and reports ------------------------------------------------
+
+@pytest.mark.parametrize("cid", sorted(CLAIMS))
+def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
+    recorded_words(f"theory_{cid}", CLAIMS[cid](FakeContext(tmp_path, Planted())),
+                   figure_calls)
+
+
+def test_the_calibration_s_failed_and_inconclusive_words_are_the_recorded_ones(tmp_path,
+                                                                                recorded_words):
+    broken = Planted(source_a={"pre_inc": 2.0}, source_b={"pre_inc": 2.0})
+    recorded_words("theory_C1_calibration_failed", theory.c1(FakeContext(tmp_path, broken)))
+    recorded_words("theory_C1_noise", theory.c1(FakeContext(tmp_path, Planted(noise=3.0))))
+
+
+def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
+    p = PROFILES["quick"]
+    asked = []
+    for cid in ("C1", "C4", "C5"):
+        ctx = FakeContext(tmp_path, Planted())
+        CLAIMS[cid](ctx)
+        asked += ctx.requests
+    sweep = {"kind": "init", "name": f"ladder_xiong_{theory.CACHE_VERSION}",
+             "rungs": [r.key for r in xiong_ladder(p.width, p.heads)],
+             "placements": ["pre", "post"],
+             "depths": sorted(set(p.init_depths) | {theory.FIG3_DEPTH}),
+             "perturb": False, "stats": True}
+    assert asked == [sweep] * 3
+
+
+def test_c8_asks_for_admin_s_perturbation_on_fairseq_s_ladder_and_nothing_else(tmp_path):
+    p = PROFILES["quick"]
+    ctx = FakeContext(tmp_path, Planted())
+    theory.c8(ctx)
+    assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{theory.CACHE_VERSION}",
+                             "rungs": [r.key for r in fairseq_ladder(p.width, p.heads)],
+                             "placements": ["post", "pre", "admin", "admin_o1"],
+                             "depths": list(p.init_depths), "perturb": True, "stats": False}]
+
+
+def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
+    p = PROFILES["quick"]
+    grid = sorted(p.lrs)
+    ctx = FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
+    theory.c7(ctx)
+    keys = [r.key for r in fairseq_ladder(p.width, p.heads)[:-1]]
+    assert ctx.requests == [{
+        "kind": "update", "name": f"ladder_deepnet_{theory.DEEPNET_CACHE}",
+        "rungs": [(keys[0], theory.SOURCE_LR), ("lr", grid[1])] + [(k, grid[1])
+                                                                    for k in keys[1:]],
+        "depths": sorted({L for L in p.init_depths if p.update_blocks >= L}
+                         | {p.update_blocks}),
+        "steps": 1, "warmup": p.update_steps}]
+
+
+def _fit(xs, ys) -> float:
+    return theory.loglog_fit([(x, y, 0) for x, y in zip(xs, ys, strict=True)],
+                             n_boot=0)["slope"]
+
+
+def test_c1_reports_the_growth_exponent_and_the_range_the_bounds_allow(tmp_path):
+    L = max(PROFILES["quick"].init_depths)
+    result = theory.c1(FakeContext(tmp_path, Planted()))
+    allowed = result.numbers["exponent_range_the_bounds_allow"]
+    assert allowed == pytest.approx([1 - math.log(3) / math.log(L), 1 + math.log(3) / math.log(L)])
+    # planted: E||x_l||^2 - E||x_0||^2 = d inc l, an exponent of 1 on every rung
+    exps = result.numbers["growth_exponent_of_E_x_sq_at_init"]
+    assert set(exps) == {r["rung"] for r in result.ladder}
+    assert all(e["mean"] == pytest.approx(1.0, abs=0.02) for e in exps.values()), exps
+    assert f"[{allowed[0]:.2f}, {allowed[1]:.2f}] at L = {L}" in result.caveat
+
+
+def test_c4_reports_each_placement_s_planted_slope(tmp_path):
+    depths = PROFILES["quick"].init_depths
+    result = theory.c4(FakeContext(tmp_path, Planted(init={"post_slope": 0.35,
+                                                           "pre_mech": 0.1})))
+    last = result.numbers["slopes"][result.ladder[-1]["rung"]]
+    stream = _fit(depths, [1 + L for L in depths])  # planted E||x_L||^2 / d = 1 + L
+    assert last["post"]["mean"] == pytest.approx(0.35, abs=0.01)
+    assert last["pre E||x_L||^2"]["mean"] == pytest.approx(stream, abs=0.01)
+    assert last["pre"]["mean"] == pytest.approx(-0.5 * stream + 0.1, abs=0.01)
+    first = result.numbers["slopes"][result.ladder[0]["rung"]]
+    assert first["post"]["mean"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_c5_reports_each_placement_s_planted_trend(tmp_path):
+    result = theory.c5(FakeContext(tmp_path, Planted(noise=0.0, init={"pre_trend": 0.4})))
+    init = next(r["rung"] for r in result.ladder if r["key"] == "init")
+    assert result.numbers["pre_trend"][init]["mean"] == pytest.approx(0.4, abs=1e-9)
+    assert result.numbers["post_trend"][init]["mean"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_c8_reports_the_law_bands_and_each_placement_s_slope(tmp_path):
+    depths = PROFILES["quick"].init_depths
+    result = theory.c8(FakeContext(tmp_path, Planted()))
+    s_log = theory.log_law_slope([2 * L for L in depths])
+    assert result.numbers["slope_of_ln_n_over_these_depths"] == pytest.approx(s_log)
+    assert result.numbers["law_bands"] == {k: list(v) for k, v in
+                                           theory.nearest_law_bands(s_log).items()}
+    last = result.numbers["slopes"][result.ladder[-1]["rung"]]
+    assert last["post"]["mean"] == pytest.approx(1.0, abs=0.01)
+    assert last["pre"]["mean"] == pytest.approx(s_log, abs=0.01)
+    assert last["admin"]["mean"] == pytest.approx(s_log, abs=0.01)
+    assert last["admin_o1"]["mean"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_step(tmp_path):
+    p = PROFILES["quick"]
+    scale = p.update_blocks / 24  # planted: post's first update is 1.0 (L / 24) without warmup
+    world = Planted(noise=0.0, **{k: {"post_warmup": 0.02} for k in ("source", "lr")})
+    result = theory.c7(FakeContext(tmp_path, world))
+    source, lr = result.ladder[0]["rung"], result.ladder[1]["rung"]
+    warm = result.numbers["log_ratio_no_warmup_over_warmup"]
+    assert warm[source]["mean"] == pytest.approx(math.log(scale / 0.02))
+    assert warm[result.ladder[-1]["rung"]]["mean"] == pytest.approx(math.log(scale / 0.01))
+    pre = result.numbers["log_ratio_post_over_pre_no_warmup"][lr]
+    assert pre["mean"] == pytest.approx(math.log(scale / DEEPNET["pre"]))
+    sat = result.numbers["saturation_at_the_first_step"][source]
+    assert sat["first_update_post"]["mean"] == pytest.approx(scale)
+    assert sat["init_distance"]["mean"] == pytest.approx(10.0)
+    assert sat["saturated"] is (scale > 5.0)
+    assert result.numbers["lr"]["source"] == theory.SOURCE_LR
+    big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
+    assert theory.c7(FakeContext(tmp_path, big)).numbers["saturation_at_the_first_step"][
+        source]["saturated"] is True
 
 
 # -- the derived predictions on planted laws -------------------------------------------------------

@@ -218,8 +218,9 @@ def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
     the rule, which also refuses "both decline")."""
     from normlab.study.verdict import predict_direction
 
-    src = ("Curse of Depth / Gromov et al. (deep layers removable 'at little cost'): no size "
-           "given: decided at 0, the size reported")
+    src = ("Gromov et al. ('minimal degradation of performance until after a large fraction "
+           "(up to half) of the layers are removed') and Curse of Depth: no size given: decided "
+           "at 0, the size reported")
     pre, post = list(slopes["pre"]), list(slopes["post"])
     return [
         predict_direction("pre", "depth slope of drop cost / median interior drop cost",
