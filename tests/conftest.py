@@ -75,8 +75,9 @@ def _figure_words(value):
     if isinstance(value, Path):
         return value.name
     if isinstance(value, dict):
-        return {str(k): _figure_words(v) if isinstance(v, (str, dict)) else type(v).__name__
-                for k, v in value.items()}
+        return {str(k): _figure_words(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return list(value)  # the runs a curve figure draws
     return type(value).__name__
 
 

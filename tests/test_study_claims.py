@@ -266,3 +266,45 @@ def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
     assert len(quotes) >= 10, quotes
     missing = sorted(q for q in quotes if plain(q) not in docs)
     assert not missing, f"quoted in a claim but not in docs/: {missing}"
+
+
+def test_slope_over_depth_is_the_least_squares_slope_against_relative_depth():
+    from normlab.study.claims import slope_over_depth
+
+    assert slope_over_depth([1.0, 3.0, 5.0]) == pytest.approx(4.0)  # x = 0, 1/2, 1
+    assert slope_over_depth([2.0, 1.0]) == pytest.approx(-1.0)
+    assert slope_over_depth([1.0, 1.5, 4.0, 2.5]) == pytest.approx(
+        np_slope([0, 1 / 3, 2 / 3, 1], [1.0, 1.5, 4.0, 2.5]))
+    assert math.isnan(slope_over_depth([2.0]))
+
+
+def np_slope(xs: list[float], ys: list[float]) -> float:
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+            / sum((x - mx) ** 2 for x in xs))
+
+
+def test_merge_per_drop_divides_each_merge_by_the_next_block_s_drop_over_the_deeper_half():
+    from normlab.study.claims import merge_per_drop
+
+    # pairs (t, t+1): merge_kl[t] / drop_kl[t+1] = 1/0 (nan), 2/4, 3/8, 4/2; the deeper half:
+    # the last two
+    per_block = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 0.0, 4.0, 8.0, 2.0]}
+    assert merge_per_drop(per_block) == pytest.approx((3 / 8 + 4 / 2) / 2)
+    late_zero = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 1.0, 4.0, 0.0, 2.0]}
+    assert math.isnan(merge_per_drop(late_zero))
+
+
+class _Lens(FakeContext):
+    def trained_probes(self) -> dict[str, Any]:
+        out = super().trained_probes()
+        for p in ("pre", "post"):
+            for s in out[p]["seeds"]:
+                s["per_block"]["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
+                s["per_block"]["lens_normed"] = [3.0] * 6
+        return out
+
+
+def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
+    result = CLAIMS["C13"](_Lens(tmp_path, World(0.0, **_fill({}))))
+    assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)

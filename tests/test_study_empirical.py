@@ -49,6 +49,7 @@ class Fake:
         self.claims = None
         self.stalled = tuple(k[len("stalled_"):] for k in p if k.startswith("stalled_"))
         self.tuned_calls: list[tuple[str, int]] = []
+        self.prefetched: list[Any] = []
 
     def draw(self, key: str, lr: float | None = None) -> float:
         value = self.p.get(f"{key}@{lr:g}", self.p[key]) if lr is not None else self.p[key]
@@ -78,10 +79,10 @@ class Fake:
         return {lr: self._records(family, lr, warmup) for lr in lrs}
 
     def prefetch(self, specs: list) -> None:
-        pass
+        self.prefetched.append(specs)
 
     def prefetch_deep(self) -> None:
-        pass
+        self.prefetched.append("deep")
 
     def deep_runs(self, placement: str) -> dict[str, Any]:
         if "fn12" not in self.p:
@@ -523,3 +524,31 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
     assert mean(c3["late_drop_kl"]["pre"]) == pytest.approx(1.0)
     assert mean(c3["late_drop_dloss"]["post"]) == pytest.approx(1.0)
     assert mean(c3["effective_depth"]["pre"]) == pytest.approx(3.0)
+
+
+def test_c6a_trains_the_no_warmup_runs_of_both_placements_in_one_go(tmp_path):
+    ctx = Fake(tmp_path, noise=0.0, **C6_GOOD)  # post's tuned lr: the first of equals, 1e-3
+    CLAIMS["C6a"](ctx)
+    assert ctx.prefetched == [[("pre", [1e-3, 2e-3], 0), ("post", [1e-3, 2e-3], 0)]]
+    stalled = Fake(tmp_path, **C6_GOOD, stalled_post=1.0)
+    CLAIMS["C6a"](stalled)
+    assert stalled.prefetched == []
+
+
+@pytest.mark.parametrize(("claims", "prefetched"), [(None, ["deep"]), (["C11", "C12"], ["deep"]),
+                                                    (["C11"], [])])
+def test_c11_trains_both_placements_deep_models_only_when_c12_reads_them(claims, prefetched,
+                                                                         tmp_path):
+    ctx = Fake(tmp_path, **C11_GOOD)
+    ctx.claims = claims
+    CLAIMS["C11"](ctx)
+    assert ctx.prefetched == prefetched
+
+
+def test_c11_says_when_the_profile_s_deep_pre_model_did_not_train(tmp_path, recorded_words,
+                                                                  figure_calls):
+    world = {k: v for k, v in C11_GOOD.items() if k != "fn12"}  # standard: 12 blocks, none
+    result = CLAIMS["C11"](Fake(tmp_path, **world))
+    assert "No 12-block pre model trained: the cost of dropping the final norm is measured at " \
+        "6 blocks only" in result.note
+    recorded_words("empirical_C11_no_deep_model_trained", result, figure_calls)

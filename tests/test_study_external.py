@@ -393,3 +393,72 @@ def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypat
         k: v for k, v in smol.items() if k != "_raw"}
     assert res.verdict == "not run"
     assert res.note == "the study provided no matched pre/post models for C12"
+
+
+# -- the rule's edges ---------------------------------------------------------------------------
+
+def test_an_interval_touching_zero_is_above_or_below_only_when_the_edge_counts():
+    from normlab.study.external import _above, _below, _detectable
+
+    touch_low = {"ci95": [0.0, 1.0], "n": 3}
+    touch_high = {"ci95": [-1.0, 0.0], "n": 3}
+    assert not _above(touch_low) and _above(touch_low, strict=False)
+    assert not _below(touch_high) and _below(touch_high, strict=False)
+    assert _above({"ci95": [0.5, 1.0], "n": 2}, threshold=0.4)
+    assert not _above({"ci95": [0.5, 1.0], "n": 2}, threshold=0.5)
+    assert _below({"ci95": [-1.0, 0.3], "n": 2}, threshold=0.4)
+    assert not _below({"ci95": [-1.0, 0.4], "n": 2}, threshold=0.4)
+    one_seed = {"n": 1}
+    assert not _above({**one_seed, "ci95": [0.5, 1.0]}, strict=False)
+    assert not _below({**one_seed, "ci95": [-1.0, -0.5]}, strict=False)
+    undefined = {"ci95": [math.nan, math.nan], "n": 3}
+    assert not _above(undefined, strict=False) and not _below(undefined, strict=False)
+    assert _detectable({"ci95": [-0.5, 1.5], "n": 2}) == pytest.approx(1.0)
+    assert _detectable({"ci95": [1.0, 1.0], "n": 1}) is None
+    assert _detectable({"ci95": [math.nan, math.nan], "n": 3}) is None
+
+
+@pytest.mark.parametrize(("pre", "post", "verdict", "reason"), [
+    (-1.0, 0.1, "supported", "pre's deep blocks are cheaper; post's are not"),
+    (0.5, -0.5, "not supported", "post's slope is not above pre's"),
+    (0.4, 0.6, "not supported", "pre's deep blocks are not cheaper than its shallow ones"),
+    (-2.0, -1.0, "inconclusive", "both placements' deep blocks are cheaper, post's less so"),
+    (0.0, 0.0, "inconclusive", "the intervals include 0: too few seeds for an effect of this size"),
+])
+def test_each_of_c12_s_outcomes_says_its_reason(pre, post, verdict, reason):
+    noise = 1.0 if verdict == "inconclusive" and pre == 0.0 else 0.05
+    res = decide_c12(_slopes(pre=pre, post=post, noise=noise, seed=3))
+    assert (res["verdict"], res["reason"]) == (verdict, reason)
+    planted = _slopes(pre, post, noise, 3)
+    diff = np.array(planted["post"]) - np.array(planted["pre"])
+    assert res["intervals"]["post - pre"]["mean"] == pytest.approx(float(diff.mean()))
+    assert res["intervals"]["pre"]["mean"] == pytest.approx(float(np.mean(planted["pre"])))
+    assert res["intervals"]["post"]["n"] == SEEDS
+    assert res["effect"].name == "depth slope of the drop cost: post - pre"
+    assert res["effect"].expected == "> 0"
+
+
+def test_c12_needs_paired_slopes_and_names_one_pair():
+    with pytest.raises(ValueError, match="same number of pre and post slopes"):
+        decide_c12({"pre": [-1.0, -1.1], "post": [0.1]})
+    res = decide_c12({"pre": [-1.0], "post": [1.0]})
+    assert res["reason"] == "1 matched pair(s); at least 2 are needed"
+    assert res["smallest_detectable"] is None
+
+
+def test_drop_cost_profile_s_removable_share_counts_deep_interior_blocks_below_half_the_median():
+    # interior t = 1..5, median 1; deep ((t + 0.5) / 7 > 0.5): t = 4 (0.2, cheap) and 5
+    costs = [5.0, 1.0, 1.0, 1.0, 0.2, 1.0, 5.0]
+    res = drop_cost_profile(costs)
+    assert res["median_interior"] == 1.0 and res["n_blocks"] == 7
+    assert res["removable_share"] == pytest.approx(1 / 2)
+    x = [(t + 0.5) / 7 for t in range(1, 6)]
+    assert res["depth_slope"] == pytest.approx(float(np.polyfit(x, costs[1:6], 1)[0]))
+    assert res["why_undefined"] is None and res["last"] == 5.0 and res["costs"] == costs
+    assert drop_cost_profile([1.0, 0.5, 0.5, 0.5, math.nan, 1.0])["why_undefined"] == (
+        "fewer than 3 interior blocks or a non-finite cost")
+    one = drop_cost_profile([2.0])
+    assert (one["first"], one["last"], one["interior"]) == (2.0, None, [])
+    assert drop_cost_profile([])["first"] is None
+    assert drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])["why_undefined"] == (
+        "median interior drop cost 0 <= 0")

@@ -68,11 +68,6 @@ def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
     return predictions[0]
 
 
-def not_run(cid: str, title: str, why: str) -> ClaimResult:
-    return ClaimResult(id=cid, title=title, statement="", source="", method="",
-                       verdict="not run", rule="", note=why)
-
-
 def _rel(ctx: StudyContext, path) -> list[str]:
     return [str(path.relative_to(ctx.out))] if path is not None else []
 
