@@ -157,23 +157,6 @@ def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path
     assert res["verdict"] == "inconclusive" and len(res["left_out"]) == 2
 
 
-def test_c12_reports_a_side_that_stalled_in_every_seed(tiny_pairs, tmp_path, monkeypatch):
-    """Deep post models that all stalled are a result: the claim names the side as stalled and
-    says so, and compares nothing; a side with one trained seed is not called stalled."""
-    from normlab.study import external
-
-    monkeypatch.setattr(external, "c12_real_models", lambda ctx: None)
-    ctx = _ctx(tmp_path)
-    stalled = [dataclasses_replace(c, outcome="stalled") if c.placement == "post" else c
-               for c in tiny_pairs]
-    res = external.c12(ctx, stalled)
-    assert res.verdict == "inconclusive" and res.stalled == ["post"]
-    assert "post stalled or diverged in every seed at its tuned lr" in res.note
-    one = [dataclasses_replace(c, outcome="stalled")
-           if c.placement == "post" and c.seed == 0 else c for c in tiny_pairs]
-    assert external.c12(ctx, one).stalled == []
-
-
 def dataclasses_replace(obj, **changes):
     import dataclasses
 
@@ -462,3 +445,20 @@ def test_drop_cost_profile_s_removable_share_counts_deep_interior_blocks_below_h
     assert drop_cost_profile([])["first"] is None
     assert drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])["why_undefined"] == (
         "median interior drop cost 0 <= 0")
+
+
+def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
+    """Deep post models that all stalled are a result: the claim names the side as stalled and
+    says so, and compares nothing; a side with one trained seed is not called stalled."""
+    ctx = _planted_ctx(tmp_path)
+    res = planted_c12.c12(ctx, _pretrained(outcome_post="stalled"))
+    assert res.verdict == "inconclusive" and res.stalled == ["post"]
+    assert "post stalled or diverged in every seed at its tuned lr: no pair to compare" in \
+        res.note
+    assert "0 matched pair(s) along the trajectories, fewer than the 3" in res.note
+    diverged = planted_c12.c12(ctx, _pretrained(outcome_post="diverged"))
+    assert diverged.stalled == ["post"]
+    one = [dataclasses_replace(c, outcome="stalled") if c.placement == "post" and c.seed == 0
+           else c for c in _pretrained()]
+    mixed = planted_c12.c12(ctx, one)
+    assert mixed.stalled == [] and "stalled" not in mixed.note
