@@ -64,7 +64,7 @@ class FakeContext:
 
     def init_ladder(self, name: str, rungs, placements, depths, perturb: bool = False,
                     stats: bool = True) -> dict[str, Any]:
-        self.requests.append({"kind": "init", "name": name, "rungs": [r.key for r in rungs],
+        self.requests.append({"kind": "init", "name": name, "rungs": list(rungs),
                               "placements": list(placements), "depths": list(depths),
                               "perturb": perturb, "stats": stats})
         if name.startswith("ladder_admin"):
@@ -74,7 +74,8 @@ class FakeContext:
     def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
                       ) -> dict[str, Any]:
         self.requests.append({"kind": "update", "name": name,
-                              "rungs": [(r.key, lr) for r, lr in rungs], "depths": list(depths),
+                              "rungs": [(r.key, r.fields, lr) for r, lr in rungs],
+                              "depths": list(depths),
                               "steps": steps, "warmup": warmup})
         return self._deepnet([r.key for r, _ in rungs], depths)
 
@@ -295,7 +296,7 @@ def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
         CLAIMS[cid](ctx)
         asked += ctx.requests
     sweep = {"kind": "init", "name": f"ladder_xiong_{theory.CACHE_VERSION}",
-             "rungs": [r.key for r in xiong_ladder(p.width, p.heads)],
+             "rungs": xiong_ladder(p.width, p.heads),
              "placements": ["pre", "post"],
              "depths": sorted(set(p.init_depths) | {theory.FIG3_DEPTH}),
              "perturb": False, "stats": True}
@@ -307,7 +308,7 @@ def test_c8_asks_for_admin_s_perturbation_on_fairseq_s_ladder_and_nothing_else(t
     ctx = FakeContext(tmp_path, Planted())
     theory.c8(ctx)
     assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{theory.CACHE_VERSION}",
-                             "rungs": [r.key for r in fairseq_ladder(p.width, p.heads)],
+                             "rungs": fairseq_ladder(p.width, p.heads),
                              "placements": ["post", "pre", "admin", "admin_o1"],
                              "depths": list(p.init_depths), "perturb": True, "stats": False}]
 
@@ -317,11 +318,12 @@ def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
     grid = sorted(p.lrs)
     ctx = FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
     theory.c7(ctx)
-    keys = [r.key for r in fairseq_ladder(p.width, p.heads)[:-1]]
+    source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
     assert ctx.requests == [{
         "kind": "update", "name": f"ladder_deepnet_{theory.DEEPNET_CACHE}",
-        "rungs": [(keys[0], theory.SOURCE_LR), ("lr", grid[1])] + [(k, grid[1])
-                                                                    for k in keys[1:]],
+        "rungs": [(source.key, source.fields, theory.SOURCE_LR),
+                  ("lr", source.fields, grid[1])] + [(r.key, r.fields, grid[1])
+                                                     for r in toward],
         "depths": sorted({L for L in p.init_depths if p.update_blocks >= L}
                          | {p.update_blocks}),
         "steps": 1, "warmup": p.update_steps}]
