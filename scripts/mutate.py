@@ -15,9 +15,13 @@ or that no test reaches counts against the score.
     python scripts/mutate.py                      # every module, in the table's order
     python scripts/mutate.py normlab/study/verdict.py normlab/probe/fits.py
     python scripts/mutate.py --list               # the modules and their tests
+    python scripts/mutate.py --recheck normlab/study/theory.py   # the last run's survivors,
+                                                  # against the current tests
 
 A row may name `functions`: then only those functions' mutants run and count (the trainer's
 step, not its bookkeeping).
+
+`mutants/` keeps the last module's run only, so `--recheck` applies to the module run last.
 
 Per module it writes build/mutation/<module>.txt (the surviving mutants' diffs) and updates
 build/mutation/scores.json; at the end it prints the score per module.
@@ -120,6 +124,38 @@ def survivor_diffs(path: str, names: list[str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def recheck(path: str, tests: list[str], env: dict[str, str]) -> int:
+    """Run the current tests on the survivors of the last `path` run (the mutants left in
+    `mutants/`): each survivor under `MUTANT_UNDER_TEST`, as mutmut runs it, after the project's
+    current tests are copied in. A survivor a test now fails on is recorded as killed in mutmut's
+    record. Returns how many were killed. Tests added after a run are checked on exactly the
+    mutants that run left, without mutating the module again."""
+    meta_file = ROOT / "mutants" / (path + ".meta")
+    if not meta_file.exists():
+        raise SystemExit(f"error: no mutmut record for {path} in mutants/: run "
+                         f"`python scripts/mutate.py {path}` first")
+    shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
+    shutil.copy2(ROOT / "pyproject.toml", ROOT / "mutants" / "pyproject.toml")
+    meta = json.loads(meta_file.read_text())
+    codes = meta["exit_code_by_key"]
+    import mutmut.__main__ as mm
+
+    survivors = [n for n, c in codes.items()
+                 if mm.status_by_exit_code.get(c, "not checked") not in DETECTED]
+    killed = 0
+    for i, name in enumerate(survivors, 1):
+        run_env = dict(env, MUTANT_UNDER_TEST=name, PYTHONPATH=str(ROOT / "mutants"))
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               *tests], cwd=ROOT / "mutants", env=run_env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        codes[name] = proc.returncode
+        killed += proc.returncode != 0
+        print(f"   [{i}/{len(survivors)}] {name}: "
+              f"{'killed' if proc.returncode else 'survived'}", flush=True)
+    meta_file.write_text(json.dumps(meta))
+    return killed
+
+
 def score(statuses: dict[str, str], equivalent: set[str]) -> dict:
     counted = {n: s for n, s in statuses.items() if n not in equivalent}
     killed = sum(s in DETECTED for s in counted.values())
@@ -139,8 +175,11 @@ def main() -> int:
     parser.add_argument("modules", nargs="*", help="module paths (default: every module)")
     parser.add_argument("--list", action="store_true", help="print the modules and their tests")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--timeout", type=float, default=1800.0,
-                        help="seconds for one module's run (default 1800)")
+    parser.add_argument("--timeout", type=float, default=5400.0,
+                        help="seconds for one module's run (default 5400)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run the current tests on the survivors of each module's last run "
+                             "(kept in mutants/) instead of mutating it again")
     parser.add_argument("--run-one", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -172,21 +211,31 @@ def main() -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--run-one", path,
                "--max-children", str(args.max_children)]
         log = OUT / (path.replace("/", ".") + ".log")
-        try:
-            with log.open("w") as out:
-                proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout,
-                                      stdout=out, stderr=subprocess.STDOUT)
-        except subprocess.TimeoutExpired:
-            print(f"   timed out after {args.timeout:.0f} s (mutmut's output: {log})", flush=True)
-            failed.append(path)
-            continue
-        if proc.returncode != 0:
-            print(log.read_text()[-4000:])
-            print(f"   mutmut failed on {path} (exit {proc.returncode})", flush=True)
-            failed.append(path)
-            continue
+        if args.recheck:
+            killed = recheck(path, table[path], env)
+            print(f"   {killed} survivor(s) of the last run killed by the current tests",
+                  flush=True)
+        else:
+            try:
+                with log.open("w") as out:
+                    proc = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout,
+                                          stdout=out, stderr=subprocess.STDOUT)
+            except subprocess.TimeoutExpired:
+                print(f"   timed out after {args.timeout:.0f} s (mutmut's output: {log})",
+                      flush=True)
+                failed.append(path)
+                continue
+            if proc.returncode != 0:
+                print(log.read_text()[-4000:])
+                print(f"   mutmut failed on {path} (exit {proc.returncode})", flush=True)
+                failed.append(path)
+                continue
         result = score(status_counts(path, mutant_globs(rows[path])), equivalent)
-        result["seconds"] = round(time.monotonic() - start)
+        if args.recheck:  # the run's own time stands; the recheck's is added
+            result["seconds"] = scores.get(path, {}).get("seconds", 0)
+            result["recheck_seconds"] = round(time.monotonic() - start)
+        else:
+            result["seconds"] = round(time.monotonic() - start)
         result["tests"] = table[path]
         scores[path] = result
         scores_file.write_text(json.dumps(scores, indent=2) + "\n")

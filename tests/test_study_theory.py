@@ -140,13 +140,20 @@ class FakeContext:
                 "post, warmup": series("post_warmup", None),
                 "deepnorm, no warmup": series("deepnorm", "deepnorm_depth"),
                 "pre, no warmup": series("pre", None)},
-                "init_distance": [{"n_blocks": L, "seed": s, "distance": 10.0}
+                "init_distance": [{"n_blocks": L, "seed": s,
+                                   "distance": w.param(key, f"distance@{L}", 10.0)}
                                   for L in depths for s in range(SEEDS)]}
         return out
 
     def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
+        self.requests.append({"kind": "runs", "family": family, "lrs": list(lrs),
+                              "warmup": warmup})
+        if family != "post" or warmup != 0:
+            raise AssertionError(f"C7 reads C6's post runs without warmup, not {family} "
+                                 f"with warmup {warmup}")
+        outcomes = self.world.param("runs", "outcomes", ["stalled"] * SEEDS)
         return {lr: [{"seed": s, "failed": lr in self.failing_lrs,
-                      "outcome": "stalled" if lr in self.failing_lrs else "completed"}
+                      "outcome": outcomes[s] if lr in self.failing_lrs else "completed"}
                      for s in range(SEEDS)] for lr in lrs}
 
     def trained_probes(self) -> dict[str, Any]:
@@ -319,7 +326,8 @@ def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
     ctx = FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
     theory.c7(ctx)
     source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
-    assert ctx.requests == [{
+    assert ctx.requests[0] == {"kind": "runs", "family": "post", "lrs": grid, "warmup": 0}
+    assert ctx.requests[1:] == [{
         "kind": "update", "name": f"ladder_deepnet_{theory.DEEPNET_CACHE}",
         "rungs": [(source.key, source.fields, theory.SOURCE_LR),
                   ("lr", source.fields, grid[1])] + [(r.key, r.fields, grid[1])
@@ -399,6 +407,54 @@ def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_st
     big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
     assert theory.c7(FakeContext(tmp_path, big)).numbers["saturation_at_the_first_step"][
         source]["saturated"] is True
+
+
+def test_c7_names_every_way_post_failed_at_c6_s_lr(tmp_path):
+    grid = sorted(PROFILES["quick"].lrs)
+    mixed = Planted(runs={"outcomes": ["stalled", "diverged"] * (SEEDS // 2)})
+    result = theory.c7(FakeContext(tmp_path, mixed, failing_lrs=(grid[2],)))
+    assert result.numbers["lr"] == {
+        "source": theory.SOURCE_LR, "C6": grid[2],
+        "why": "the smallest lr of C6's grid at which post without warmup failed (diverged, "
+               "stalled)"}
+    never = theory.c7(FakeContext(tmp_path, Planted())).numbers["lr"]["why"]
+    assert never == "post without warmup failed at no lr of C6's grid: its largest lr"
+
+
+def test_c7_reads_the_init_distance_at_each_depth_and_saturates_strictly_past_half(tmp_path):
+    p = PROFILES["quick"]
+    rungs = ("source", "lr", "gelu", "tied")
+    # post's first update 15 (L / 24): 7.5 at 12 blocks, below half a distance of 100 there only
+    far = Planted(noise=0.0, **{k: {"post": 15.0, "post_depth": 1.0, "distance@12": 100.0}
+                                for k in rungs})
+    assert set(theory.c7(FakeContext(tmp_path, far)).numbers["depth_of_the_ratios"].values()
+               ) == {12}
+    # exactly half the distance is saturated already: no depth to read the ratio at
+    half = Planted(noise=0.0, **{k: {"post": 5.0, "post_depth": 0.0} for k in rungs})
+    result = theory.c7(FakeContext(tmp_path, half))
+    assert set(result.numbers["depth_of_the_ratios"].values()) == {None}
+    source = result.ladder[0]["rung"]
+    assert result.numbers["saturation_at_the_first_step"][source]["saturated"] is False
+    above = Planted(noise=0.0, source={"post": 8.0, "post_depth": 0.0,
+                                       f"distance@{p.update_blocks}": 10.0, "distance@3": 1.0})
+    sat = theory.c7(FakeContext(tmp_path, above)).numbers["saturation_at_the_first_step"][source]
+    assert sat["saturated"] is True and sat["init_distance"]["mean"] == pytest.approx(10.0)
+
+
+def test_log_ratios_are_undefined_unless_both_sides_are_positive():
+    got = theory._log_ratios([1.0, math.e, 0.0, -1.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0, -2.0])
+    assert got[:2] == [0.0, pytest.approx(1.0)]
+    assert all(math.isnan(v) for v in got[2:])
+
+
+def test_growth_exponent_needs_two_blocks_above_the_embedding():
+    def stats(sq):
+        return {"summary": {"embed_sq": 1.0}, "per_block": {"sq_norm": sq}}
+
+    assert theory.growth_exponent_sq(stats([2.0, 3.0])) == pytest.approx(1.0)  # 1, 2 at l = 1, 2
+    assert theory.growth_exponent_sq(stats([1.0, 2.0, 5.0])) == pytest.approx(
+        math.log(4.0) / math.log(1.5))  # the block at the embedding's level is left out
+    assert math.isnan(theory.growth_exponent_sq(stats([0.5, 2.0])))
 
 
 # -- the derived predictions on planted laws -------------------------------------------------------
