@@ -457,6 +457,37 @@ def test_growth_exponent_needs_two_blocks_above_the_embedding():
     assert math.isnan(theory.growth_exponent_sq(stats([0.5, 2.0])))
 
 
+def _row(rung: str, calibration: bool, verdict: str, **subjects: str) -> dict[str, Any]:
+    return {"rung": rung, "change": f"{rung} changed", "calibration": calibration,
+            "verdict": verdict, "predictions": [{"subject": k.replace("_", " "), "verdict": v}
+                                                for k, v in subjects.items()]}
+
+
+def test_calibration_status_names_the_readings_that_hold():
+    rows = [_row("a", True, "supported"), _row("b", True, "not supported"),
+            _row("c", True, "supported"), _row("block", False, "not supported")]
+    assert theory.calibration_status(rows) == {
+        "status": "passed (a; c)", "held": ["a", "c"], "contradicted": ["b"],
+        "rungs": ["a", "b", "c"]}
+    assert theory.calibration_status(rows[:1])["status"] == "passed"
+    assert theory.calibration_status([rows[1], _row("d", True, "inconclusive")])["status"] == \
+        "failed"
+    assert theory.calibration_status([_row("d", True, "inconclusive")])["status"] == \
+        "inconclusive"
+
+
+def test_departure_names_each_prediction_s_first_contradicted_rung_after_the_source():
+    rows = [_row("src", True, "supported", pre="supported", post="supported",
+                 pre_vs_post="supported"),
+            _row("mlp", False, "not supported", pre="not supported", post="supported",
+                 pre_vs_post="supported"),
+            _row("init", False, "not supported", pre="not supported", post="not supported",
+                 pre_vs_post="supported")]
+    assert theory.departure(rows) == ("pre departs when mlp changed (mlp); post departs when "
+                                      "init changed (init); pre vs post: contradicted on no rung")
+    assert theory.departure([_row("src", True, "inconclusive", pre="inconclusive")]) == ""
+
+
 # -- the derived predictions on planted laws -------------------------------------------------------
 
 NS = [2 * L for L in (3, 6, 12, 24, 48)]
