@@ -295,10 +295,13 @@ def planted_c10(monkeypatch):
     return external
 
 
-def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words):
+def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words, stub_figures):
+    import normlab.study.figures
+
+    drawn = stub_figures(normlab.study.figures, ["plot_bars"])
     ctx = _planted_ctx(tmp_path)
     result = planted_c10.c10(ctx, _pretrained())
-    recorded_words("external_C10", result)
+    recorded_words("external_C10", result, drawn)
     assert result.verdict == "supported"
     assert result.numbers["ngram_baseline_context"] == 0.55
     assert result.numbers["majority"] == 0.4 and result.numbers["chance"] == 1 / 3
@@ -462,3 +465,59 @@ def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
            else c for c in _pretrained()]
     mixed = planted_c12.c12(ctx, one)
     assert mixed.stalled == [] and "stalled" not in mixed.note
+
+
+def test_pairs_refuse_a_placement_c10_and_c12_do_not_compare():
+    with pytest.raises(ValueError, match=r"one of \('pre', 'post'\), got 'sandwich' \(x\)"):
+        matched_pairs([Pretrained("sandwich", 0, Path("x"), 2.0)])
+
+
+def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monkeypatch):
+    """The drop curve of each checkpoint is cached under its run and step; a pair whose curve
+    has no defined slope is reported, kept in the per-seed numbers and left out of the rule."""
+    from normlab.study import external
+
+    curves = {"pre-0": _curve(8, -1.0), "post-0": _curve(8, 0.0), "pre-1": _curve(8, -1.2),
+              "post-1": _curve(8, 0.1), "pre-2": _curve(8, -0.8), "post-2": [1.0, 0.0, 0.0,
+                                                                            0.0, 0.0, 1.0]}
+    read = []
+
+    def own_drop_curve(run_dir, batches, step=None):
+        read.append((Path(run_dir).name, step, batches))
+        return {"drop_dloss": curves[Path(run_dir).name], "n_blocks": 8}
+
+    monkeypatch.setattr(external, "own_drop_curve", own_drop_curve)
+    ctx = _planted_ctx(tmp_path, match_tolerance=0.1)
+    ctx.probe_batches = lambda: ["the probe batches"]
+    cached = []
+    ctx.cached = lambda name, compute: cached.append(name) or compute()
+    checkpoints = [Pretrained(pl, s, Path(f"/runs/{pl}-{s}"), 2.2 + (0.08 if pl == "post" else 0),
+                              step=100 * s or None)
+                   for s in range(3) for pl in ("pre", "post")]
+    res = external.c12_own_models(ctx, checkpoints)
+    assert res["tolerance"] == 0.1  # the profile's
+    assert cached == ["c12_drop_pre-0", "c12_drop_post-0", "c12_drop_pre-1_step100",
+                      "c12_drop_post-1_step100", "c12_drop_pre-2_step200",
+                      "c12_drop_post-2_step200"]
+    assert read[0] == ("pre-0", None, ["the probe batches"]) and read[2][1] == 100
+    assert res["slopes"] == {"pre": [drop_cost_profile(curves["pre-0"])["depth_slope"],
+                                     drop_cost_profile(curves["pre-1"])["depth_slope"]],
+                             "post": [drop_cost_profile(curves["post-0"])["depth_slope"],
+                                      drop_cost_profile(curves["post-1"])["depth_slope"]]}
+    assert res["left_out"] == ["seed 2: post median interior drop cost 0 <= 0"]
+    assert sorted(res["per_seed"]) == [0, 1, 2]
+    row = res["per_seed"][1]["post"]
+    assert (row["val_loss"], row["run_id"], row["step"]) == (pytest.approx(2.28), "post-1", 100)
+    assert row["costs"] == curves["post-1"]
+    assert res["verdict"] == decide_c12(res["slopes"])["verdict"]
+    strict = external.c12_own_models(ctx, checkpoints, tolerance=0.05)
+    assert strict["tolerance"] == 0.05 and strict["slopes"] == {"pre": [], "post": []}
+
+
+def test_c10_reads_passages_in_the_pretraining_window_only_when_it_divides_them(tiny_pairs):
+    from normlab.study.external import _window
+
+    run = tiny_pairs[0].run_dir  # learned positions, a context of 64
+    assert _window(run, 256) == 64
+    assert _window(run, 64) is None  # a passage that fits the context is read whole
+    assert _window(run, 200) is None  # 200 is not a multiple of 64
