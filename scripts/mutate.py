@@ -79,7 +79,7 @@ def run_one(path: str, tests: list[str], max_children: int, globs: list[str]) ->
         _pytest.nodes.Node._nodeid = property(lambda node: node.nodeid)
     others = [str(p) for p in Path("normlab").rglob("*.py") if str(p) != path]
     mutmut.config = mm.Config(
-        also_copy=[Path("tests/"), Path("pyproject.toml")],
+        also_copy=[Path("tests/"), Path("docs/"), Path("pyproject.toml")],  # docs: tests read it
         do_not_mutate=others,
         max_stack_depth=-1,
         debug=False,
@@ -134,7 +134,8 @@ def recheck(path: str, tests: list[str], env: dict[str, str]) -> int:
     if not meta_file.exists():
         raise SystemExit(f"error: no mutmut record for {path} in mutants/: run "
                          f"`python scripts/mutate.py {path}` first")
-    shutil.copytree(ROOT / "tests", ROOT / "mutants" / "tests", dirs_exist_ok=True)
+    for folder in ("tests", "docs"):
+        shutil.copytree(ROOT / folder, ROOT / "mutants" / folder, dirs_exist_ok=True)
     shutil.copy2(ROOT / "pyproject.toml", ROOT / "mutants" / "pyproject.toml")
     meta = json.loads(meta_file.read_text())
     codes = meta["exit_code_by_key"]

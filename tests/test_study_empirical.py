@@ -552,3 +552,40 @@ def test_c11_says_when_the_profile_s_deep_pre_model_did_not_train(tmp_path, reco
     assert "No 12-block pre model trained: the cost of dropping the final norm is measured at " \
         "6 blocks only" in result.note
     recorded_words("empirical_C11_no_deep_model_trained", result, figure_calls)
+
+
+class _Probes(Fake):
+    """Fake with trained probes given block by block: `probes[pl]` is one per-block dict per
+    seed."""
+
+    def __init__(self, tmp: Path, probes: dict[str, list[dict[str, list[float]]]]) -> None:
+        super().__init__(tmp)
+        self.probes = probes
+
+    def trained_probes(self) -> dict[str, Any]:
+        pair = {"matched": True, "tolerance": 0.05, "pre_lr": 2e-3, "post_lr": 2e-3,
+                "pre_val_loss": 2.2, "post_val_loss": 2.21, "gap": -0.01}
+        return {"pair": pair} | {pl: {"lr": 2e-3, "seeds": [
+            {"per_block": pb, "summary": {"effective_depth_kl": 3.0}} for pb in seeds]}
+            for pl, seeds in self.probes.items()}
+
+
+def _blocks(merge: list[float], drop: list[float]) -> dict[str, list[float]]:
+    return {"merge_kl": merge, "drop_kl": drop, "drop_dloss": drop, "ang_prev": [0.4] * len(drop),
+            "lens_raw": [3.0] * len(drop), "lens_normed": [3.0] * len(drop)}
+
+
+def test_c3_pairs_the_seeds_both_placements_have_and_skips_a_ratio_it_cannot_take(tmp_path):
+    drop = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # block t's own drop cost
+    merge = [0.5] * 5
+    pre = [_blocks(merge, drop) for _ in range(4)] + [_blocks([0.0] * 5, drop)]
+    post = [_blocks([1.0] * 5, drop) for _ in range(3)] + [_blocks([0.0] * 5, drop)]
+    result = CLAIMS["C3"](_Probes(tmp_path, {"pre": pre, "post": post}))
+    # 4 seeds paired (post has 4); the 4th seed's post ratio is 0: left out of the effect
+    assert result.numbers["late_merge_per_drop"]["pre"]["n"] == 4
+    assert result.predictions[0]["effect"]["n"] == 3
+    assert result.predictions[0]["effect"]["estimate"] == pytest.approx(math.log(2.0))
+    # drop KL of blocks 2..L (block 1 is compared with the embedding), deeper half: 4, 5, 6
+    assert result.numbers["late_drop_kl"]["pre"]["mean"] == pytest.approx(5.0)
+    zero_pre = CLAIMS["C3"](_Probes(tmp_path, {"pre": pre[3:], "post": post[:2]}))
+    assert zero_pre.predictions[0]["effect"]["n"] == 1  # seed 2's pre ratio is 0
