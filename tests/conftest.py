@@ -37,12 +37,14 @@ _PREDICTION_FIELDS = ("subject", "quantity", "paper", "rule", "verdict", "meanin
 
 
 def key_tree(value):
-    """The names (and kinds) of a nested numbers table, without its values."""
+    """The names (and kinds) of a nested numbers table, with its words but not its numbers."""
     if isinstance(value, dict):
         return {str(k): key_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [key_tree(v) for v in value] if any(isinstance(v, dict) for v in value) \
             else "list"
+    if isinstance(value, str):
+        return value  # a reported word (an outcome, a reason) is part of what is said
     return "none" if value is None else type(value).__name__
 
 

@@ -308,3 +308,30 @@ class _Lens(FakeContext):
 def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
     result = CLAIMS["C13"](_Lens(tmp_path, World(0.0, **_fill({}))))
     assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
+
+
+class _Init(FakeContext):
+    def init_probes(self) -> dict[str, Any]:
+        return {p: {"seeds": [{"per_block": {"ang_prev": [0.5, 0.1, 0.2, 0.3, 0.4, 0.5]}}
+                              for _ in range(SEEDS)]} for p in ("pre", "post")}
+
+
+def test_c2_reads_the_init_angles_from_block_two_like_the_trained_ones(tmp_path):
+    c2 = CLAIMS["C2"](_Init(tmp_path, World(0.0, **_fill({})))).numbers
+    # blocks 2..L: 0.1 .. 0.5, deeper half 0.3, 0.4, 0.5
+    assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.4)
+    assert c2["late_angle_trained_minus_init"]["post"]["mean"] == pytest.approx(0.4 - 0.4)
+
+
+class _OneBlock(FakeContext):
+    def trained_probes(self) -> dict[str, Any]:
+        out = super().trained_probes()
+        for p in ("pre", "post"):
+            for s in out[p]["seeds"]:
+                s["per_block"]["lens_raw"], s["per_block"]["lens_normed"] = [5.0], [3.0]
+        return out
+
+
+def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
+    gap = CLAIMS["C13"](_OneBlock(tmp_path, World(0.0, **_fill({})))).numbers["lens_gap"]
+    assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0

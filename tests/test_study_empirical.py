@@ -589,3 +589,24 @@ def test_c3_pairs_the_seeds_both_placements_have_and_skips_a_ratio_it_cannot_tak
     assert result.numbers["late_drop_kl"]["pre"]["mean"] == pytest.approx(5.0)
     zero_pre = CLAIMS["C3"](_Probes(tmp_path, {"pre": pre[3:], "post": post[:2]}))
     assert zero_pre.predictions[0]["effect"]["n"] == 1  # seed 2's pre ratio is 0
+
+
+class _NoCommonLr(Fake):
+    """Pre's seeds fail at 1e-3, post's at 2e-3: no lr where both trained with warmup."""
+
+    def _records(self, family: str, lr: float, warmup: int) -> list[dict[str, Any]]:
+        out = super()._records(family, lr, warmup)
+        if warmup and (family, lr) in (("pre", 1e-3), ("post", 2e-3)):
+            out[0] = out[0] | {"outcome": "diverged", "failed": True}
+        return out
+
+
+def test_c6a_says_when_no_lr_of_the_grid_has_both_placements_trained(tmp_path, recorded_words,
+                                                                     figure_calls):
+    ctx = _NoCommonLr(tmp_path, **C6_GOOD)
+    result = CLAIMS["C6a"](ctx)
+    assert result.predictions == [] and result.numbers["common_lrs"] == []
+    assert result.note == ("No lr of the grid where both placements trained with warmup: no "
+                           "common lr to compare at.")
+    assert ctx.prefetched == [] and figure_calls == []
+    recorded_words("empirical_C6a_no_common_lr", result, figure_calls)
