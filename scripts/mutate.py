@@ -124,7 +124,7 @@ def survivor_diffs(path: str, names: list[str]) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def recheck(path: str, tests: list[str], env: dict[str, str]) -> int:
+def recheck(path: str, tests: list[str], env: dict[str, str], max_children: int) -> int:
     """Run the current tests on the survivors of the last `path` run (the mutants left in
     `mutants/`): each survivor under `MUTANT_UNDER_TEST`, as mutmut runs it, after the project's
     current tests are copied in. A survivor a test now fails on is recorded as killed in mutmut's
@@ -141,18 +141,25 @@ def recheck(path: str, tests: list[str], env: dict[str, str]) -> int:
     codes = meta["exit_code_by_key"]
     import mutmut.__main__ as mm
 
-    survivors = [n for n, c in codes.items()
-                 if mm.status_by_exit_code.get(c, "not checked") not in DETECTED]
-    killed = 0
-    for i, name in enumerate(survivors, 1):
+    equivalent = equivalent_mutants()  # they stay out of the score: no need to run them
+    survivors = [n for n, c in codes.items() if n not in equivalent
+                 and mm.status_by_exit_code.get(c, "not checked") not in DETECTED]
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(name: str) -> int:
         run_env = dict(env, MUTANT_UNDER_TEST=name, PYTHONPATH=str(ROOT / "mutants"))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                               *tests], cwd=ROOT / "mutants", env=run_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        codes[name] = proc.returncode
-        killed += proc.returncode != 0
-        print(f"   [{i}/{len(survivors)}] {name}: "
-              f"{'killed' if proc.returncode else 'survived'}", flush=True)
+        return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                               "no:cacheprovider", *tests], cwd=ROOT / "mutants", env=run_env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+    killed = 0
+    with ThreadPoolExecutor(max_children) as pool:
+        for i, (name, code) in enumerate(zip(survivors, pool.map(run, survivors),
+                                             strict=True), 1):
+            codes[name] = code
+            killed += code != 0
+            print(f"   [{i}/{len(survivors)}] {name}: {'killed' if code else 'survived'}",
+                  flush=True)
     meta_file.write_text(json.dumps(meta))
     return killed
 
@@ -213,7 +220,7 @@ def main() -> int:
                "--max-children", str(args.max_children)]
         log = OUT / (path.replace("/", ".") + ".log")
         if args.recheck:
-            killed = recheck(path, table[path], env)
+            killed = recheck(path, table[path], env, args.max_children)
             print(f"   {killed} survivor(s) of the last run killed by the current tests",
                   flush=True)
         else:

@@ -204,6 +204,11 @@ def test_no_checkpoints_to_compare_names_the_side_that_did_not_train(cid, side, 
     assert result.verdict == "inconclusive" and result.stalled == [side]
     assert result.note == f"No checkpoints to compare: {reason}."
     assert result.id == cid and result.title == TITLES[cid]
+    assert (result.statement, result.source, result.method, result.rule) == ("", "", "", "")
+    # a pair record with no reason: the side cannot be named from it, post is assumed
+    silent = CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False},
+                                    drop=True))
+    assert silent.stalled == ["post"]
 
 
 @pytest.mark.parametrize("cid", ["C2", "C3", "C13"])
@@ -218,6 +223,8 @@ def test_the_note_says_whether_the_checkpoints_matched(cid, tmp_path):
     reason = {"matched": False, "reason": "no pair within tolerance"}
     assert CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), reason, drop=False)
                        ).note == "no pair within tolerance"
+    assert CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False},
+                                  drop=False)).note == ""
 
 
 def test_c2_and_c13_report_the_planted_numbers(tmp_path):
@@ -335,3 +342,41 @@ class _OneBlock(FakeContext):
 def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
     gap = CLAIMS["C13"](_OneBlock(tmp_path, World(0.0, **_fill({})))).numbers["lens_gap"]
     assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
+
+
+def _direction(subject: str, values: list[float], role: str = "test"):
+    return predict_direction(subject, f"{subject} quantity", "paper", values, ">", 0.0, 0.0,
+                             role=role)
+
+
+def test_the_deciding_prediction_is_the_first_undecided_premise_then_test():
+    from normlab.study.claims import deciding
+
+    yes, no = [1.0, 1.1, 0.9], [-1.0, -1.1, -0.9]
+    undecided = [-1.0, 1.0, 0.1]
+    tests = [_direction("a", yes), _direction("b", undecided), _direction("c", undecided)]
+    assert deciding(tests, "inconclusive").subject == "b"
+    premised = [_direction("p", yes, "premise"), _direction("q", undecided, "premise"), *tests]
+    assert deciding(premised, "inconclusive").subject == "q"
+    refuted = [_direction("p", no, "premise"), _direction("a", yes), _direction("b", no)]
+    assert deciding(refuted, "not supported").subject == "b"
+    assert deciding(tests[:1], "supported").subject == "a"
+
+
+def test_make_claim_joins_its_notes_and_names_every_stalled_side():
+    from normlab.study.claims import make_claim
+
+    premise = _direction("from init", [-1.0, -1.1, -0.9], "premise")
+    res = make_claim("C0", "t", "s", "src", "m", [premise, _direction("a", [1.0, 1.1, 0.9])],
+                     "paper", {}, [], note="First.", stalled=["pre", "post"],
+                     calibration="passed")
+    assert res.note == (
+        "First. Not decided: the test's premise does not hold (from init), so the comparison "
+        "it needs was not measured; the numbers are reported. Not compared: pre, post stalled "
+        "or diverged at every setting tried, so the claim's premise (a model that trains) does "
+        "not hold here.")
+    assert res.calibration == "passed" and res.verdict == "inconclusive"
+    assert res.stalled == ["pre", "post"]
+    alone = make_claim("C0", "t", "s", "src", "m", [_direction("a", [1.0, 1.1, 0.9])], "paper",
+                       {}, [], stalled=["post"])
+    assert alone.note.startswith("Not compared: post stalled") and alone.calibration is None

@@ -50,6 +50,7 @@ class Fake:
         self.stalled = tuple(k[len("stalled_"):] for k in p if k.startswith("stalled_"))
         self.tuned_calls: list[tuple[str, int]] = []
         self.prefetched: list[Any] = []
+        self.deep_asked: list[str] = []
 
     def draw(self, key: str, lr: float | None = None) -> float:
         value = self.p.get(f"{key}@{lr:g}", self.p[key]) if lr is not None else self.p[key]
@@ -85,10 +86,12 @@ class Fake:
         self.prefetched.append("deep")
 
     def deep_runs(self, placement: str) -> dict[str, Any]:
+        self.deep_asked.append(placement)
         if "fn12" not in self.p:
             return {"lr": None, "records": []}
+        seeds = int(self.p.get("deep_seeds", SEEDS))
         return {"lr": 2e-3, "records": [{"run_id": f"deep-{s}", "seed": s, "failed": False}
-                                        for s in range(SEEDS)]}
+                                        for s in range(seeds)]}
 
     def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
         key = "fn12" if records and records[0]["run_id"].startswith("deep") else "fn6"
@@ -309,6 +312,7 @@ def test_trajectory_pair_takes_the_most_trained_pair_within_tolerance():
 
 @pytest.mark.parametrize("cid,world,side", [("C9", C9_GOOD, "post"),
                                              ("C6a", C6_GOOD, "post"),
+                                             ("C6b", C6_GOOD, "pre"),
                                              ("C11", C11_GOOD, "pre_nofinal")])
 def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
     result = CLAIMS[cid](Fake(tmp_path, **world, **{f"stalled_{side}": 1.0}))
@@ -536,13 +540,24 @@ def test_c6a_trains_the_no_warmup_runs_of_both_placements_in_one_go(tmp_path):
 
 
 @pytest.mark.parametrize(("claims", "prefetched"), [(None, ["deep"]), (["C11", "C12"], ["deep"]),
-                                                    (["C11"], [])])
+                                                    (["C11"], []), ("absent", ["deep"])])
 def test_c11_trains_both_placements_deep_models_only_when_c12_reads_them(claims, prefetched,
                                                                          tmp_path):
     ctx = Fake(tmp_path, **C11_GOOD)
-    ctx.claims = claims
+    if claims == "absent":  # a context that does not say which claims run: all of them
+        del ctx.claims
+    else:
+        ctx.claims = claims
     CLAIMS["C11"](ctx)
     assert ctx.prefetched == prefetched
+    assert ctx.deep_asked == ["pre"]
+
+
+def test_c11_compares_the_seeds_both_depths_have(tmp_path):
+    result = CLAIMS["C11"](Fake(tmp_path, noise=0.0, **C11_GOOD, deep_seeds=3))
+    deep = next(p for p in result.predictions if p["subject"] == "pre, 12 vs 6 blocks")
+    assert deep["effect"]["n"] == 3 and deep["effect"]["estimate"] == pytest.approx(0.5)
+    assert result.numbers["final_norm_dropped_12_blocks"]["n"] == 3
 
 
 def test_c11_says_when_the_profile_s_deep_pre_model_did_not_train(tmp_path, recorded_words,
