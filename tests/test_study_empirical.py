@@ -625,3 +625,8 @@ def test_c6a_says_when_no_lr_of_the_grid_has_both_placements_trained(tmp_path, r
                            "common lr to compare at.")
     assert ctx.prefetched == [] and figure_calls == []
     recorded_words("empirical_C6a_no_common_lr", result, figure_calls)
+    edge = CLAIMS["C6a"](_NoCommonLr(tmp_path, **C6_GOOD, unbracketed_post=1.0))
+    assert edge.note.startswith("Not bracketed: post (best lr ")
+    assert edge.note.endswith(" its grid after the profile's extensions, so its tuned loss may "
+                              "be lower still. No lr of the grid where both placements trained "
+                              "with warmup: no common lr to compare at.")
