@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -125,8 +126,6 @@ def tiny_pairs(tmp_path_factory):
 
 
 def _ctx(tmp_path, **extra):
-    from types import SimpleNamespace
-
     from normlab.study.experiments import StudyContext
     from normlab.study.profiles import PROFILES
 
@@ -204,8 +203,6 @@ def test_tune_lr_extends_the_grid_past_a_winning_edge():
 # -- the words C10 and C12 show, on planted measurements -----------------------------------------
 
 def _planted_ctx(tmp_path, **profile):
-    from types import SimpleNamespace
-
     from normlab.study.profiles import PROFILES
 
     fig_dir = tmp_path / "figures"
@@ -310,8 +307,6 @@ def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words
 
 
 def test_c10_settings_come_from_the_profile_with_defaults_and_refuse_short_passages(tmp_path):
-    from types import SimpleNamespace
-
     from normlab.study.external import c10_settings
 
     bare = SimpleNamespace(profile=SimpleNamespace())
@@ -521,3 +516,112 @@ def test_c10_reads_passages_in_the_pretraining_window_only_when_it_divides_them(
     assert _window(run, 256) == 64
     assert _window(run, 64) is None  # a passage that fits the context is read whole
     assert _window(run, 200) is None  # 200 is not a multiple of 64
+
+
+# -- C10's fine-tuning on planted accuracies ------------------------------------------------------
+
+@pytest.fixture
+def planted_finetuning(monkeypatch):
+    """normlab.finetune's functions replaced by planted accuracies: pretrained models peak at
+    lr 1e-3 (post above pre); models from init score higher the larger the lr (the grid is
+    extended past its top). Records every call."""
+    import normlab.data.genre
+    import normlab.finetune
+    from normlab.study import external
+
+    calls: dict[str, list] = {"finetune": [], "many": [], "window": []}
+
+    def finetune(run_dir, **kw):
+        calls["finetune"].append((Path(run_dir).name, kw))
+        lr, seed, scratch = kw["lr"], kw["seed"], kw.get("from_init", False)
+        pl = Path(run_dir).name.split("-")[0]
+        if scratch:
+            acc = 0.4 + 0.1 * math.log10(lr / 3e-4)
+        else:
+            acc = (0.7 if pl == "post" else 0.6) - 0.05 * abs(math.log10(lr / 1e-3))
+        loss = None if lr == 3e-4 and not scratch else 1.0 + lr
+        return {"test_accuracy": acc + 0.01 * seed, "val_accuracy": acc, "val_loss": loss,
+                "train_accuracy": 0.9, "outcome": "completed", "time_s": 1.0,
+                "settings": {"window": kw.get("window")}, "not": "kept"}
+
+    def finetune_many(jobs, workers):
+        calls["many"].append(([(Path(r).name, kw) for r, kw in jobs], workers))
+
+    def window(run_dir, passage):
+        calls["window"].append((Path(run_dir).name, passage))
+        return 64
+
+    monkeypatch.setattr(normlab.finetune, "finetune", finetune)
+    monkeypatch.setattr(normlab.finetune, "finetune_many", finetune_many)
+    monkeypatch.setattr(external, "_window", window)
+    monkeypatch.setattr(normlab.data.genre, "genre_task",
+                        lambda task, passage_bytes, val_fraction: SimpleNamespace(
+                            chance=1 / 3, majority=0.4, passage_bytes=passage_bytes))
+    monkeypatch.setattr(normlab.data.genre, "naive_bayes_baseline",
+                        lambda task, test_max: {"test_accuracy": 0.55, "test_max": test_max})
+    return external, calls
+
+
+def _finetune_ctx(tmp_path, **profile):
+    logged, cached = [], []
+    ctx = SimpleNamespace(out=tmp_path, profile=SimpleNamespace(**profile), log=logged.append,
+                          cached=lambda name, compute: cached.append(name) or compute())
+    return ctx, logged, cached
+
+
+def _pairs_at(gap: float) -> list[Pretrained]:
+    return [Pretrained(pl, s, Path(f"/runs/{pl}-{s}"), 2.2 + (gap if pl == "post" else 0.0))
+            for s in (0, 1) for pl in ("pre", "post")]
+
+
+def test_c10_finetune_tunes_each_arm_on_its_own_grid_with_the_profile_s_defaults(
+        planted_finetuning, tmp_path):
+    external, calls = planted_finetuning
+    ctx, logged, cached = _finetune_ctx(tmp_path, match_tolerance=0.1)
+    res = external.c10_finetune(ctx, _pairs_at(0.08))  # 0.08 apart: paired at 0.1 only
+    assert res["seeds"] == [0, 1] and res["left_out"] == [] and res["tolerance"] == 0.1
+    grid = [3e-4, 1e-3, 3e-3]  # the default grid, 2 extensions and 1 worker by default
+    jobs, workers = calls["many"][0]
+    assert workers == 1 and len(calls["many"]) == 1
+    assert [(name, kw["lr"], kw.get("from_init", False)) for name, kw in jobs] == [
+        (f"{pl}-{s}", lr, arm) for arm in (False, True) for pl in ("pre", "post")
+        for lr in grid for s in (0, 1)]
+    settings = external.c10_settings(ctx)
+    assert jobs[0][1] == {"task": "genre", "lr": 3e-4, "seed": 0, "device": "cpu", **settings}
+    assert jobs[-1][1] == {"task": "genre", "lr": 3e-3, "seed": 1, "device": "cpu", **settings,
+                           "from_init": True, "window": 64}
+    assert ("post-1", 256) in calls["window"]
+    tuned = res["tuned_lr"]
+    assert tuned["pretrained"]["post"]["best"] == 1e-3 and tuned["pretrained"]["post"]["bracketed"]
+    assert tuned["scratch"]["pre"]["extended"] == pytest.approx([9e-3, 2.7e-2])
+    assert not tuned["scratch"]["pre"]["bracketed"]
+    # the score is (mean validation accuracy, -mean validation loss); no loss counts as inf
+    scores = tuned["pretrained"]["pre"]["scores"]
+    assert scores["0.001"] == [pytest.approx(0.6), pytest.approx(-(1.0 + 1e-3))]
+    assert scores["0.0003"][1] == -math.inf
+    assert res["accuracy"]["pretrained"]["post"] == [pytest.approx(0.7), pytest.approx(0.71)]
+    kept = res["runs"]["pretrained"]["post"]["0.001"][1]
+    assert set(kept) == {"test_accuracy", "val_accuracy", "val_loss", "train_accuracy",
+                         "outcome", "time_s", "settings"}
+    assert res["runs"]["scratch"]["pre"]["0.003"][0]["settings"] == {"window": 64}
+    assert res["val_loss_pretrained"]["post"] == [pytest.approx(2.28)] * 2
+    assert (res["chance"], res["majority"]) == (1 / 3, 0.4)
+    assert res["baseline"] == {"test_accuracy": 0.55, "test_max": None}
+    assert cached == ["c10_baseline_256_0.1_None"]
+    assert logged[0] == ("C10: fine-tuning 2 pair(s), pretrained and from init, at lrs "
+                         "[0.0003, 0.001, 0.003] on 1 worker(s)")
+    assert "C10: fine-tuning pre (pretrained) at lr 0.0003 (2 seeds)" in logged
+
+
+def test_c10_finetune_reads_the_profile_s_grid_extensions_workers_and_tolerance(
+        planted_finetuning, tmp_path):
+    external, calls = planted_finetuning
+    ctx, _, _ = _finetune_ctx(tmp_path, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1,
+                              workers=2)
+    res = external.c10_finetune(ctx, _pairs_at(0.08))  # the default tolerance, 0.05
+    assert res["seeds"] == [] and res["tolerance"] == 0.05 and len(res["left_out"]) == 2
+    res = external.c10_finetune(ctx, _pairs_at(0.01))
+    assert calls["many"][-1][1] == 2
+    assert {kw["lr"] for _, kw in calls["many"][-1][0]} == {1e-3, 3e-3}
+    assert res["tuned_lr"]["scratch"]["post"]["extended"] == pytest.approx([9e-3])
+    assert external.c10_finetune(ctx, _pairs_at(0.08), tolerance=0.1)["seeds"] == [0, 1]
