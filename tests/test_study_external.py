@@ -347,8 +347,11 @@ def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypat
                         lambda results, path: asked.append(("figure", len(results))) or path)
     ctx = _planted_ctx(tmp_path, real_passages=3)
     ctx.cached = lambda name, compute: cached.append(name) or compute()
+    logged = []
+    ctx.log = logged.append
     real = external.c12_real_models(ctx)
     assert cached == ["real_v2_minilm", "real_v2_smollm2"]
+    assert logged == ["probing the real checkpoint minilm", "probing the real checkpoint smollm2"]
     kw = {"n_batches": 3, "batch_size": 2, "seq_len": 64, "figures": False}
     assert asked == [("minilm", kw), ("smollm2", kw)]
     mini, smol = real["minilm"], real["smollm2"]
@@ -472,9 +475,9 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     has no defined slope is reported, kept in the per-seed numbers and left out of the rule."""
     from normlab.study import external
 
-    curves = {"pre-0": _curve(8, -1.0), "post-0": _curve(8, 0.0), "pre-1": _curve(8, -1.2),
-              "post-1": _curve(8, 0.1), "pre-2": _curve(8, -0.8), "post-2": [1.0, 0.0, 0.0,
-                                                                            0.0, 0.0, 1.0]}
+    flat = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # its median interior cost is 0: no slope
+    curves = {"pre-0": _curve(8, -1.0), "post-0": flat, "pre-1": flat, "post-1": flat,
+              "pre-2": _curve(8, -1.2), "post-2": _curve(8, 0.1)}
     read = []
 
     def own_drop_curve(run_dir, batches, step=None):
@@ -495,15 +498,16 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
                       "c12_drop_post-1_step100", "c12_drop_pre-2_step200",
                       "c12_drop_post-2_step200"]
     assert read[0] == ("pre-0", None, ["the probe batches"]) and read[2][1] == 100
-    assert res["slopes"] == {"pre": [drop_cost_profile(curves["pre-0"])["depth_slope"],
-                                     drop_cost_profile(curves["pre-1"])["depth_slope"]],
-                             "post": [drop_cost_profile(curves["post-0"])["depth_slope"],
-                                      drop_cost_profile(curves["post-1"])["depth_slope"]]}
-    assert res["left_out"] == ["seed 2: post median interior drop cost 0 <= 0"]
+    assert res["slopes"] == {"pre": [drop_cost_profile(curves["pre-2"])["depth_slope"]],
+                             "post": [drop_cost_profile(curves["post-2"])["depth_slope"]]}
+    assert res["left_out"] == ["seed 0: post median interior drop cost 0 <= 0",
+                               "seed 1: pre median interior drop cost 0 <= 0; post median "
+                               "interior drop cost 0 <= 0"]
     assert sorted(res["per_seed"]) == [0, 1, 2]
-    row = res["per_seed"][1]["post"]
-    assert (row["val_loss"], row["run_id"], row["step"]) == (pytest.approx(2.28), "post-1", 100)
-    assert row["costs"] == curves["post-1"]
+    assert res["per_seed"][0]["pre"]["depth_slope"] == pytest.approx(-1.0, rel=0.05)
+    row = res["per_seed"][2]["post"]
+    assert (row["val_loss"], row["run_id"], row["step"]) == (pytest.approx(2.28), "post-2", 200)
+    assert row["costs"] == curves["post-2"]
     assert res["verdict"] == decide_c12(res["slopes"])["verdict"]
     strict = external.c12_own_models(ctx, checkpoints, tolerance=0.05)
     assert strict["tolerance"] == 0.05 and strict["slopes"] == {"pre": [], "post": []}
@@ -625,3 +629,45 @@ def test_c10_finetune_reads_the_profile_s_grid_extensions_workers_and_tolerance(
     assert {kw["lr"] for _, kw in calls["many"][-1][0]} == {1e-3, 3e-3}
     assert res["tuned_lr"]["scratch"]["post"]["extended"] == pytest.approx([9e-3])
     assert external.c10_finetune(ctx, _pairs_at(0.08), tolerance=0.1)["seeds"] == [0, 1]
+
+
+def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypatch):
+    import torch
+
+    import normlab.probe.interventions
+    import normlab.train
+    from normlab.study.external import own_drop_curve
+
+    loaded, dropped = [], []
+    cfg = SimpleNamespace(model=SimpleNamespace(max_seq_len=4, n_blocks=3))
+    monkeypatch.setattr(normlab.train, "load_trained_model",
+                        lambda run_dir, step=None: loaded.append((run_dir, step)) or (cfg, "m"))
+    monkeypatch.setattr(normlab.probe.interventions, "layer_drop",
+                        lambda model, batches: dropped.append((model, batches))
+                        or {"drop_dloss": [0.3, 0.1, 0.2]})
+    x = torch.arange(16).reshape(2, 8)
+    curve = own_drop_curve(Path("run"), [(x, x + 1)], step=100)
+    assert curve == {"drop_dloss": [0.3, 0.1, 0.2], "n_blocks": 3}
+    assert loaded == [(Path("run"), 100)]
+    (model, batches), = dropped
+    assert model == "m" and batches[0][0].tolist() == x[:, :4].tolist()
+    assert batches[0][1].tolist() == (x + 1)[:, :4].tolist()
+
+
+def test_tune_lr_stops_at_an_inside_best_and_extends_down_from_a_winning_bottom_edge():
+    from normlab.study.external import tune_lr
+
+    inside = tune_lr(lambda lr: (-abs(math.log(lr / 1e-3)), 0.0), (3e-4, 1e-3, 3e-3))
+    assert inside["extended"] == [] and inside["bracketed"] and inside["best"] == 1e-3
+    low = tune_lr(lambda lr: (-lr, 0.0), (1e-3, 3e-3, 1e-2))  # the smaller the better
+    assert low["extended"] == pytest.approx([1e-3 / 3, 1e-3 / 9])  # two by default
+    assert not low["bracketed"] and low["best"] == pytest.approx(1e-3 / 9)
+    assert list(low["scores"]) == ["0.000111111", "0.000333333", "0.001", "0.003", "0.01"]
+
+
+def test_c10_reads_the_study_s_checkpoints_and_states_its_tolerance(planted_c10, tmp_path):
+    ctx = _planted_ctx(tmp_path, match_tolerance=0.08)
+    ctx.c10_checkpoints = _pretrained
+    result = planted_c10.c10(ctx)
+    assert result.verdict == "supported" and result.numbers["seeds"] == [0, 1, 2, 3]
+    assert "(within 0.08 nats)" in result.method
