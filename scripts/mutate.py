@@ -157,9 +157,10 @@ def recheck(path: str, tests: list[str], env: dict[str, str], max_children: int)
         for i, (name, code) in enumerate(zip(survivors, pool.map(run, survivors),
                                              strict=True), 1):
             codes[name] = code
-            killed += code != 0
-            print(f"   [{i}/{len(survivors)}] {name}: {'killed' if code else 'survived'}",
-                  flush=True)
+            # mutmut's own reading of the exit code: 2 (interrupted) or 5 (no tests ran) is no kill
+            status = mm.status_by_exit_code.get(code, "not checked")
+            killed += status in DETECTED
+            print(f"   [{i}/{len(survivors)}] {name}: {status}", flush=True)
     meta_file.write_text(json.dumps(meta))
     return killed
 

@@ -620,10 +620,13 @@ def test_c10_finetune_tunes_each_arm_on_its_own_grid_with_the_profile_s_defaults
 def test_c10_finetune_reads_the_profile_s_grid_extensions_workers_and_tolerance(
         planted_finetuning, tmp_path):
     external, calls = planted_finetuning
-    ctx, _, _ = _finetune_ctx(tmp_path, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1,
-                              workers=2)
+    ctx, _, cached = _finetune_ctx(tmp_path, finetune_lrs=(1e-3, 3e-3),
+                                   finetune_lr_extensions=1, workers=2, finetune_test_max=100)
     res = external.c10_finetune(ctx, _pairs_at(0.08))  # the default tolerance, 0.05
     assert res["seeds"] == [] and res["tolerance"] == 0.05 and len(res["left_out"]) == 2
+    # the baseline scores the same test passages as the fine-tuned models: at most test_max
+    assert res["baseline"] == {"test_accuracy": 0.55, "test_max": 100}
+    assert cached == ["c10_baseline_256_0.1_100"]
     res = external.c10_finetune(ctx, _pairs_at(0.01))
     assert calls["many"][-1][1] == 2
     assert {kw["lr"] for _, kw in calls["many"][-1][0]} == {1e-3, 3e-3}
@@ -671,3 +674,135 @@ def test_c10_reads_the_study_s_checkpoints_and_states_its_tolerance(planted_c10,
     result = planted_c10.c10(ctx)
     assert result.verdict == "supported" and result.numbers["seeds"] == [0, 1, 2, 3]
     assert "(within 0.08 nats)" in result.method
+
+
+def test_predictions_refuse_lists_that_are_not_paired_by_seed():
+    """C10's and C12's per-seed differences pair lists by seed: a list one seed short is an
+    error, never a difference over the seeds both happen to have."""
+    from normlab.study.external import c10_predictions, c12_predictions
+
+    with pytest.raises(ValueError, match="shorter|longer"):
+        c12_predictions({"pre": [-1.0, -1.1, -0.9], "post": [0.1, 0.2]})
+    paired = {"pretrained": {"pre": [0.6, 0.62, 0.61], "post": [0.7, 0.71, 0.69]},
+              "scratch": {"pre": [0.5, 0.52, 0.51], "post": [0.5, 0.51, 0.52]}}
+    assert len(c10_predictions(paired, 0.4)) == 5
+    for arm, p in [("pretrained", "pre"), ("scratch", "pre"), ("pretrained", "post"),
+                   ("scratch", "post")]:
+        short = {a: dict(v) for a, v in paired.items()}
+        short[arm][p] = short[arm][p][:2]
+        with pytest.raises(ValueError, match="shorter|longer"):
+            c10_predictions(short, 0.4)
+    # each arm paired within its placement, but pre one seed short of post
+    short = {a: {"pre": v["pre"][:2], "post": v["post"]} for a, v in paired.items()}
+    with pytest.raises(ValueError, match="shorter|longer"):
+        c10_predictions(short, 0.4)
+
+
+def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
+        planted_c12, tmp_path, monkeypatch):
+    """Without ``checkpoints=``, C12 compares the models the study provides; the real models
+    and the own models are both measured in the study's context, and the real models' figure
+    stays in the result beside the verdict."""
+    import normlab.interop.figures
+
+    external = planted_c12
+    seen, own = [], external.c12_own_models
+    monkeypatch.setattr(external, "c12_own_models", lambda ctx, cps, tolerance=None:
+                        seen.append(("own", ctx)) or own(ctx, cps))
+    real = {"minilm": {"_raw": {"planted": True}, "n_blocks": 6}}
+    monkeypatch.setattr(external, "c12_real_models", lambda ctx: seen.append(("real", ctx))
+                        or real)
+    monkeypatch.setattr(normlab.interop.figures, "comparison_figure", lambda results, path: path)
+    ctx = _planted_ctx(tmp_path)
+    ctx.c12_checkpoints = lambda: _pretrained(seeds=3)
+    res = external.c12(ctx)
+    assert seen == [("real", ctx), ("own", ctx)]
+    assert res.numbers["pairs"] == 3 and res.verdict == "supported"
+    assert res.figures == ["figures/c12_real_models.svg"]
+    assert res.numbers["real_models_illustration"] == {"minilm": {"n_blocks": 6}}
+
+
+def test_c12_names_both_sides_when_both_stalled_and_runs_on_a_bare_profile(planted_c12,
+                                                                           tmp_path):
+    ctx = _planted_ctx(tmp_path)
+    both = planted_c12.c12(ctx, [dataclasses_replace(c, outcome="stalled")
+                                 for c in _pretrained()])
+    assert both.stalled == ["pre", "post"]
+    assert "pre and post stalled or diverged in every seed at its tuned lr" in both.note
+    # a context with neither checkpoints nor a profile that says whether it trains deep models
+    bare = SimpleNamespace(out=tmp_path, fig_dir=tmp_path, log=lambda _m: None,
+                           profile=SimpleNamespace())
+    res = planted_c12.c12(bare)
+    assert res.verdict == "not run"
+    assert res.note == ("real checkpoints not probed: minilm is not in the local cache "
+                        "(planted); the study provided no matched pre/post models for C12")
+
+
+def test_c10_settings_reads_every_fine_tuning_setting_the_profile_gives(tmp_path):
+    from normlab.study.external import c10_settings
+
+    given = {"finetune_steps": 40, "finetune_batch_size": 8, "finetune_warmup": 7,
+             "finetune_passage_bytes": 384, "finetune_test_max": 50,
+             "finetune_val_fraction": 0.2, "finetune_val_max": 128,
+             "finetune_train_eval_max": 64, "finetune_standardize": 0}
+    assert c10_settings(SimpleNamespace(profile=SimpleNamespace(**given))) == {
+        "steps": 40, "batch_size": 8, "warmup": 7, "passage_bytes": 384, "test_max": 50,
+        "val_fraction": 0.2, "val_max": 128, "train_eval_max": 64, "standardize": 0}
+    # a run shorter than 10 steps still warms up for one step, not more
+    assert c10_settings(SimpleNamespace(profile=SimpleNamespace(finetune_steps=5)))[
+        "warmup"] == 1
+
+
+def test_drop_cost_profile_s_ends_keys_and_half_median_edge():
+    two = drop_cost_profile([3.0, 2.0])  # two blocks: a first and a last, no interior
+    assert (two["first"], two["last"], two["interior"]) == (3.0, 2.0, [])
+    short = drop_cost_profile([3.0, 1.0, 1.0, 2.0])  # 2 interior blocks: undefined
+    assert {k: short[k] for k in ("median_interior", "depth_slope", "removable_share")} == {
+        "median_interior": None, "depth_slope": None, "removable_share": None}
+    # a deep interior block at exactly half the median is not below half of it
+    edge = drop_cost_profile([5.0, 1.0, 1.0, 1.0, 0.5, 1.0, 5.0])
+    assert edge["median_interior"] == 1.0 and edge["removable_share"] == 0.0
+
+
+def test_pairs_go_on_past_a_left_out_seed_and_name_both_untrained_sides():
+    ok = [Pretrained(pl, 1, Path(f"{pl}-1"), 2.0) for pl in ("pre", "post")]
+    pairs, left_out = matched_pairs([Pretrained("pre", 0, Path("pre-0"), 2.0), *ok])
+    assert sorted(pairs) == [1] and left_out == ["seed 0: no post checkpoint"]
+    both = [Pretrained("pre", 2, Path("pre-2"), 2.0, outcome="stalled"),
+            Pretrained("post", 2, Path("post-2"), 2.0, outcome="diverged")]
+    assert matched_pairs(both)[1] == ["seed 2: pre stalled, post diverged"]
+    # a gap of exactly the tolerance is within it (0.25 and the losses are exact in binary)
+    edge = [Pretrained("pre", 3, Path("pre-3"), 2.0), Pretrained("post", 3, Path("post-3"), 2.25)]
+    assert sorted(matched_pairs(edge, 0.25)[0]) == [3]
+
+
+def test_an_interval_too_wide_to_measure_has_no_detectable_size():
+    assert _detectable_of([-1e308, 1e308]) is None  # its width overflows to inf
+    assert _detectable_of([-1.0, 3.0]) == 2.0
+
+
+def _detectable_of(ci95):
+    from normlab.study.external import _detectable
+
+    return _detectable({"ci95": ci95, "n": 4})
+
+
+@pytest.mark.parametrize(("pre", "post", "verdict", "reason"), [
+    # slopes identical in every seed: the difference's interval is [0, 0], at or below 0
+    ([-1.0, -1.1, -0.9], [-1.0, -1.1, -0.9], "not supported", "post's slope is not above pre's"),
+    # pre's slope exactly 0 in every seed: its interval [0, 0] lies at or above 0
+    ([0.0, 0.0, 0.0], [1.0, 1.1, 0.9], "not supported",
+     "pre's deep blocks are not cheaper than its shallow ones"),
+    # post clearly above pre, but pre's own slope uncertain about 0
+    ([-0.5, 0.5, -0.3, 0.4], [0.5, 1.5, 0.7, 1.4], "inconclusive",
+     "the intervals include 0: too few seeds for an effect of this size"),
+])
+def test_c12_s_rule_at_its_edges(pre, post, verdict, reason):
+    res = decide_c12({"pre": pre, "post": post})
+    assert (res["verdict"], res["reason"]) == (verdict, reason)
+
+
+def test_c12_s_unpaired_error_says_exactly_what_is_wrong():
+    with pytest.raises(ValueError, match=r"^decide_c12 needs the same number of pre and post "
+                                         r"slopes \(paired\)$"):
+        decide_c12({"pre": [-1.0], "post": []})
