@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 try:
     import tomllib
@@ -144,8 +145,6 @@ def recheck(path: str, tests: list[str], env: dict[str, str], max_children: int)
     equivalent = equivalent_mutants()  # they stay out of the score: no need to run them
     survivors = [n for n, c in codes.items() if n not in equivalent
                  and mm.status_by_exit_code.get(c, "not checked") not in DETECTED]
-    from concurrent.futures import ThreadPoolExecutor
-
     def run(name: str) -> int:
         run_env = dict(env, MUTANT_UNDER_TEST=name, PYTHONPATH=str(ROOT / "mutants"))
         return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
