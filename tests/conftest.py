@@ -85,13 +85,14 @@ def _figure_words(value):
 
 @pytest.fixture
 def stub_figures(request, monkeypatch):
-    """`stub_figures(module, names)`: replace `module`'s plotting functions `names` by
+    """`stub_figures(module, names[, calls])`: replace `module`'s plotting functions `names` by
     recorders that return the figure's path and note what would be drawn (the figure's file,
     its labels and titles), unless the test is marked `draws`. Drawing is most of a planted
     claim's time; the tests marked `draws` draw the claims' figures, and tests/test_report.py
-    tests the drawing. Returns the list of recorded calls."""
-    def apply(module, names) -> list[dict]:
-        calls: list[dict] = []
+    tests the drawing. Returns the list of recorded calls (`calls`, when given, so that the
+    functions of several modules record into one list)."""
+    def apply(module, names, calls: list[dict] | None = None) -> list[dict]:
+        calls = [] if calls is None else calls
         if request.node.get_closest_marker("draws"):
             return calls
         for name in names:

@@ -522,8 +522,8 @@ def test_consecutive_blocks_are_closer_in_the_pre_norm_model(minilm, smollm2):
 
 def test_claim_c12_without_the_hf_packages_is_not_run_and_says_what_to_install(monkeypatch,
                                                                                  tmp_path):
+    from normlab.study.claims.c12_removable_layers import measure as c12
     from normlab.study.experiments import StudyContext
-    from normlab.study.external import c12
     from normlab.study.profiles import PROFILES
 
     real = errors.find_spec

@@ -98,8 +98,10 @@ def test_rerun_reuses_everything(tiny_study, tmp_path):
     assert sorted(p.name for p in (out / "runs").iterdir()) == runs
     assert {p: (out / "runs" / p / "summary.json").stat().st_mtime for p in runs} == mtimes
     before = {c["id"]: c["effect"] for c in study["claims"]}
-    assert [c["effect"] for c in again["claims"]] == [before["C6a"], before["C6b"],
-                                                      before["C9"]]
+    # compared as JSON text: an effect of no values (a premise whose runs all stalled, at tiny
+    # size C9's "trained near convergence") has NaN numbers, and NaN never equals itself
+    assert json.dumps([c["effect"] for c in again["claims"]], sort_keys=True) == json.dumps(
+        [before["C6a"], before["C6b"], before["C9"]], sort_keys=True)
 
 
 def test_address_needs_the_ray_executor(tmp_path):

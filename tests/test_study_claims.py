@@ -14,11 +14,13 @@ from typing import Any
 
 import pytest
 
-from normlab.study.claims import CLAIMS as _EMPIRICAL  # the theory claims: test_study_theory
+from normlab.study.claims import measures
 from normlab.study.profiles import PROFILES
-from normlab.study.verdict import min_detectable, predict_band, predict_direction
+from normlab.study.verdict import NOT_TESTED, min_detectable, predict_band, predict_direction
 
-CLAIMS = _EMPIRICAL
+# the empirical claims (the theory claims: test_study_theory)
+CLAIMS = {cid: f for cid, f in measures().items()
+          if cid in ("C2", "C3", "C6a", "C6b", "C9", "C11", "C13")}
 SEEDS = 5
 DEPTHS = (3, 6, 12, 24)
 
@@ -26,9 +28,11 @@ DEPTHS = (3, 6, 12, 24)
 
 @pytest.fixture(autouse=True)
 def figure_calls(stub_figures):
-    from normlab.study import claims
+    import normlab.probe.figures
+    import normlab.study.figures
 
-    return stub_figures(claims, ["plot_bars", "plot_curves", "plot_per_block"])
+    calls = stub_figures(normlab.study.figures, ["plot_bars", "plot_curves"])
+    return stub_figures(normlab.probe.figures, ["plot_per_block"], calls)
 
 class World:
     """Planted parameters: each number is drawn as `value + noise * N(0, 1)` per seed."""
@@ -159,6 +163,19 @@ def test_band_and_direction_rules():
     assert min_detectable([-1.0, 1.0, -1.0, 1.0]) == pytest.approx(2.4023, rel=1e-3)
 
 
+def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
+    # [pre's slope < 0, late(post) - late(pre) > 0]: pre's angles rising, post's rising more;
+    # then pre's falling, post's falling more
+    for k, slopes in enumerate([{"pre_ang_slope": 0.2, "post_ang_slope": 0.5},
+                                {"pre_ang_slope": -0.2, "post_ang_slope": -0.5}]):
+        result = CLAIMS["C2"](FakeContext(tmp_path, World(0.01, **_fill(slopes))))
+        expected = ["supported", "supported"]
+        expected[k] = "not supported"
+        assert [p["verdict"] for p in result.predictions] == expected, k
+        assert [p["role"] for p in result.predictions] == ["claim", "claim"]
+        assert result.verdict == "not supported"
+
+
 def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
     # post's planted trained distances are 0.4 on every late block; its models at step 0: 0.3
     result = CLAIMS["C2"](FakeContext(tmp_path, World(0.0, **_fill({}))))
@@ -276,7 +293,7 @@ def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
 
 
 def test_slope_over_depth_is_the_least_squares_slope_against_relative_depth():
-    from normlab.study.claims import slope_over_depth
+    from normlab.study.claims.common import slope_over_depth
 
     assert slope_over_depth([1.0, 3.0, 5.0]) == pytest.approx(4.0)  # x = 0, 1/2, 1
     assert slope_over_depth([2.0, 1.0]) == pytest.approx(-1.0)
@@ -292,7 +309,7 @@ def np_slope(xs: list[float], ys: list[float]) -> float:
 
 
 def test_merge_per_drop_divides_each_merge_by_the_next_block_s_drop_over_the_deeper_half():
-    from normlab.study.claims import merge_per_drop
+    from normlab.study.claims.c03_depth_as_width import merge_per_drop
 
     # pairs (t, t+1): merge_kl[t] / drop_kl[t+1] = 1/0 (nan), 2/4, 3/8, 4/2; the deeper half:
     # the last two
@@ -344,13 +361,15 @@ def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
     assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
 
 
-def _direction(subject: str, values: list[float], role: str = "test"):
-    return predict_direction(subject, f"{subject} quantity", "paper", values, ">", 0.0, 0.0,
+def _direction(subject: str, values: list[float], role: str = "claim", scale: bool = False):
+    pred = predict_direction(subject, f"{subject} quantity", "paper", values, ">", 0.0, 0.0,
                              role=role)
+    pred.scale = scale
+    return pred
 
 
 def test_the_deciding_prediction_is_the_first_undecided_premise_then_test():
-    from normlab.study.claims import deciding
+    from normlab.study.claims.common import deciding
 
     yes, no = [1.0, 1.1, 0.9], [-1.0, -1.1, -0.9]
     undecided = [-1.0, 1.0, 0.1]
@@ -361,10 +380,22 @@ def test_the_deciding_prediction_is_the_first_undecided_premise_then_test():
     refuted = [_direction("p", no, "premise"), _direction("a", yes), _direction("b", no)]
     assert deciding(refuted, "not supported").subject == "b"
     assert deciding(tests[:1], "supported").subject == "a"
+    # a diagnostic never decides: not the deciding prediction of a refuted claim, nor of an
+    # undecided one, even listed first
+    diag = [_direction("d", no, "diagnostic"), _direction("a", yes), _direction("b", no)]
+    assert deciding(diag, "not supported").subject == "b"
+    assert deciding([_direction("d", undecided, "diagnostic"), *tests], "inconclusive"
+                    ).subject == "b"
+    assert deciding([_direction("d", no, "diagnostic"), tests[0]], "supported").subject == "a"
+    # not tested at this scale: the first scale premise that fails, not an undecided premise
+    # before it nor a refuted claim prediction
+    scaled = [_direction("q", undecided, "premise"), _direction("s", no, "premise", True),
+              _direction("b", no)]
+    assert deciding(scaled, NOT_TESTED).subject == "s"
 
 
 def test_make_claim_joins_its_notes_and_names_every_stalled_side():
-    from normlab.study.claims import make_claim
+    from normlab.study.claims.common import make_claim
 
     premise = _direction("from init", [-1.0, -1.1, -0.9], "premise")
     res = make_claim("C0", "t", "s", "src", "m", [premise, _direction("a", [1.0, 1.1, 0.9])],
@@ -380,3 +411,40 @@ def test_make_claim_joins_its_notes_and_names_every_stalled_side():
     alone = make_claim("C0", "t", "s", "src", "m", [_direction("a", [1.0, 1.1, 0.9])], "paper",
                        {}, [], stalled=["post"])
     assert alone.note.startswith("Not compared: post stalled") and alone.calibration is None
+
+
+def test_make_claim_combines_by_role():
+    from normlab.study.claims.common import make_claim
+
+    yes, no, undecided = [1.0, 1.1, 0.9], [-1.0, -1.1, -0.9], [-1.0, 1.0, 0.1]
+
+    def claim(preds, **kw):
+        return make_claim("C0", "t", "s", "src", "m", preds, "paper", {}, [], **kw)
+
+    # a scale premise that fails: not tested at this scale, whatever the claim predictions
+    # say, with what the test needs; the effect is the premise's
+    short = claim([_direction("long enough", no, "premise", True), _direction("a", no)],
+                  needs="longer runs", note="First.")
+    assert short.verdict == NOT_TESTED and short.needs == "longer runs"
+    assert short.note == ("First. Not tested at this scale: long enough does not hold here, so "
+                          "the claim's own predictions are reported, not decided. It needs "
+                          "longer runs.")
+    assert short.effect.name == "long enough quantity"
+    # the same premise undecided: inconclusive, and `needs` is not said
+    open_ = claim([_direction("long enough", undecided, "premise", True), _direction("a", yes)],
+                  needs="longer runs")
+    assert open_.verdict == "inconclusive" and open_.needs == ""
+    assert "premise does not hold (long enough)" in open_.note
+    # a premise not about scale that fails: inconclusive, never refuted nor "not tested"
+    assert claim([_direction("p", no, "premise"), _direction("a", no)]).verdict == "inconclusive"
+    # a diagnostic never decides, and its rule is not among the claim's
+    diag = claim([_direction("a", yes), _direction("d", no, "diagnostic")])
+    assert diag.verdict == "supported" and diag.effect.name == "a quantity"
+    assert diag.rule.startswith("a: supported if") and "d:" not in diag.rule
+    assert [p["role"] for p in diag.predictions] == ["claim", "diagnostic"]
+    # with no claim prediction, nothing decides: inconclusive
+    only = claim([_direction("d", yes, "diagnostic")])
+    assert only.verdict == "inconclusive" and only.effect.name == "d quantity"
+    premised = claim([_direction("p", yes, "premise"), _direction("d", yes, "diagnostic")])
+    assert premised.verdict == "inconclusive"
+    assert "p (premise): supported if" in premised.rule

@@ -1,7 +1,9 @@
 """The trained-model claims' decisions on planted measurements (no training): each design's
 effect gives `supported`, its opposite `not supported`, noise `inconclusive`; and every
-prediction is checked on its own: a world where only prediction k is broken gives that
-prediction `not supported` and every other one `supported`.
+prediction is checked on its own: a world where only claim prediction k is broken gives that
+prediction `not supported`, every other claim prediction and premise `supported`, and the claim
+`not supported`; a world where only a diagnostic is broken leaves the claim `supported`; a scale
+premise that fails gives `not tested at this scale`.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from typing import Any
 
 import pytest
 
-from normlab.study.claims import CLAIMS, common_lrs, make_claim
+from normlab.study.claims import measures
+from normlab.study.claims.c06a_warmup_common_lr import common_lrs
+from normlab.study.claims.c10_transfer import CLAIM as C10
+from normlab.study.claims.c10_transfer import c10_predictions
+from normlab.study.claims.common import make_claim
 from normlab.study.experiments import trajectory_pair
-from normlab.study.external import c10_predictions
 from normlab.study.profiles import PROFILES
-from normlab.study.verdict import decide_interval
+from normlab.study.verdict import NOT_TESTED, decide_interval
 
+CLAIMS = measures()
 SEEDS = 5
 LRS = (1e-3, 2e-3)
 
@@ -27,20 +33,27 @@ LRS = (1e-3, 2e-3)
 
 @pytest.fixture(autouse=True)
 def figure_calls(stub_figures):
-    from normlab.study import claims
+    import normlab.probe.figures
+    import normlab.study.figures
 
-    return stub_figures(claims, ["plot_bars", "plot_curves", "plot_per_block"])
+    calls = stub_figures(normlab.study.figures, ["plot_bars", "plot_curves"])
+    return stub_figures(normlab.probe.figures, ["plot_per_block"], calls)
 
 class Fake:
     """A StudyContext serving planted numbers: `p[key]` plus `noise * N(0, 1)` per seed.
     Keys: `val_<family>` (with warmup) and `val_<family>_nowarmup`, each optionally
-    `@<lr>` for one lr; `fn<blocks>` the cost of dropping the final norm; `merge_<pl>`,
-    `drop_<pl>` the late merge and drop KLs of the matched-loss probes."""
+    `@<lr>` for one lr; `fails_<family>[_nowarmup][@<lr>]` how many seeds (the first ones)
+    diverge there (scored ln 256, as the study scores a diverged run); `best_lr_<family>`
+    (`_nowarmup`) a grid's best lr, whatever the losses say; `late_<family>` how much a run's
+    loss still fell over its last quarter (`late_improvement`, spread 0.001 of its own);
+    `fn<blocks>` the cost of dropping the final norm; `merge_<pl>`, `drop_<pl>` the late merge
+    and drop KLs of the matched-loss probes."""
 
     def __init__(self, tmp: Path, noise: float = 0.01, profile: str = "standard",
                  **p: float) -> None:
         self.out, self.p, self.noise = tmp, p, noise
         self.rng = random.Random(0)
+        self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
@@ -57,27 +70,41 @@ class Fake:
         return value + self.noise * self.rng.gauss(0.0, 1.0)
 
     def _records(self, family: str, lr: float, warmup: int) -> list[dict[str, Any]]:
-        key = f"val_{family}" + ("_nowarmup" if warmup == 0 else "")
+        suffix = "_nowarmup" if warmup == 0 else ""
+        key = f"val_{family}{suffix}"
+        fails = f"fails_{family}{suffix}"
+        n_failed = int(self.p.get(f"{fails}@{lr:g}", self.p.get(fails, 0)))
         out = []
         for s in range(SEEDS):
-            v = self.draw(key, lr)
-            out.append({"run_id": f"{key}-{lr:g}-{s}", "seed": s, "outcome": "completed",
-                        "val_loss": v, "score": v, "failed": False})
+            v = self.draw(key, lr)  # drawn even for a diverged seed: the others keep theirs
+            late = self.p.get(f"late_{family}", 0.0) + 0.001 * self.late_rng.gauss(0.0, 1.0)
+            failed = s < n_failed
+            out.append({"run_id": f"{key}-{lr:g}-{s}", "seed": s,
+                        "outcome": "diverged" if failed else "completed",
+                        "val_loss": None if failed else v,
+                        "score": math.log(256) if failed else v, "failed": failed,
+                        "late": math.nan if failed else late})
         return out
 
     def tuned(self, family: str, warmup: int | None = None) -> dict[str, Any]:
         w = self.profile.warmup if warmup is None else warmup
         self.tuned_calls.append((family, w))
         recs = {f"{lr:g}": self._records(family, lr, w) for lr in LRS}
-        best = self.p.get(f"best_lr_{family}") or min(
-            LRS, key=lambda lr: sum(r["score"] for r in recs[f"{lr:g}"]))
+        # as the study's: a cell where a seed failed is no optimum unless every cell failed
+        trained = [lr for lr in LRS if not any(r["failed"] for r in recs[f"{lr:g}"])]
+        best = self.p.get(f"best_lr_{family}" + ("_nowarmup" if w == 0 else "")) or min(
+            trained or LRS, key=lambda lr: sum(r["score"] for r in recs[f"{lr:g}"]))
+        all_failed = not trained and all(r["failed"] for rs in recs.values() for r in rs)
         return {"family": family, "warmup": w, "lrs": list(LRS), "best_lr": best,
-                "bracketed": f"unbracketed_{family}" not in self.p, "extensions": [],
-                "mean_score": {}, "records": recs,
-                "best": recs[f"{best:g}"], "all_stalled": family in self.stalled}
+                "bracketed": f"unbracketed_{family}" not in self.p and not all_failed,
+                "extensions": [], "mean_score": {}, "records": recs,
+                "best": recs[f"{best:g}"], "all_stalled": family in self.stalled or all_failed}
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None):
         return {lr: self._records(family, lr, warmup) for lr in lrs}
+
+    def late_improvement(self, records: list[dict[str, Any]]) -> list[float]:
+        return [r["late"] for r in records]
 
     def prefetch(self, specs: list) -> None:
         self.prefetched.append(specs)
@@ -120,19 +147,40 @@ def verdicts(result) -> list[str]:
     return [p["verdict"] for p in result.predictions]
 
 
+def roles(result) -> list[str]:
+    return [p["role"] for p in result.predictions]
+
+
 def check_each_prediction(cid: str, good: dict[str, float], breaks: list[dict[str, float]],
-                          tmp: Path, profile: str = "standard") -> None:
-    """`good` supports every prediction; `breaks[k]` (merged into it) breaks only the k-th."""
-    result = CLAIMS[cid](Fake(tmp, profile=profile, **good))
-    assert verdicts(result) == ["supported"] * len(breaks), result.predictions
+                          tmp: Path, profile: str = "standard",
+                          diagnostics: list[dict[str, float]] = (), noise: float = 0.01) -> None:
+    """`good` supports every prediction; `breaks[k]` (merged into it) breaks only the k-th
+    claim prediction, leaving every other claim prediction and premise supported, and the claim
+    not supported (a diagnostic may follow the claim prediction it restates: it is reported
+    only); `diagnostics[k]` breaks only the k-th diagnostic, every other prediction still
+    supported, and leaves the claim supported: a diagnostic never decides."""
+    result = CLAIMS[cid](Fake(tmp, noise, profile, **good))
+    assert verdicts(result) == ["supported"] * len(result.predictions), result.predictions
     assert result.verdict == "supported"
+    role = roles(result)
+    tests = [i for i, r in enumerate(role) if r == "claim"]
+    diags = [i for i, r in enumerate(role) if r == "diagnostic"]
+    assert len(tests) == len(breaks) and len(diags) == len(diagnostics), role
     for k, change in enumerate(breaks):
-        result = CLAIMS[cid](Fake(tmp, profile=profile, **(good | change)))
-        expected = ["supported"] * len(breaks)
-        expected[k] = "not supported"
-        assert verdicts(result) == expected, (k, change, [
+        result = CLAIMS[cid](Fake(tmp, noise, profile, **(good | change)))
+        assert roles(result) == role
+        got = [v for v, r in zip(verdicts(result), role, strict=True) if r != "diagnostic"]
+        expected = ["not supported" if i == tests[k] else "supported"
+                    for i, r in enumerate(role) if r != "diagnostic"]
+        assert got == expected, (k, change, [
             (p["subject"], p["effect"]["estimate"]) for p in result.predictions])
         assert result.verdict == "not supported"
+    for k, change in enumerate(diagnostics):
+        result = CLAIMS[cid](Fake(tmp, noise, profile, **(good | change)))
+        expected = ["not supported" if i == diags[k] else "supported" for i in range(len(role))]
+        assert verdicts(result) == expected, (k, change, [
+            (p["subject"], p["effect"]["estimate"]) for p in result.predictions])
+        assert result.verdict == "supported", k
 
 
 # -- C6a: both placements at a common peak lr ------------------------------------------------
@@ -141,8 +189,8 @@ C6_GOOD = {"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2, "val_pre_n
 
 
 def test_c6a_every_prediction_at_every_common_lr(tmp_path):
-    # per lr: [post's cost > 0, pre's cost < 0, pre without - post with < 0]; post's tuned lr
-    # (2e-3 here: post's lowest loss) comes first
+    # per lr: [post's cost > 0, pre's cost non-inferior at 0.02, pre without - post with
+    # non-inferior at 0.02]; post's tuned lr (2e-3 here: post's lowest loss) comes first
     breaks = []
     for lr in (2e-3, 1e-3):
         at = f"@{lr:g}"
@@ -153,6 +201,28 @@ def test_c6a_every_prediction_at_every_common_lr(tmp_path):
     result = CLAIMS["C6a"](Fake(tmp_path, **good))
     assert [p["subject"] for p in result.predictions][0] == "post, lr 0.002 (post's tuned)"
     assert all(p["threshold_source"].startswith("Xiong") for p in result.predictions)
+    assert [p["kind"] for p in result.predictions] == [
+        "direction", "non_inferiority", "non_inferiority"] * 2
+
+
+@pytest.mark.parametrize(("pre_cost", "vs", "expected"), [
+    (0.0, 0.0, ["supported", "supported"]),  # equivalent: no cost, no difference
+    (0.01, 0.01, ["supported", "supported"]),  # worse, but within the 0.02 margin
+    (0.05, 0.0, ["not supported", "supported"]),  # pre's cost beyond the margin
+    (0.0, 0.05, ["supported", "not supported"]),  # pre without worse than post with
+])
+def test_c6a_pre_is_non_inferior_at_the_margin(pre_cost, vs, expected, tmp_path):
+    # post with warmup at 2.2, pre with warmup at 2.2 + vs - pre_cost, pre without at
+    # 2.2 + vs: pre's cost is pre_cost, pre without - post with is vs
+    world = {"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2 + vs - pre_cost,
+             "val_pre_nowarmup": 2.2 + vs, "best_lr_post": 2e-3}
+    result = CLAIMS["C6a"](Fake(tmp_path, noise=0.002, **world))
+    got = [v for p, v in zip(result.predictions, verdicts(result), strict=True)
+           if p["kind"] == "non_inferiority"]
+    assert got == expected * 2, [(p["subject"], p["effect"]) for p in result.predictions]
+    assert result.verdict == ("supported" if expected == ["supported"] * 2 else "not supported")
+    pre = result.predictions[1]
+    assert pre["effect"]["expected"] == "< 0.02" and "margin 0.02" in pre["rule"]
 
 
 def test_c6a_opposite_and_noise(tmp_path):
@@ -174,17 +244,67 @@ def test_c6a_compares_only_where_both_placements_train():
 
 # -- C6b: each placement's best over its own grid --------------------------------------------
 
+# post without warmup diverges in every seed at every lr (scored ln 256)
+C6B_GOOD = C6_GOOD | {"fails_post_nowarmup": 5}
+# post without warmup diverges at its best lr with warmup (2e-3) and trains at 1e-3
+_POST_TRAINS_BELOW = {"best_lr_post": 2e-3, "fails_post_nowarmup": 0,
+                      "fails_post_nowarmup@0.002": 5}
+
+
 def test_c6b_every_prediction(tmp_path):
-    check_each_prediction("C6b", C6_GOOD, [{"val_post_nowarmup": 2.1},
-                                           {"val_pre_nowarmup": 2.3}], tmp_path)
+    check_each_prediction("C6b", C6B_GOOD, [
+        {"fails_post_nowarmup": 0},  # post trains without warmup (and ends worse)
+        {"val_pre_nowarmup": 2.3},  # pre's cost 0.1, beyond the margin
+        # post's own best without warmup (1e-3) beats its best with: its cost (-0.2) below
+        # pre's (-0.1), though it diverges at its best lr
+        _POST_TRAINS_BELOW | {"val_post_nowarmup@0.001": 2.0},
+    ], tmp_path, diagnostics=[
+        # post's cost -0.1 (< 0), above pre's -0.3: the claim holds, the diagnostic does not
+        _POST_TRAINS_BELOW | {"val_post_nowarmup@0.001": 2.1, "val_pre_nowarmup": 1.9},
+    ])
+
+
+@pytest.mark.parametrize(("world", "verdict"), [
+    ({"fails_post_nowarmup": 5}, "supported"),  # every seed diverged
+    ({"fails_post_nowarmup": 0}, "not supported"),  # none did
+    ({"fails_post_nowarmup": 3}, "inconclusive"),  # 3 of 5: Wilson [0.23, 0.88] holds 1/2
+    # read at post's own best lr with warmup, not wherever it diverges
+    (_POST_TRAINS_BELOW, "supported"),
+    (_POST_TRAINS_BELOW | {"best_lr_post": 1e-3}, "not supported"),
+])
+def test_c6b_post_diverges_is_a_failure_rate_at_post_s_best_lr(world, verdict, tmp_path):
+    result = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | world)))
+    rate = result.predictions[0]
+    assert (rate["subject"], rate["kind"], rate["role"]) == ("post diverges", "failure_rate",
+                                                             "claim")
+    assert rate["verdict"] == verdict, rate["effect"]
+    best = result.numbers["post_without_warmup_at_its_best_lr"]
+    assert best["lr"] == result.numbers["tuning_with_warmup"]["post"]["best_lr"]
+    assert rate["effect"]["estimate"] == best["outcomes"].count("diverged") / SEEDS
+    if verdict == "not supported":
+        assert result.verdict == "not supported"
+    if verdict == "inconclusive":
+        assert result.verdict == "inconclusive" and "3 of 5 seeds failed" in rate["diagnosis"]
+
+
+@pytest.mark.parametrize(("cost", "verdict"), [(0.0, "supported"), (0.01, "supported"),
+                                                (0.05, "not supported")])
+def test_c6b_pre_is_non_inferior_at_the_margin(cost, verdict, tmp_path):
+    # equivalent (0), worse within the margin (0.01), worse beyond it (0.05)
+    world = C6B_GOOD | {"val_pre_nowarmup": 2.2 + cost}
+    result = CLAIMS["C6b"](Fake(tmp_path, noise=0.002, **world))
+    pre = result.predictions[1]
+    assert (pre["subject"], pre["kind"]) == ("pre", "non_inferiority")
+    assert pre["verdict"] == verdict, pre["effect"]
+    assert result.verdict == verdict
 
 
 def test_c6b_tunes_each_placement_without_warmup_on_its_own_grid(tmp_path):
-    ctx = Fake(tmp_path, **C6_GOOD)
+    ctx = Fake(tmp_path, **C6B_GOOD)
     CLAIMS["C6b"](ctx)
     assert {("pre", 0), ("post", 0), ("pre", ctx.profile.warmup),
             ("post", ctx.profile.warmup)} <= set(ctx.tuned_calls)
-    noisy = CLAIMS["C6b"](Fake(tmp_path, noise=3.0, **C6_GOOD))
+    noisy = CLAIMS["C6b"](Fake(tmp_path, noise=3.0, **C6B_GOOD))
     assert noisy.verdict == "inconclusive"
 
 
@@ -194,8 +314,49 @@ C9_GOOD = {"val_pre_xavier": 2.3, "val_post": 2.2, "val_pre": 2.3, "val_post_gpt
 
 
 def test_c9_every_same_init_pairing(tmp_path):
-    check_each_prediction("C9", C9_GOOD, [{"val_pre_xavier": 2.1}, {"val_post_gpt2": 2.4}],
-                          tmp_path)
+    # the claim: post - pre, both Xavier, non-inferior at 0.02; diagnostics: post strictly
+    # better (both Xavier), and the GPT-2-scaled pairing
+    check_each_prediction("C9", C9_GOOD, [{"val_pre_xavier": 2.1}], tmp_path, diagnostics=[
+        {"val_post": 2.31},  # post 0.01 worse: within the margin, not strictly better
+        {"val_post_gpt2": 2.4}], noise=0.002)
+
+
+def test_c9_is_not_tested_at_this_scale_when_the_runs_still_improve(tmp_path):
+    for late in ({"late_post": 0.1}, {"late_pre_xavier": 0.1}):  # either side still falling
+        result = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, **late))
+        premise = result.predictions[0]
+        assert (premise["subject"], premise["role"], premise["scale"]) == (
+            "trained near convergence", "premise", True)
+        assert premise["verdict"] == "not supported" and result.verdict == NOT_TESTED
+        assert result.effect.name == premise["quantity"]  # the premise is what it rests on
+        assert result.needs.startswith("runs trained near convergence")
+        assert "Not tested at this scale: trained near convergence does not hold" in \
+            result.note
+        # the claim's own predictions are reported, not decided: a refuting world is no
+        # different
+        refuted = CLAIMS["C9"](Fake(tmp_path, **(C9_GOOD | late | {"val_pre_xavier": 2.1})))
+        assert refuted.predictions[1]["verdict"] == "not supported"
+        assert refuted.verdict == NOT_TESTED
+    at_line = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, late_post=0.02))
+    assert at_line.predictions[0]["verdict"] == "inconclusive"
+    assert at_line.verdict == "inconclusive" and at_line.needs == ""
+    assert "premise does not hold (trained near convergence)" in at_line.note
+    near = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD))
+    assert near.verdict == "supported" and near.needs == ""
+
+
+def test_c9_s_gpt2_scaled_pairing_never_decides(tmp_path):
+    subjects = ["trained near convergence", "post vs pre (both Xavier)",
+                "post better (both Xavier)", "post vs pre (both GPT-2 scaled)"]
+    for gpt2, verdict in ((2.4, "not supported"), (2.2, "supported")):
+        for xavier, claim in ((2.3, "supported"), (2.1, "not supported")):
+            world = C9_GOOD | {"val_post_gpt2": gpt2, "val_pre_xavier": xavier}
+            result = CLAIMS["C9"](Fake(tmp_path, **world))
+            assert [p["subject"] for p in result.predictions] == subjects
+            assert result.predictions[3]["role"] == "diagnostic"
+            assert result.predictions[3]["verdict"] == verdict
+            assert result.verdict == claim, (gpt2, xavier)
+            assert "GPT-2 scaled" not in result.rule
 
 
 def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
@@ -203,13 +364,17 @@ def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
     world = C9_GOOD | {"val_pre": 2.3, "val_post": 2.2, "val_post_gpt2": 2.25}
     ctx = Fake(tmp_path, **world)
     result = CLAIMS["C9"](ctx)
-    assert [p["subject"] for p in result.predictions] == [
-        "post vs pre (both Xavier)", "post vs pre (both GPT-2 scaled)"]
+    assert [(p["subject"], p["role"]) for p in result.predictions] == [
+        ("trained near convergence", "premise"), ("post vs pre (both Xavier)", "claim"),
+        ("post better (both Xavier)", "diagnostic"),
+        ("post vs pre (both GPT-2 scaled)", "diagnostic")]
     assert "paper_inits_context" in result.numbers
     families = {f for f, _ in ctx.tuned_calls}
     assert {"pre_xavier", "post_gpt2"} <= families  # tuned on their own grids
     quick = CLAIMS["C9"](Fake(tmp_path, profile="quick", **C9_GOOD))
-    assert [p["subject"] for p in quick.predictions] == ["post vs pre (both Xavier)"]
+    assert [p["subject"] for p in quick.predictions] == [
+        "trained near convergence", "post vs pre (both Xavier)", "post better (both Xavier)"]
+    assert quick.verdict == "supported"
     assert CLAIMS["C9"](Fake(tmp_path, **{k: 4.5 - v for k, v in C9_GOOD.items()})
                         ).verdict == "not supported"
     assert CLAIMS["C9"](Fake(tmp_path, noise=3.0, **C9_GOOD)).verdict == "inconclusive"
@@ -247,13 +412,14 @@ C10_GOOD = {"scratch_pre": 0.5, "scratch_post": 0.5, "pretrained_pre": 0.6,
             "pretrained_post": 0.7}
 
 
-def _c10(**v: float):
-    preds = c10_predictions(_acc(random.Random(1), **v), MAJORITY)
-    return make_claim("C10", "t", "s", "src", "m", preds, "paper", {}, [])
+def _c10(accuracy: dict[str, dict[str, list[float]]] | None = None, **v: float):
+    preds = c10_predictions(accuracy or _acc(random.Random(1), **v), MAJORITY)
+    return make_claim("C10", "t", "s", "src", "m", preds, "paper", {}, [], needs=C10.needs)
 
 
 def test_c10_every_prediction_and_premises_never_refute():
     assert verdicts(_c10(**C10_GOOD)) == ["supported"] * 5
+    assert roles(_c10(**C10_GOOD)) == ["premise"] * 4 + ["claim"]
     assert _c10(**C10_GOOD).verdict == "supported"
     breaks = [{"scratch_pre": 0.3}, {"scratch_post": 0.3}, {"pretrained_pre": 0.45},
               {"scratch_post": 0.75}, {"pretrained_pre": 0.8}]
@@ -262,10 +428,32 @@ def test_c10_every_prediction_and_premises_never_refute():
         expected = ["supported"] * 5
         expected[k] = "not supported"
         assert verdicts(result) == expected, k
-        # a broken premise (no learning from init, or no transfer) leaves C10 undecided
-        assert result.verdict == ("not supported" if k == 4 else "inconclusive"), k
+        # a broken premise (no learning from init, or no transfer) is about scale: C10 is not
+        # tested at this scale, never refuted
+        assert result.verdict == ("not supported" if k == 4 else NOT_TESTED), k
         if k < 4:
-            assert "premise does not hold" in result.note
+            assert "Not tested at this scale" in result.note and result.needs == C10.needs
+
+
+def test_c10_from_init_must_beat_the_majority_by_five_points():
+    # 0.43: above the majority (0.4), but by 0.03, less than the 0.05 that learning means
+    result = _c10(**(C10_GOOD | {"scratch_pre": 0.43}))
+    assert verdicts(result)[0] == "not supported" and result.predictions[0]["effect"][
+        "expected"] == "> 0.05"
+    assert result.verdict == NOT_TESTED
+    assert _c10(**(C10_GOOD | {"scratch_pre": 0.46})).verdict == "supported"
+
+
+def test_c10_a_premise_with_no_spread_is_undecided():
+    # every model from init scores exactly the same (a constant, e.g. one class always): its
+    # interval has zero width, so the premise is not decided, though it lies above 0.05
+    accuracy = _acc(random.Random(1), **C10_GOOD)
+    accuracy["scratch"]["pre"] = [0.5] * SEEDS
+    result = _c10(accuracy)
+    assert verdicts(result) == ["inconclusive"] + ["supported"] * 4
+    assert "interval of zero width" in result.predictions[0]["diagnosis"]
+    assert result.verdict == "inconclusive" and "premise does not hold (pre from init)" in \
+        result.note
 
 
 def test_c10_with_and_without_transfer():
@@ -282,19 +470,26 @@ C11_GOOD = {"val_pre": 2.2, "val_pre_nofinal": 2.5, "fn6": 0.5, "fn12": 1.0}
 
 
 def test_c11_every_prediction(tmp_path):
-    check_each_prediction("C11", C11_GOOD, [{"val_pre_nofinal": 2.0}, {"fn6": -0.1},
-                                            {"fn12": 0.2}], tmp_path)
+    # decided by pre trained without vs with its final norm only; the ablation of the trained
+    # norm (at 6 blocks, and 12 against 6) is a diagnostic: one that fails leaves C11 alone
+    check_each_prediction("C11", C11_GOOD, [{"val_pre_nofinal": 2.0}], tmp_path,
+                          diagnostics=[{"fn6": -0.1}, {"fn12": 0.2}])
+    both = CLAIMS["C11"](Fake(tmp_path, **(C11_GOOD | {"fn6": -0.1, "fn12": -0.5})))
+    assert verdicts(both) == ["supported", "not supported", "not supported"]
+    assert both.verdict == "supported"
 
 
 def test_c11_without_a_deeper_model_says_so(tmp_path):
     world = {k: v for k, v in C11_GOOD.items() if k != "fn12"}
     result = CLAIMS["C11"](Fake(tmp_path, profile="quick", **world))
-    # quick trains neither a deeper model nor pre without a final norm: the ablation decides
-    assert [p["subject"] for p in result.predictions] == ["pre, 6 blocks"]
-    assert result.verdict == "supported"
-    assert "No deeper model" in result.note and "mechanism decides alone" in result.note
+    # quick trains neither a deeper model nor pre without a final norm: only the diagnostic
+    # is measured, and a diagnostic never decides
+    assert [(p["subject"], p["role"]) for p in result.predictions] == [
+        ("pre, 6 blocks", "diagnostic")]
+    assert verdicts(result) == ["supported"] and result.verdict == "inconclusive"
+    assert "No deeper model" in result.note and "nothing decides the claim" in result.note
     broken = CLAIMS["C11"](Fake(tmp_path, profile="quick", **{**world, "fn6": -0.1}))
-    assert broken.verdict == "not supported"
+    assert verdicts(broken) == ["not supported"] and broken.verdict == "inconclusive"
     assert CLAIMS["C11"](Fake(tmp_path, noise=3.0, **C11_GOOD)).verdict == "inconclusive"
 
 
@@ -312,7 +507,7 @@ def test_trajectory_pair_takes_the_most_trained_pair_within_tolerance():
 
 @pytest.mark.parametrize("cid,world,side", [("C9", C9_GOOD, "post"),
                                              ("C6a", C6_GOOD, "post"),
-                                             ("C6b", C6_GOOD, "pre"),
+                                             ("C6b", C6B_GOOD, "pre"),
                                              ("C11", C11_GOOD, "pre_nofinal")])
 def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
     result = CLAIMS[cid](Fake(tmp_path, **world, **{f"stalled_{side}": 1.0}))
@@ -321,7 +516,7 @@ def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
 
 
 def test_c12_rows_each_prediction():
-    from normlab.study.external import c12_predictions, decide_c12
+    from normlab.study.claims.c12_removable_layers import c12_predictions, decide_c12
 
     rng = random.Random(3)
 
@@ -329,16 +524,34 @@ def test_c12_rows_each_prediction():
         return {"pre": [pre + 0.01 * rng.gauss(0, 1) for _ in range(SEEDS)],
                 "post": [post + 0.01 * rng.gauss(0, 1) for _ in range(SEEDS)]}
 
-    good = world(-1.0, 0.0)
-    assert verdicts(SimpleNamespace(predictions=[p.to_dict() for p in c12_predictions(good)])
-                    ) == ["supported", "supported"]
-    assert decide_c12(good)["verdict"] == "supported"
+    def rows(slopes):
+        return [(p.subject, p.role, p.verdict) for p in c12_predictions(slopes)]
+
+    # both decline, post less so: supported (post's own slope is a diagnostic)
+    good = world(-1.0, -0.5)
+    assert rows(good) == [("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
+                          ("post", "diagnostic", "supported")]
+    decision = decide_c12(good)
+    assert decision["verdict"] == "supported"
+    assert decision["reason"] == "pre's deep blocks are cheaper, and post's less so"
+    assert [p.subject for p in decision["predictions"]] == ["pre", "post vs pre", "post"]
+    # each claim prediction broken in turn: pre's slope not below 0; post's not above pre's
     for k, (pre, post) in enumerate([(0.5, 1.5), (-1.0, -2.0)]):
+        broken = world(pre, post)
+        got = [v for _s, r, v in rows(broken) if r == "claim"]
         expected = ["supported", "supported"]
         expected[k] = "not supported"
-        broken = world(pre, post)
-        assert [p.verdict for p in c12_predictions(broken)] == expected, k
+        assert got == expected, k
         assert decide_c12(broken)["verdict"] == "not supported"
+    assert decide_c12(world(0.5, 1.5))["reason"] == (
+        "pre's deep blocks are not cheaper than its shallow ones")
+    assert decide_c12(world(-1.0, -2.0))["reason"] == "post's slope is not above pre's"
+    # post's slope above 0 breaks only the diagnostic: still supported
+    flat = world(-1.0, 0.5)
+    assert rows(flat) == [("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
+                          ("post", "diagnostic", "not supported")]
+    assert decide_c12(flat)["verdict"] == "supported"
+    assert decide_c12(flat)["reason"] == "pre's deep blocks are cheaper; post's are not"
 
 
 def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
@@ -349,7 +562,7 @@ def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
 
 @pytest.mark.draws
 def test_every_threshold_names_its_source(tmp_path):
-    worlds = {"C6a": C6_GOOD, "C6b": C6_GOOD, "C9": C9_GOOD, "C11": C11_GOOD,
+    worlds = {"C6a": C6_GOOD, "C6b": C6B_GOOD, "C9": C9_GOOD, "C11": C11_GOOD,
               "C3": {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}}
     for cid, world in worlds.items():
         for p in CLAIMS[cid](Fake(tmp_path, **world)).predictions:
@@ -413,7 +626,7 @@ LONG_NOTE = ("the study provided no matched pre/post models for C12 because ever
 
 
 def _table_claims(tmp_path) -> list[dict[str, Any]]:
-    c6b = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | {"val_pre_nowarmup": 2.3}))).to_dict()
+    c6b = CLAIMS["C6b"](Fake(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3}))).to_dict()
     c6b["calibration"] = "passed"
     return [c6b, {"id": "C12", "title": "Deep Pre-LN layers are removable",
                   "verdict": "not run", "note": LONG_NOTE, "predictions": []}]
@@ -424,11 +637,14 @@ def test_markdown_table_has_a_row_per_prediction(tmp_path):
 
     lines = markdown_table(_table_claims(tmp_path)).splitlines()
     assert lines[0].startswith("| claim | verdict | prediction | measured")
-    c6b_post, c6b_pre, c12 = lines[2:]
-    assert c6b_post.startswith("| **C6b** Pre-LN needs no warmup") and "**not supported**" in \
-        c6b_post and "| post |" in c6b_post and "| supported |" in c6b_post
-    assert c6b_post.endswith("| passed |")
-    assert c6b_pre.startswith("|  |  | pre |") and "| < 0 | not supported |" in c6b_pre
+    c6b_rate, c6b_pre, c6b_vs, c6b_post, c12 = lines[2:]
+    assert c6b_rate.startswith("| **C6b** Pre-LN needs no warmup") and "**not supported**" in \
+        c6b_rate and "| post diverges |" in c6b_rate and "| > 0.5 | supported |" in c6b_rate
+    assert c6b_rate.endswith("| passed |")
+    # pre's cost is a non-inferiority test at 0.02: its interval's upper end must lie below
+    assert c6b_pre.startswith("|  |  | pre |") and "| < 0.02 | not supported |" in c6b_pre
+    assert c6b_vs.startswith("|  |  | post vs pre |") and "| > 0 | supported |" in c6b_vs
+    assert c6b_post.startswith("|  |  | post |") and "| supported (diagnostic) |" in c6b_post
     assert LONG_NOTE in c12 and c12.endswith("| not run | — |")
 
 
@@ -446,7 +662,7 @@ def test_terminal_summary_wraps_and_never_cuts(tmp_path):
 
 
 def test_the_claims_effect_is_the_prediction_that_decides_it(tmp_path):
-    result = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | {"val_pre_nowarmup": 2.3})))
+    result = CLAIMS["C6b"](Fake(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3})))
     assert result.verdict == "not supported"
     assert result.effect.name == result.predictions[1]["quantity"]
     assert result.effect.estimate == result.predictions[1]["effect"]["estimate"]  # pre's
@@ -455,7 +671,7 @@ def test_the_claims_effect_is_the_prediction_that_decides_it(tmp_path):
 # -- the words each claim shows --------------------------------------------------------------
 
 C3_GOOD = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}
-WORDS = {"C3": C3_GOOD, "C6a": C6_GOOD, "C6b": C6_GOOD, "C9": C9_GOOD, "C11": C11_GOOD}
+WORDS = {"C3": C3_GOOD, "C6a": C6_GOOD, "C6b": C6B_GOOD, "C9": C9_GOOD, "C11": C11_GOOD}
 
 
 @pytest.mark.parametrize("cid", sorted(WORDS))
@@ -467,7 +683,8 @@ def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, 
     ("C9_post_stalled", "C9", "standard", C9_GOOD | {"stalled_post": 1.0}),
     ("C9_quick_unbracketed", "C9", "quick", C9_GOOD | {"unbracketed_pre_xavier": 1.0}),
     ("C6a_noise", "C6a", "standard", C6_GOOD | {"noise": 3.0}),
-    ("C6b_unbracketed", "C6b", "standard", C6_GOOD | {"unbracketed_post": 1.0}),
+    ("C6b_unbracketed", "C6b", "standard", C6B_GOOD | {"unbracketed_post": 1.0}),
+    ("C9_not_near_convergence", "C9", "standard", C9_GOOD | {"late_post": 0.1}),
     ("C11_quick", "C11", "quick", {k: v for k, v in C11_GOOD.items() if k != "fn12"}),
     ("C11_without_final_stalled", "C11", "standard", C11_GOOD | {"stalled_pre_nofinal": 1.0}),
 ])
@@ -485,6 +702,7 @@ def test_c10_s_prediction_words_are_the_recorded_ones(recorded_words):
     recorded_words("empirical_C10_predictions", _c10(**C10_GOOD))
     recorded_words("empirical_C10_no_transfer",
                    _c10(**(C10_GOOD | {"pretrained_pre": 0.5, "pretrained_post": 0.5})))
+    recorded_words("empirical_C10_from_init_short", _c10(**(C10_GOOD | {"scratch_pre": 0.43})))
 
 
 def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
@@ -509,6 +727,8 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
     assert mean(c6b["cost"]["pre"]) == pytest.approx(1.9 - 2.2)  # its best cell, 2e-3
     assert c6b["tuning_without_warmup"]["pre"]["best_lr"] == 2e-3
     assert c6b["tuning_with_warmup"]["pre"]["best_lr"] == 1e-3
+    assert c6b["post_without_warmup_at_its_best_lr"] == {
+        "lr": c6b["tuning_with_warmup"]["post"]["best_lr"], "outcomes": ["completed"] * SEEDS}
 
     c9 = CLAIMS["C9"](Fake(tmp_path, noise=0.0, **C9_GOOD)).numbers
     assert mean(c9["paper_inits_context"]["pre (GPT-2 scaled) - post (Xavier)"]) == \
@@ -630,3 +850,96 @@ def test_c6a_says_when_no_lr_of_the_grid_has_both_placements_trained(tmp_path, r
     assert edge.note.endswith(" its grid after the profile's extensions, so its tuned loss may "
                               "be lower still. No lr of the grid where both placements trained "
                               "with warmup: no common lr to compare at.")
+
+
+# -- StudyContext.tuned: the grid of a family that fails to train ----------------------------
+
+def _tuning_context(tmp_path, monkeypatch, trains_at_or_below: float, extensions: int = 2,
+                    least_bad_stall: float = 0.0):
+    """A StudyContext whose runs are planted: every seed of a cell above
+    `trains_at_or_below` stalls (near the unigram loss, 3.3, least bad at `least_bad_stall`);
+    a cell at or below it trains, its loss lowest at 5e-4."""
+    from dataclasses import replace
+
+    from normlab.study.experiments import StudyContext
+
+    p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3, 4e-3), max_lr_extensions=extensions)
+    ctx = StudyContext(tmp_path, p, log=lambda _m: None)
+    asked: list[tuple[float, ...]] = []
+
+    def planted_runs(self, family, lrs, warmup, blocks=None):
+        asked.append(tuple(lrs))
+        out = {}
+        for lr in lrs:
+            stalled = lr > trains_at_or_below
+            loss = 3.3 + abs(lr - least_bad_stall) if stalled else 2.0 + abs(lr - 5e-4) * 100
+            out[lr] = [{"run_id": f"{family}-{lr:g}-{s}", "seed": s, "score": loss,
+                        "val_loss": loss, "failed": stalled,
+                        "outcome": "stalled" if stalled else "completed"}
+                       for s in range(p.seeds)]
+        return out
+
+    monkeypatch.setattr(StudyContext, "runs", planted_runs)
+    monkeypatch.setattr(StudyContext, "prefetch", lambda self, specs: None)
+    return ctx, asked
+
+
+def test_tuned_extends_an_all_stalled_grid_downward_and_never_calls_it_bracketed(
+        tmp_path, monkeypatch):
+    # nothing trains at any lr: the grid is halved below twice, never extended above, and the
+    # least bad cell (the lowest lr) is no bracketed optimum
+    ctx, asked = _tuning_context(tmp_path, monkeypatch, trains_at_or_below=0.0)
+    t = ctx.tuned("post")
+    assert asked == [(1e-3, 2e-3, 4e-3), (5e-4,), (2.5e-4,)]
+    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert t["extensions"] == ["every cell stalled or diverged: added 0.0005 below",
+                               "every cell stalled or diverged: added 0.00025 below"]
+    assert t["all_stalled"] and not t["bracketed"]
+    assert t["best_lr"] == 2.5e-4  # the least bad, reported, not an optimum
+    # the least bad stall inside the grid is no bracketed optimum either
+    ctx, asked = _tuning_context(tmp_path / "a", monkeypatch, trains_at_or_below=0.0,
+                                 least_bad_stall=2e-3)
+    t = ctx.tuned("post")
+    assert t["best_lr"] == 2e-3 and len(t["extensions"]) == 2
+    assert t["lrs"][:2] == [2.5e-4, 5e-4] and t["all_stalled"] and not t["bracketed"]
+    # the first extension finds a cell that trains, at the low edge: extended once more below,
+    # and the trained optimum (5e-4) is then inside the grid
+    ctx, asked = _tuning_context(tmp_path / "b", monkeypatch, trains_at_or_below=5e-4)
+    t = ctx.tuned("post")
+    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3] and t["best_lr"] == 5e-4
+    assert t["extensions"] == ["every cell stalled or diverged: added 0.0005 below",
+                               "best lr 0.0005 at the low edge: added 0.00025"]
+    assert t["bracketed"] and not t["all_stalled"]
+    # the extensions run out with the only trained cell at the low edge: not bracketed
+    ctx, _ = _tuning_context(tmp_path / "c", monkeypatch, trains_at_or_below=5e-4, extensions=1)
+    t = ctx.tuned("post")
+    assert t["lrs"] == [5e-4, 1e-3, 2e-3, 4e-3] and t["best_lr"] == 5e-4
+    assert not t["bracketed"] and not t["all_stalled"]
+    # with a single extension and nothing trained: still all stalled, still not bracketed
+    ctx, _ = _tuning_context(tmp_path / "d", monkeypatch, trains_at_or_below=0.0, extensions=1)
+    t = ctx.tuned("post")
+    assert t["lrs"] == [5e-4, 1e-3, 2e-3, 4e-3] and t["all_stalled"] and not t["bracketed"]
+
+
+def test_tuned_never_takes_a_failed_cell_for_the_optimum(tmp_path, monkeypatch):
+    # trains at or below 2e-3; the stalled 4e-3 cell is planted with a loss (1.0) lower than
+    # every trained cell's
+    ctx, _ = _tuning_context(tmp_path, monkeypatch, trains_at_or_below=2e-3)
+    from normlab.study.experiments import StudyContext
+
+    planted = StudyContext.runs
+
+    def with_a_cheap_stall(self, family, lrs, warmup, blocks=None):
+        out = planted(self, family, lrs, warmup, blocks)
+        for lr, recs in out.items():
+            if recs[0]["failed"]:
+                out[lr] = [r | {"score": 1.0, "val_loss": 1.0} for r in recs]
+        return out
+
+    monkeypatch.setattr(StudyContext, "runs", with_a_cheap_stall)
+    t = ctx.tuned("post")
+    # 1e-3 (the best trained cell) sits at the low edge: 5e-4 added below, the optimum there;
+    # then 2.5e-4 below it; the stalled 4e-3 (score 1.0) is never the best, nor extended
+    assert t["best_lr"] == 5e-4 and t["bracketed"]
+    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert not any("high edge" in e for e in t["extensions"])

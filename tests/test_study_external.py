@@ -10,12 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from normlab.study.external import (
-    Pretrained,
-    decide_c12,
-    drop_cost_profile,
-    matched_pairs,
-)
+from normlab.study.claims import c10_transfer, c12_removable_layers
+from normlab.study.claims.c12_removable_layers import decide_c12, drop_cost_profile
+from normlab.study.claims.common import matched_pairs
+from normlab.study.schema import Pretrained
 
 SEEDS = 5
 
@@ -77,9 +75,29 @@ def test_c12_noise_is_inconclusive_and_says_what_it_could_detect():
     assert res["smallest_detectable"] > 0.5
 
 
-def test_c12_both_declining_is_not_called_supported():
+def test_c12_both_declining_post_less_so_is_supported():
+    """Post's own slope is a diagnostic: pre's deep blocks cheaper and post's slope above pre's
+    decide, so both declining with post less so is supported (it was inconclusive when post's
+    own slope had to stay off the negative side)."""
     res = decide_c12(_slopes(pre=-2.0, post=-1.0, noise=0.05))
-    assert res["verdict"] == "inconclusive" and "both" in res["reason"]
+    assert res["verdict"] == "supported"
+    assert res["reason"] == "pre's deep blocks are cheaper, and post's less so"
+    assert [(p.subject, p.role, p.verdict) for p in res["predictions"]] == [
+        ("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
+        ("post", "diagnostic", "supported")]
+
+
+def test_c12_post_s_own_slope_is_reported_and_never_decides():
+    """Whatever post's own slope does (below 0, at 0, above 0), the verdict is the two claim
+    predictions'; breaking a claim prediction still refutes."""
+    for post, diagnostic in ((-1.0, "supported"), (0.0, "inconclusive"),
+                             (0.5, "not supported")):
+        res = decide_c12(_slopes(pre=-2.0, post=post, noise=0.05))
+        assert res["predictions"][2].verdict == diagnostic, post
+        assert res["verdict"] == "supported", post
+    # the claim predictions still decide: pre's slope not below 0, or post not above pre
+    assert decide_c12(_slopes(pre=0.5, post=1.5, noise=0.05))["verdict"] == "not supported"
+    assert decide_c12(_slopes(pre=-1.0, post=-2.0, noise=0.05))["verdict"] == "not supported"
 
 
 def test_c12_one_pair_is_inconclusive():
@@ -135,7 +153,7 @@ def _ctx(tmp_path, **extra):
 
 def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path):
     from normlab.probe.interventions import layer_drop
-    from normlab.study.external import c12_own_models
+    from normlab.study.claims.c12_removable_layers import c12_own_models
     from normlab.train import load_trained_model
 
     ctx = _ctx(tmp_path)
@@ -164,7 +182,7 @@ def dataclasses_replace(obj, **changes):
 
 def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(tiny_pairs,
                                                                               tmp_path):
-    from normlab.study.external import c10
+    from normlab.study.claims.c10_transfer import measure as c10
 
     ctx = _ctx(tmp_path, finetune_steps=3, finetune_batch_size=4, finetune_test_max=24,
                finetune_val_max=12, finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0,
@@ -183,14 +201,16 @@ def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(ti
     # the model from init reads the passages as the pretrained one does, with the same budget
     assert n["runs"]["scratch"]["pre"][best][0]["settings"] == {
         **n["runs"]["pretrained"]["pre"][best][0]["settings"]}
-    # 3 steps of fine-tuning teach neither arm the task: a premise fails, nothing is decided
+    # 3 steps of fine-tuning teach neither arm the task: the premises are not decided (2 seeds),
+    # so nothing is (a premise refuted outright would make it "not tested at this scale")
     assert result.verdict == "inconclusive"
     assert "premise does not hold" in result.note
-    assert [p["role"] for p in result.predictions] == ["premise"] * 4 + ["test"]
+    assert [p["role"] for p in result.predictions] == ["premise"] * 4 + ["claim"]
+    assert [p["scale"] for p in result.predictions] == [True] * 4 + [False]
 
 
 def test_tune_lr_extends_the_grid_past_a_winning_edge():
-    from normlab.study.external import tune_lr
+    from normlab.study.claims.c10_transfer import tune_lr
 
     peak = 0.01  # the score peaks at lr 1e-2, above the grid
     res = tune_lr(lambda lr: (-abs(math.log(lr / peak)), 0.0), (1e-4, 3e-4, 1e-3), 3)
@@ -226,7 +246,7 @@ def _no_real_models(ctx):
 @pytest.fixture
 def planted_c12(monkeypatch):
     """C12 on planted per-seed depth slopes: its own models' decision is decide_c12's."""
-    from normlab.study import external
+    from normlab.study.claims import c12_removable_layers
 
     def own(ctx, checkpoints, tolerance=None):
         pairs, left_out = matched_pairs(checkpoints, 0.05)
@@ -236,60 +256,113 @@ def planted_c12(monkeypatch):
         return decide_c12(slopes) | {"per_seed": {}, "left_out": left_out, "slopes": slopes,
                                      "tolerance": 0.05}
 
-    monkeypatch.setattr(external, "c12_own_models", own)
-    monkeypatch.setattr(external, "c12_real_models", _no_real_models)
-    return external
+    monkeypatch.setattr(c12_removable_layers, "c12_own_models", own)
+    monkeypatch.setattr(c12_removable_layers, "c12_real_models", _no_real_models)
+    return c12_removable_layers
 
 
 def test_c12_s_words_are_the_recorded_ones(planted_c12, tmp_path, recorded_words):
     ctx = _planted_ctx(tmp_path)
-    recorded_words("external_C12", planted_c12.c12(ctx, _pretrained()))
-    recorded_words("external_C12_two_pairs", planted_c12.c12(ctx, _pretrained(seeds=2)))
+    recorded_words("external_C12", planted_c12.measure(ctx, _pretrained()))
+    recorded_words("external_C12_two_pairs", planted_c12.measure(ctx, _pretrained(seeds=2)))
     recorded_words("external_C12_post_stalled",
-                   planted_c12.c12(ctx, _pretrained(outcome_post="stalled")))
+                   planted_c12.measure(ctx, _pretrained(outcome_post="stalled")))
     recorded_words("external_C12_no_deep_models",
-                   planted_c12.c12(_planted_ctx(tmp_path, deep_blocks=0), []))
-    recorded_words("external_C12_none_provided", planted_c12.c12(ctx, []))
+                   planted_c12.measure(_planted_ctx(tmp_path, deep_blocks=0), []))
+    recorded_words("external_C12_none_provided", planted_c12.measure(ctx, []))
 
 
 def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path):
     ctx = _planted_ctx(tmp_path)
     ctx.deep_runs = lambda pl: {"lr": 1e-3 if pl == "pre" else 2e-3, "bracketed": True,
                                 "records": ["not reported"]}
-    res = planted_c12.c12(ctx, _pretrained(seeds=3))
+    res = planted_c12.measure(ctx, _pretrained(seeds=3))
     assert res.numbers["deep_tuned"] == {"pre": {"lr": 1e-3, "bracketed": True},
                                          "post": {"lr": 2e-3, "bracketed": True}}
     assert res.numbers["pairs"] == 3
     assert res.verdict == "supported" and res.stalled == []
     assert res.note == "pre's deep blocks are cheaper; post's are not; real checkpoints not " \
                        "probed: minilm is not in the local cache (planted)"
-    assert [p["verdict"] for p in res.predictions] == ["supported", "supported"]
+    # post's own slope (planted above 0) is not below 0: a diagnostic, it leaves the verdict
+    assert [(p["role"], p["verdict"]) for p in res.predictions] == [
+        ("claim", "supported"), ("claim", "supported"), ("diagnostic", "not supported")]
     assert res.numbers["own_models"]["slopes"]["pre"] == pytest.approx(
         (-1.0 + _noise(0.1)[:3]).tolist())
     assert res.effect.name == "depth slope of the drop cost: post - pre"
     ctx.profile.c12_min_pairs = 4
     assert "3 matched pair(s) along the trajectories, fewer than the 4" in \
-        planted_c12.c12(ctx, _pretrained(seeds=3)).note
+        planted_c12.measure(ctx, _pretrained(seeds=3)).note
+
+
+# per arm and placement: the accuracy of seed 0 and its step from seed to seed; the steps differ
+# so that every per-seed difference varies (a premise whose values are all the same is not
+# decided). The models from init beat the majority (0.4) by 10-16 points, pretraining adds
+# 7-20 points, and post ends 10-11.5 points above pre.
+C10_PLANTED = {"pretrained": {"pre": (0.6, 0.01), "post": (0.7, 0.015)},
+               "scratch": {"pre": (0.5, 0.02), "post": (0.5, 0.02)}}
+
+
+def _planted_finetune(acc=C10_PLANTED):
+    from normlab.study.claims import c10_transfer
+
+    def finetune(ctx, checkpoints, tolerance=None):
+        pairs, left_out = matched_pairs(checkpoints, 0.05)
+        seeds = sorted(pairs)
+        return {"settings": c10_transfer.c10_settings(ctx), "seeds": seeds, "left_out": left_out,
+                "tolerance": 0.05, "tuned_lr": {}, "runs": {},
+                "accuracy": {arm: {p: [v + step * k for k in range(len(seeds))]
+                                   for p, (v, step) in a.items()} for arm, a in acc.items()},
+                "val_loss_pretrained": {}, "baseline": {"test_accuracy": 0.55},
+                "chance": 1 / 3, "majority": 0.4}
+
+    return finetune
 
 
 @pytest.fixture
 def planted_c10(monkeypatch):
     """C10 on planted fine-tuning accuracies (no fine-tuning)."""
-    from normlab.study import external
+    from normlab.study.claims import c10_transfer
 
-    def finetune(ctx, checkpoints, tolerance=None):
-        pairs, left_out = matched_pairs(checkpoints, 0.05)
-        seeds = sorted(pairs)
-        acc = {"pretrained": {"pre": 0.6, "post": 0.7}, "scratch": {"pre": 0.5, "post": 0.5}}
-        return {"settings": external.c10_settings(ctx), "seeds": seeds, "left_out": left_out,
-                "tolerance": 0.05, "tuned_lr": {}, "runs": {},
-                "accuracy": {arm: {p: [v + 0.01 * k for k in range(len(seeds))]
-                                   for p, v in a.items()} for arm, a in acc.items()},
-                "val_loss_pretrained": {}, "baseline": {"test_accuracy": 0.55},
-                "chance": 1 / 3, "majority": 0.4}
+    monkeypatch.setattr(c10_transfer, "c10_finetune", _planted_finetune())
+    return c10_transfer
 
-    monkeypatch.setattr(external, "c10_finetune", finetune)
-    return external
+
+def test_c10_s_premises_are_about_scale_and_say_what_it_needs(planted_c10, tmp_path,
+                                                              monkeypatch):
+    """Through `measure`: models from init that do not beat the majority by 5 points, or a
+    pretraining that does not help, make C10 "not tested at this scale" with the claim's
+    `needs`, never "not supported"; a premise at the line is undecided; with every premise
+    holding, post below pre refutes."""
+    ctx = _planted_ctx(tmp_path)
+
+    def run(**change):
+        acc = {arm: dict(a) for arm, a in C10_PLANTED.items()}
+        for key, value in change.items():
+            arm, p = key.split("_")
+            acc[arm][p] = value
+        monkeypatch.setattr(planted_c10, "c10_finetune", _planted_finetune(acc))
+        return planted_c10.measure(ctx, _pretrained())
+
+    assert run().verdict == "supported" and run().needs == ""
+    # 3 points above the majority (and every seed within 3.6): it learns, but not by 5 points
+    weak = run(scratch_pre=(0.43, 0.002))
+    assert weak.verdict == "not tested at this scale"
+    assert weak.needs == planted_c10.CLAIM.needs
+    assert ("Not tested at this scale: pre from init does not hold here, so the claim's own "
+            f"predictions are reported, not decided. It needs {planted_c10.CLAIM.needs}.") \
+        in weak.note
+    assert weak.effect.name == "test accuracy from init - majority-class share"
+    # pretraining hurts post: no transfer to compare
+    hurt = run(pretrained_post=(0.45, 0.015))
+    assert hurt.verdict == "not tested at this scale" and "post transfer" in hurt.note
+    # from init at the 5-point line: the premise is undecided, the claim inconclusive
+    line = run(scratch_post=(0.42, 0.02))  # 2 to 8 points above the majority
+    assert line.verdict == "inconclusive" and line.needs == ""
+    assert "premise does not hold (post from init)" in line.note
+    # every premise holds and post ends below pre: refuted
+    worse = run(pretrained_post=(0.55, 0.015), pretrained_pre=(0.65, 0.01))
+    assert worse.verdict == "not supported" and worse.needs == ""
+    assert worse.effect.name == "fine-tuned test accuracy post - pre"
 
 
 def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words, stub_figures):
@@ -297,17 +370,17 @@ def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words
 
     drawn = stub_figures(normlab.study.figures, ["plot_bars"])
     ctx = _planted_ctx(tmp_path)
-    result = planted_c10.c10(ctx, _pretrained())
+    result = planted_c10.measure(ctx, _pretrained())
     recorded_words("external_C10", result, drawn)
     assert result.verdict == "supported"
     assert result.numbers["ngram_baseline_context"] == 0.55
     assert result.numbers["majority"] == 0.4 and result.numbers["chance"] == 1 / 3
-    recorded_words("external_C10_no_pair", planted_c10.c10(ctx, _pretrained("diverged")))
-    recorded_words("external_C10_not_run", planted_c10.c10(ctx, []))
+    recorded_words("external_C10_no_pair", planted_c10.measure(ctx, _pretrained("diverged")))
+    recorded_words("external_C10_not_run", planted_c10.measure(ctx, []))
 
 
 def test_c10_settings_come_from_the_profile_with_defaults_and_refuse_short_passages(tmp_path):
-    from normlab.study.external import c10_settings
+    from normlab.study.claims.c10_transfer import c10_settings
 
     bare = SimpleNamespace(profile=SimpleNamespace())
     assert c10_settings(bare) == {
@@ -338,7 +411,7 @@ def _hf_result(name: str) -> dict:
 def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypatch):
     import normlab.interop
     import normlab.interop.figures
-    from normlab.study import external
+    from normlab.study.claims import c12_removable_layers
 
     asked, cached = [], []
     monkeypatch.setattr(normlab.interop, "run_hf_probe",
@@ -349,7 +422,7 @@ def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypat
     ctx.cached = lambda name, compute: cached.append(name) or compute()
     logged = []
     ctx.log = logged.append
-    real = external.c12_real_models(ctx)
+    real = c12_removable_layers.c12_real_models(ctx)
     assert cached == ["real_v2_minilm", "real_v2_smollm2"]
     assert logged == ["probing the real checkpoint minilm", "probing the real checkpoint smollm2"]
     kw = {"n_batches": 3, "batch_size": 2, "seq_len": 64, "figures": False}
@@ -368,9 +441,9 @@ def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypat
             smol["ang_prev"]) == (0.4, 0.5, 3.1, [0.3] * 30)
     assert smol["_raw"] == _hf_result("smollm2")
     # in the claim: reported without the raw results, drawn in one figure, no verdict on them
-    monkeypatch.setattr(external, "c12_real_models", lambda ctx: real)
+    monkeypatch.setattr(c12_removable_layers, "c12_real_models", lambda ctx: real)
     asked.clear()
-    res = external.c12(ctx, [])
+    res = c12_removable_layers.measure(ctx, [])
     assert asked == [("figure", 2)]
     assert res.figures == ["figures/c12_real_models.svg"]
     assert res.numbers["real_models_illustration"]["smollm2"] == {
@@ -382,7 +455,7 @@ def test_c12_probes_both_real_checkpoints_as_an_illustration(tmp_path, monkeypat
 # -- the rule's edges ---------------------------------------------------------------------------
 
 def test_an_interval_touching_zero_is_above_or_below_only_when_the_edge_counts():
-    from normlab.study.external import _above, _below, _detectable
+    from normlab.study.claims.common import _above, _below, _detectable
 
     touch_low = {"ci95": [0.0, 1.0], "n": 3}
     touch_high = {"ci95": [-1.0, 0.0], "n": 3}
@@ -407,7 +480,7 @@ def test_an_interval_touching_zero_is_above_or_below_only_when_the_edge_counts()
     (-1.0, 0.1, "supported", "pre's deep blocks are cheaper; post's are not"),
     (0.5, -0.5, "not supported", "post's slope is not above pre's"),
     (0.4, 0.6, "not supported", "pre's deep blocks are not cheaper than its shallow ones"),
-    (-2.0, -1.0, "inconclusive", "both placements' deep blocks are cheaper, post's less so"),
+    (-2.0, -1.0, "supported", "pre's deep blocks are cheaper, and post's less so"),
     (0.0, 0.0, "inconclusive", "the intervals include 0: too few seeds for an effect of this size"),
 ])
 def test_each_of_c12_s_outcomes_says_its_reason(pre, post, verdict, reason):
@@ -454,16 +527,16 @@ def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
     """Deep post models that all stalled are a result: the claim names the side as stalled and
     says so, and compares nothing; a side with one trained seed is not called stalled."""
     ctx = _planted_ctx(tmp_path)
-    res = planted_c12.c12(ctx, _pretrained(outcome_post="stalled"))
+    res = planted_c12.measure(ctx, _pretrained(outcome_post="stalled"))
     assert res.verdict == "inconclusive" and res.stalled == ["post"]
     assert "post stalled or diverged in every seed at its tuned lr: no pair to compare" in \
         res.note
     assert "0 matched pair(s) along the trajectories, fewer than the 3" in res.note
-    diverged = planted_c12.c12(ctx, _pretrained(outcome_post="diverged"))
+    diverged = planted_c12.measure(ctx, _pretrained(outcome_post="diverged"))
     assert diverged.stalled == ["post"]
     one = [dataclasses_replace(c, outcome="stalled") if c.placement == "post" and c.seed == 0
            else c for c in _pretrained()]
-    mixed = planted_c12.c12(ctx, one)
+    mixed = planted_c12.measure(ctx, one)
     assert mixed.stalled == [] and "stalled" not in mixed.note
 
 
@@ -475,7 +548,7 @@ def test_pairs_refuse_a_placement_c10_and_c12_do_not_compare():
 def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monkeypatch):
     """The drop curve of each checkpoint is cached under its run and step; a pair whose curve
     has no defined slope is reported, kept in the per-seed numbers and left out of the rule."""
-    from normlab.study import external
+    from normlab.study.claims import c12_removable_layers
 
     flat = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # its median interior cost is 0: no slope
     curves = {"pre-0": _curve(8, -1.0), "post-0": flat, "pre-1": flat, "post-1": flat,
@@ -486,7 +559,7 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
         read.append((Path(run_dir).name, step, batches))
         return {"drop_dloss": curves[Path(run_dir).name], "n_blocks": 8}
 
-    monkeypatch.setattr(external, "own_drop_curve", own_drop_curve)
+    monkeypatch.setattr(c12_removable_layers, "own_drop_curve", own_drop_curve)
     ctx = _planted_ctx(tmp_path, match_tolerance=0.1)
     ctx.probe_batches = lambda: ["the probe batches"]
     cached = []
@@ -494,7 +567,7 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     checkpoints = [Pretrained(pl, s, Path(f"/runs/{pl}-{s}"), 2.2 + (0.08 if pl == "post" else 0),
                               step=100 * s or None)
                    for s in range(3) for pl in ("pre", "post")]
-    res = external.c12_own_models(ctx, checkpoints)
+    res = c12_removable_layers.c12_own_models(ctx, checkpoints)
     assert res["tolerance"] == 0.1  # the profile's
     assert cached == ["c12_drop_pre-0", "c12_drop_post-0", "c12_drop_pre-1_step100",
                       "c12_drop_post-1_step100", "c12_drop_pre-2_step200",
@@ -511,12 +584,12 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     assert (row["val_loss"], row["run_id"], row["step"]) == (pytest.approx(2.28), "post-2", 200)
     assert row["costs"] == curves["post-2"]
     assert res["verdict"] == decide_c12(res["slopes"])["verdict"]
-    strict = external.c12_own_models(ctx, checkpoints, tolerance=0.05)
+    strict = c12_removable_layers.c12_own_models(ctx, checkpoints, tolerance=0.05)
     assert strict["tolerance"] == 0.05 and strict["slopes"] == {"pre": [], "post": []}
 
 
 def test_c10_reads_passages_in_the_pretraining_window_only_when_it_divides_them(tiny_pairs):
-    from normlab.study.external import _window
+    from normlab.study.claims.c10_transfer import _window
 
     run = tiny_pairs[0].run_dir  # learned positions, a context of 64
     assert _window(run, 256) == 64
@@ -533,7 +606,7 @@ def planted_finetuning(monkeypatch):
     extended past its top). Records every call."""
     import normlab.data.genre
     import normlab.finetune
-    from normlab.study import external
+    from normlab.study.claims import c10_transfer
 
     calls: dict[str, list] = {"finetune": [], "many": [], "window": []}
 
@@ -559,13 +632,13 @@ def planted_finetuning(monkeypatch):
 
     monkeypatch.setattr(normlab.finetune, "finetune", finetune)
     monkeypatch.setattr(normlab.finetune, "finetune_many", finetune_many)
-    monkeypatch.setattr(external, "_window", window)
+    monkeypatch.setattr(c10_transfer, "_window", window)
     monkeypatch.setattr(normlab.data.genre, "genre_task",
                         lambda task, passage_bytes, val_fraction: SimpleNamespace(
                             chance=1 / 3, majority=0.4, passage_bytes=passage_bytes))
     monkeypatch.setattr(normlab.data.genre, "naive_bayes_baseline",
                         lambda task, test_max: {"test_accuracy": 0.55, "test_max": test_max})
-    return external, calls
+    return c10_transfer, calls
 
 
 def _finetune_ctx(tmp_path, **profile):
@@ -582,9 +655,9 @@ def _pairs_at(gap: float) -> list[Pretrained]:
 
 def test_c10_finetune_tunes_each_arm_on_its_own_grid_with_the_profile_s_defaults(
         planted_finetuning, tmp_path):
-    external, calls = planted_finetuning
+    _, calls = planted_finetuning
     ctx, logged, cached = _finetune_ctx(tmp_path, match_tolerance=0.1)
-    res = external.c10_finetune(ctx, _pairs_at(0.08))  # 0.08 apart: paired at 0.1 only
+    res = c10_transfer.c10_finetune(ctx, _pairs_at(0.08))  # 0.08 apart: paired at 0.1 only
     assert res["seeds"] == [0, 1] and res["left_out"] == [] and res["tolerance"] == 0.1
     grid = [3e-4, 1e-3, 3e-3]  # the default grid, 2 extensions and 1 worker by default
     jobs, workers = calls["many"][0]
@@ -592,7 +665,7 @@ def test_c10_finetune_tunes_each_arm_on_its_own_grid_with_the_profile_s_defaults
     assert [(name, kw["lr"], kw.get("from_init", False)) for name, kw in jobs] == [
         (f"{pl}-{s}", lr, arm) for arm in (False, True) for pl in ("pre", "post")
         for lr in grid for s in (0, 1)]
-    settings = external.c10_settings(ctx)
+    settings = c10_transfer.c10_settings(ctx)
     assert jobs[0][1] == {"task": "genre", "lr": 3e-4, "seed": 0, "device": "cpu", **settings}
     assert jobs[-1][1] == {"task": "genre", "lr": 3e-3, "seed": 1, "device": "cpu", **settings,
                            "from_init": True, "window": 64}
@@ -621,19 +694,19 @@ def test_c10_finetune_tunes_each_arm_on_its_own_grid_with_the_profile_s_defaults
 
 def test_c10_finetune_reads_the_profile_s_grid_extensions_workers_and_tolerance(
         planted_finetuning, tmp_path):
-    external, calls = planted_finetuning
+    _, calls = planted_finetuning
     ctx, _, cached = _finetune_ctx(tmp_path, finetune_lrs=(1e-3, 3e-3),
                                    finetune_lr_extensions=1, workers=2, finetune_test_max=100)
-    res = external.c10_finetune(ctx, _pairs_at(0.08))  # the default tolerance, 0.05
+    res = c10_transfer.c10_finetune(ctx, _pairs_at(0.08))  # the default tolerance, 0.05
     assert res["seeds"] == [] and res["tolerance"] == 0.05 and len(res["left_out"]) == 2
     # the baseline scores the same test passages as the fine-tuned models: at most test_max
     assert res["baseline"] == {"test_accuracy": 0.55, "test_max": 100}
     assert cached == ["c10_baseline_256_0.1_100"]
-    res = external.c10_finetune(ctx, _pairs_at(0.01))
+    res = c10_transfer.c10_finetune(ctx, _pairs_at(0.01))
     assert calls["many"][-1][1] == 2
     assert {kw["lr"] for _, kw in calls["many"][-1][0]} == {1e-3, 3e-3}
     assert res["tuned_lr"]["scratch"]["post"]["extended"] == pytest.approx([9e-3])
-    assert external.c10_finetune(ctx, _pairs_at(0.08), tolerance=0.1)["seeds"] == [0, 1]
+    assert c10_transfer.c10_finetune(ctx, _pairs_at(0.08), tolerance=0.1)["seeds"] == [0, 1]
 
 
 def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypatch):
@@ -641,7 +714,7 @@ def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypat
 
     import normlab.probe.interventions
     import normlab.train
-    from normlab.study.external import own_drop_curve
+    from normlab.study.claims.c12_removable_layers import own_drop_curve
 
     loaded, dropped = [], []
     cfg = SimpleNamespace(model=SimpleNamespace(max_seq_len=4, n_blocks=3))
@@ -660,7 +733,7 @@ def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypat
 
 
 def test_tune_lr_stops_at_an_inside_best_and_extends_down_from_a_winning_bottom_edge():
-    from normlab.study.external import tune_lr
+    from normlab.study.claims.c10_transfer import tune_lr
 
     inside = tune_lr(lambda lr: (-abs(math.log(lr / 1e-3)), 0.0), (3e-4, 1e-3, 3e-3))
     assert inside["extended"] == [] and inside["bracketed"] and inside["best"] == 1e-3
@@ -673,7 +746,7 @@ def test_tune_lr_stops_at_an_inside_best_and_extends_down_from_a_winning_bottom_
 def test_c10_reads_the_study_s_checkpoints_and_states_its_tolerance(planted_c10, tmp_path):
     ctx = _planted_ctx(tmp_path, match_tolerance=0.08)
     ctx.c10_checkpoints = _pretrained
-    result = planted_c10.c10(ctx)
+    result = planted_c10.measure(ctx)
     assert result.verdict == "supported" and result.numbers["seeds"] == [0, 1, 2, 3]
     assert "(within 0.08 nats)" in result.method
 
@@ -681,7 +754,8 @@ def test_c10_reads_the_study_s_checkpoints_and_states_its_tolerance(planted_c10,
 def test_predictions_refuse_lists_that_are_not_paired_by_seed():
     """C10's and C12's per-seed differences pair lists by seed: a list one seed short is an
     error, never a difference over the seeds both happen to have."""
-    from normlab.study.external import c10_predictions, c12_predictions
+    from normlab.study.claims.c10_transfer import c10_predictions
+    from normlab.study.claims.c12_removable_layers import c12_predictions
 
     with pytest.raises(ValueError, match="shorter|longer"):
         c12_predictions({"pre": [-1.0, -1.1, -0.9], "post": [0.1, 0.2]})
@@ -707,17 +781,16 @@ def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
     stays in the result beside the verdict."""
     import normlab.interop.figures
 
-    external = planted_c12
-    seen, own = [], external.c12_own_models
-    monkeypatch.setattr(external, "c12_own_models", lambda ctx, cps, tolerance=None:
+    seen, own = [], c12_removable_layers.c12_own_models
+    monkeypatch.setattr(c12_removable_layers, "c12_own_models", lambda ctx, cps, tolerance=None:
                         seen.append(("own", ctx)) or own(ctx, cps))
     real = {"minilm": {"_raw": {"planted": True}, "n_blocks": 6}}
-    monkeypatch.setattr(external, "c12_real_models", lambda ctx: seen.append(("real", ctx))
-                        or real)
+    monkeypatch.setattr(c12_removable_layers, "c12_real_models",
+                        lambda ctx: seen.append(("real", ctx)) or real)
     monkeypatch.setattr(normlab.interop.figures, "comparison_figure", lambda results, path: path)
     ctx = _planted_ctx(tmp_path)
     ctx.c12_checkpoints = lambda: _pretrained(seeds=3)
-    res = external.c12(ctx)
+    res = c12_removable_layers.measure(ctx)
     assert seen == [("real", ctx), ("own", ctx)]
     assert res.numbers["pairs"] == 3 and res.verdict == "supported"
     assert res.figures == ["figures/c12_real_models.svg"]
@@ -727,21 +800,21 @@ def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
 def test_c12_names_both_sides_when_both_stalled_and_runs_on_a_bare_profile(planted_c12,
                                                                            tmp_path):
     ctx = _planted_ctx(tmp_path)
-    both = planted_c12.c12(ctx, [dataclasses_replace(c, outcome="stalled")
+    both = planted_c12.measure(ctx, [dataclasses_replace(c, outcome="stalled")
                                  for c in _pretrained()])
     assert both.stalled == ["pre", "post"]
     assert "pre and post stalled or diverged in every seed at its tuned lr" in both.note
     # a context with neither checkpoints nor a profile that says whether it trains deep models
     bare = SimpleNamespace(out=tmp_path, fig_dir=tmp_path, log=lambda _m: None,
                            profile=SimpleNamespace())
-    res = planted_c12.c12(bare)
+    res = planted_c12.measure(bare)
     assert res.verdict == "not run"
     assert res.note == ("real checkpoints not probed: minilm is not in the local cache "
                         "(planted); the study provided no matched pre/post models for C12")
 
 
 def test_c10_settings_reads_every_fine_tuning_setting_the_profile_gives(tmp_path):
-    from normlab.study.external import c10_settings
+    from normlab.study.claims.c10_transfer import c10_settings
 
     given = {"finetune_steps": 40, "finetune_batch_size": 8, "finetune_warmup": 7,
              "finetune_passage_bytes": 384, "finetune_test_max": 50,

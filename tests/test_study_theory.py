@@ -1,9 +1,10 @@
 """The theory claims' decisions on planted ladders: a world where every source statement holds on
-every rung supports every prediction; breaking one prediction on one rung makes exactly that
+every rung supports every prediction; breaking one claim prediction on one rung makes exactly that
 prediction "not supported" there, and the ladder names that rung as the departure; breaking it in
-the source's own setting turns the claim into "calibration failed"; noise leaves the calibration
-inconclusive. The derived predictions are checked on planted laws (a + b ln n gives the O(log n)
-band; a bound violated is not supported).
+the source's own setting turns the claim into "calibration failed"; breaking a diagnostic leaves
+the verdict as it was; noise leaves the calibration inconclusive. The derived predictions are
+checked on planted laws (a + b ln n gives the O(log n) band; a bound violated is not supported)
+and on planted mechanisms (a rung's own branch energies give the increment its stream must show).
 
 A fake study context serves the cached ladders from a few planted parameters per rung, so each
 rule is tested without building a model.
@@ -18,16 +19,33 @@ from typing import Any
 
 import pytest
 
-from normlab.study import theory
+from normlab.probe.fits import loglog_fit
+from normlab.study.claims import c01_stream_growth as c01
+from normlab.study.claims import c04_last_layer_gradient as c04
+from normlab.study.claims import c05_gradient_by_layer as c05
+from normlab.study.claims import c07_deepnet_update as c07
+from normlab.study.claims import c08_admin_sensitivity as c08
+from normlab.study.claims import ladder
 from normlab.study.ladders import fairseq_ladder, xiong_ladder
 from normlab.study.profiles import PROFILES
 
 SEEDS = 6
 
-# What the sources state, per placement, in the planted parameters' terms.
-XIONG = {"pre_inc": 1.0, "post_norm_in": 1.5, "pre_mech": 0.0, "post_slope": 0.0,
+# What the sources state, per placement, in the planted parameters' terms. Lemma 2's world: each
+# block adds its branches' energy (units of d): uniform attention d/2, the ReLU FFN d/2 (Lemma 1),
+# so pre's stream grows by `pre_inc` = attn_sq + mlp_sq per block, linearly (`pre_power` 1), and
+# post's FFN norm input is 1 + mlp_sq at every block (`post_norm_slope` 0).
+XIONG = {"pre_inc": 1.0, "attn_sq": 0.5, "mlp_sq": 0.5, "pre_power": 1.0,
+         "post_norm_slope": 0.0, "pre_mech": 0.0, "post_slope": 0.0,
          "post_trend": 1.0, "pre_trend": 0.0}
+# Curse of Depth: a trained Pre-LN stream grows faster than at init (log growth over the model).
+TRAINED = {"pre_growth": 0.5, "post_growth": 0.0}
 ADMIN = {"post": "n", "pre": "log", "admin": "log", "admin_o1": "const"}
+# Admin's laws of the output change against n (and of the sum of branch over input energies,
+# `<placement>_mech`); each is 0 at n = 0, so a sublayer i adds law(i) - law(i - 1) to the sum.
+LAWS = {"n": float, "log": lambda n: math.log(n) if n > 0 else 0.0,
+        "const": lambda n: 1.0 if n > 0 else 0.0, "sqrt": math.sqrt,
+        "n1.5": lambda n: float(n) ** 1.5}
 DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
 
 
@@ -68,7 +86,7 @@ class FakeContext:
                               "placements": list(placements), "depths": list(depths),
                               "perturb": perturb, "stats": stats})
         if name.startswith("ladder_admin"):
-            return self._admin(rungs, placements, depths, perturb)
+            return self._admin(rungs, placements, depths, perturb, stats)
         return self._xiong(rungs, placements, depths, stats)
 
     def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
@@ -80,28 +98,66 @@ class FakeContext:
         return self._deepnet([r.key for r, _ in rungs], depths)
 
     def depths(self) -> list[int]:
-        return sorted(set(self.profile.init_depths) | {theory.FIG3_DEPTH})
+        return sorted(set(self.profile.init_depths) | {ladder.FIG3_DEPTH})
 
     # -- Xiong's ladder: C1, C4, C5 ------------------------------------------------------------
+    def _pre_stream(self, rung: str, L: int) -> dict[str, list[float]]:
+        """Pre-LN's stream and its branches, in units of d. The stream grows by `pre_inc` per
+        block on average, as `l^pre_power`, to reach `pre_inc L` at the last block (so the
+        power alone changes its shape, not the increment); block l's attention and MLP add
+        `attn_sq` and `mlp_sq` times that block's share of the growth (the cross terms vanish,
+        Lemma 2's mechanism, when attn_sq + mlp_sq = pre_inc). Each block's stream and each
+        model's branches carry their own jitter (one per value, median-preserving)."""
+        w = self.world
+        ffn_only = rung == "source_a"
+        inc = w.param(rung, "pre_inc", 0.5 if ffn_only else XIONG["pre_inc"])
+        attn = w.param(rung, "attn_sq", 0.0 if ffn_only else XIONG["attn_sq"])
+        mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
+        p = w.param(rung, "pre_power", XIONG["pre_power"])
+        grown = [inc * L * (l / L) ** p for l in range(L + 1)]
+        share = [(b - a) / inc for a, b in zip(grown, grown[1:], strict=False)]
+        sq = [1 + w.jitter(g) for g in grown[1:]]
+        j = w.jitter(1.0)
+        attn_b, mlp_b = [attn * s * j for s in share], [mlp * s * j for s in share]
+        attn_in = [1.0, *sq[:-1]]
+        return {"sq_norm": sq, "attn_branch_sq": attn_b, "mlp_branch_sq": mlp_b,
+                "attn_in_sq": attn_in,
+                "mlp_in_sq": [x + a for x, a in zip(attn_in, attn_b, strict=True)]}
+
     def _stats(self, rung: str, placement: str, L: int) -> dict[str, Any]:
         w, d = self.world, 64.0
-        inc = w.param(rung, "pre_inc", 0.5 if rung == "source_a" else XIONG["pre_inc"])
         if placement == "pre":
-            sq = [d * (1 + w.jitter(inc) * (l + 1)) for l in range(L)]
+            units = self._pre_stream(rung, L)
             # the mechanism: grad ~ E||x_L||^-1/2-power, times L^(planted departure)
-            grad = (sq[-1] / d) ** -0.5 * L ** w.param(rung, "pre_mech", XIONG["pre_mech"])
+            grad = units["sq_norm"][-1] ** -0.5 * L ** w.param(rung, "pre_mech",
+                                                                XIONG["pre_mech"])
             trend = w.param(rung, "pre_trend", XIONG["pre_trend"])
-            norm_in = [d * 3.0] * L
+            units["mlp_norm_input_sq"] = [3.0] * L
         else:
-            sq = [d] * L
+            # Post-LN: each sublayer reads the normalized stream (E||z||^2 = d); the FFN norm's
+            # input is z + FFN(z), 1 + E||FFN(z)||^2 / d (Lemma 2's 3/2 with Lemma 1's d/2)
+            ffn_only = rung == "source_a"
+            mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
             grad = L ** w.param(rung, "post_slope", XIONG["post_slope"])
             trend = w.param(rung, "post_trend", XIONG["post_trend"])
-            norm_in = [d * w.jitter(w.param(rung, "post_norm_in", XIONG["post_norm_in"]))] * L
+            # (one jitter per model for its level and its FFN's energy; a symmetric one per
+            # block about the planted tilt, which leaves the mean over blocks unbiased)
+            level = w.jitter(w.param(rung, "post_norm_in", 1 + mlp))
+            tilt = w.param(rung, "post_norm_slope", XIONG["post_norm_slope"])
+            ffn = w.jitter(mlp)
+            units = {"sq_norm": [1.0] * L,
+                     "mlp_norm_input_sq": [level + tilt * (i / max(1, L - 1) - 0.5)
+                                           + level * w.noise * w.rng.gauss(0.0, 1.0)
+                                           for i in range(L)],
+                     "attn_branch_sq": [0.0 if ffn_only else XIONG["attn_sq"]] * L,
+                     "mlp_branch_sq": [ffn] * L,
+                     "attn_in_sq": [1.0] * L, "mlp_in_sq": [1.0] * L}
         trend = w.param(rung, f"{placement}_trend@{L}", trend)  # a trend at one depth only
         trend = trend + w.noise * 20 * w.rng.gauss(0.0, 1.0)
         fc = [math.exp(trend * i / max(1, L - 1)) for i in range(L)]
-        return {"per_block": {"sq_norm": sq, "mlp_norm_input_sq": norm_in, "fc_out_grad": fc},
-                "summary": {"embed_sq": d, "final_in_sq": sq[-1],
+        per_block = {k: [d * v for v in vs] for k, vs in units.items()} | {"fc_out_grad": fc}
+        return {"per_block": per_block,
+                "summary": {"embed_sq": d, "final_in_sq": per_block["sq_norm"][-1],
                             "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
 
     def _xiong(self, rungs, placements, depths, stats: bool) -> dict[str, Any]:
@@ -110,17 +166,59 @@ class FakeContext:
                              for s in range(SEEDS) for L in depths]
                         for pl in placements} for r in rungs}
 
+    # -- the matched-loss checkpoints and their own models at step 0: C1's diagnostic ----------
+    def _probes(self, trained: bool) -> dict[str, Any]:
+        """Per placement and seed, the stream's per-block norm: at init the Pre-LN stream's
+        sqrt(d (1 + l)); trained, that times exp(growth l / (L - 1)) (planted under `trained`)."""
+        w, L, d = self.world, self.profile.train_blocks, 64.0
+        pair = {"matched": True, "runs": {pl: [f"{pl}-{s}" for s in range(SEEDS)]
+                                          for pl in ("pre", "post")}}
+        out: dict[str, Any] = {"pair": pair}
+        for pl in ("pre", "post"):
+            seeds = []
+            for s in range(SEEDS):
+                g = w.param("trained", f"{pl}_growth", TRAINED[f"{pl}_growth"])
+                g = g + w.noise * 20 * w.rng.gauss(0.0, 1.0) if trained else 0.0
+                norm = [math.sqrt(d * (1 + (l + 1 if pl == "pre" else 0)))
+                        * math.exp(g * l / (L - 1)) for l in range(L)]
+                seeds.append({"run_id": f"{pl}-{s}", "per_block": {"norm": norm},
+                              "summary": {"n_blocks": L}})
+            out[pl] = {"lr": 3e-3, "seeds": seeds}
+        return out
+
+    def trained_probes(self) -> dict[str, Any]:
+        return self._probes(trained=True)
+
+    def init_probes(self) -> dict[str, Any]:
+        return self._probes(trained=False)
+
     # -- Admin's ladder: C8 ----------------------------------------------------------------------
-    def _admin(self, rungs, placements, depths, perturb: bool) -> dict[str, Any]:
-        laws = {"n": lambda n: float(n), "log": math.log, "const": lambda n: 1.0}
+    def _admin_stats(self, law: str, L: int) -> dict[str, Any]:
+        """Per sublayer i = 1..2L (attention 2l + 1, MLP 2l + 2), an input stream of i d and a
+        branch of i d (F(i) - F(i - 1)): Admin's sum of branch over input energies is F(2L) (one
+        jitter per model), F the planted law."""
+        d, f, j = 64.0, LAWS[law], self.world.jitter(1.0)
+
+        def branch(i: int) -> float:
+            return d * i * (f(i) - f(i - 1)) * j
+
+        return {"per_block": {"attn_in_sq": [d * (2 * l + 1) for l in range(L)],
+                              "mlp_in_sq": [d * (2 * l + 2) for l in range(L)],
+                              "attn_branch_sq": [branch(2 * l + 1) for l in range(L)],
+                              "mlp_branch_sq": [branch(2 * l + 2) for l in range(L)]},
+                "summary": {"d_model": 64, "n_blocks": L}}
+
+    def _admin(self, rungs, placements, depths, perturb: bool, stats: bool) -> dict[str, Any]:
         out = {}
         for r in rungs:
             out[r.key] = {}
             for pl in placements:
-                f = laws[self.world.param(r.key, pl, ADMIN[pl])]
+                f = LAWS[self.world.param(r.key, pl, ADMIN[pl])]
+                mech = self.world.param(r.key, f"{pl}_mech", ADMIN[pl])
                 out[r.key][pl] = [{"n_blocks": L, "seed": s}
                                   | ({"perturb_change": self.world.jitter(f(2 * L))}
                                      if perturb else {})
+                                  | ({"stats": self._admin_stats(mech, L)} if stats else {})
                                   for s in range(SEEDS) for L in depths]
         return out
 
@@ -132,8 +230,9 @@ class FakeContext:
             def series(name: str, depth_key: str | None, key=key) -> list[dict[str, Any]]:
                 size = w.param(key, name, DEEPNET.get(name, 0.01))
                 slope = w.param(key, depth_key, DEEPNET[depth_key]) if depth_key else 0.0
-                return [{"n_blocks": L, "seed": s,
-                         "update": [0.0, w.jitter(size * (L / 24) ** slope)]}
+                return [{"n_blocks": L, "seed": s,  # `<name>@L`: a size at one depth only
+                         "update": [0.0, w.jitter(w.param(key, f"{name}@{L}", size)
+                                                  * (L / 24) ** slope)]}
                         for L in depths for s in range(SEEDS)]
             out[key] = {"lr": 1e-3, "series": {
                 "post, no warmup": series("post", "post_depth"),
@@ -156,50 +255,65 @@ class FakeContext:
                       "outcome": outcomes[s] if lr in self.failing_lrs else "completed"}
                      for s in range(SEEDS)] for lr in lrs}
 
-    def trained_probes(self) -> dict[str, Any]:
-        return {"pair": {"matched": False, "reason": "not trained in this test"}}
-
 
 @pytest.fixture(autouse=True)
 def figure_calls(stub_figures):
-    return stub_figures(theory, ["plot_ladder"])
+    return stub_figures(ladder, ["plot_ladder"])
 
 
 @pytest.fixture(autouse=True)
 def _ladders_from_the_fake_context(monkeypatch):
     """The claims' ladder requests go to the fake context, which serves what they ask for."""
-    monkeypatch.setattr(theory, "init_ladder", lambda ctx, *a, **k: ctx.init_ladder(*a, **k))
-    monkeypatch.setattr(theory, "update_ladder",
-                        lambda ctx, *a, **k: ctx.update_ladder(*a, **k))
+    for module in (ladder, c08):
+        monkeypatch.setattr(module, "init_ladder", lambda ctx, *a, **k: ctx.init_ladder(*a, **k))
+    monkeypatch.setattr(c07, "update_ladder", lambda ctx, *a, **k: ctx.update_ladder(*a, **k))
 
 
-CLAIMS = {"C1": theory.c1, "C4": theory.c4, "C5": theory.c5, "C7": theory.c7, "C8": theory.c8}
-# Per claim, each prediction's subject and a planted value that breaks it (on any rung).
+CLAIMS = {"C1": c01.measure, "C4": c04.measure, "C5": c05.measure, "C7": c07.measure,
+          "C8": c08.measure}
+# Per claim, each claim prediction's subject and a planted change that breaks it, on normlab's
+# block and in the source setting alike (off the source rungs C1's and C8's "pre" is the
+# mechanism, "pre (mechanism)": the change breaks the source's bound and the mechanism both).
 BREAKS: dict[str, dict[str, dict[str, Any]]] = {
-    "C1": {"pre": {"pre_inc": 2.0}, "post": {"post_norm_in": 2.2}},
-    "C4": {"post": {"post_slope": 0.35}, "pre": {"pre_mech": 0.35},
-           "pre vs post": {"post_slope": -0.24, "pre_mech": 0.24}},
+    # pre: a stream growing by 2d per block, its branches adding d (a ratio of 2)
+    "C1": {"pre": {"pre_inc": 2.0}, "pre grows linearly": {"pre_power": 2.0},
+           "post": {"post_norm_in": 2.2}, "post flat": {"post_norm_slope": 0.6}},
+    # off the source "pre vs post" is slope(pre) - slope(post) + slope(E||x_L||^2) / 2, that is
+    # pre_mech - post_slope; on the source rungs it is that plus 1/2 - slope(E||x_L||^2) / 2
+    # (0.10 and 0.06 here): each break keeps the other two inside +- 0.25 on every rung
+    "C4": {"post": {"post_slope": 0.35, "pre_mech": 0.2},
+           "pre": {"pre_mech": 0.3, "post_slope": 0.2},
+           "pre vs post": {"post_slope": -0.2, "pre_mech": 0.2}},
     "C5": {"post vs pre": {"pre_trend": 3.0}, "post": {"post_trend": -0.5, "pre_trend": -1.0}},
-    "C7": {"post vs deepnorm": {"deepnorm": 1.0},
+    "C7": {"post vs deepnorm": {"deepnorm": 2.0},
            "post: depth": {"post_depth": -1.0, "deepnorm_depth": -1.5},
-           "post vs deepnorm: depth": {"deepnorm_depth": 2.0}},
-    "C8": {"post": {"post": "log", "pre": "const"}, "pre": {"pre": "const"},
-           "admin": {"admin": "const"}, "admin O(1)": {"admin_o1": "log"},
-           "post vs pre": {"post": "log", "pre": "n"}},
+           "deepnorm: depth": {"deepnorm_depth": 0.7},
+           "post vs deepnorm: depth": {"post_depth": 0.2, "deepnorm_depth": 0.4}},
+    # post: sqrt n is below O(n)'s band and still above pre's log; pre: a constant output change
+    # (below O(log n) on the source, against a log-law mechanism elsewhere); post vs pre: pre's
+    # output change and its mechanism both n^1.5, above post's n
+    "C8": {"post": {"post": "sqrt"}, "pre": {"pre": "const"},
+           "post vs pre": {"pre": "n1.5", "pre_mech": "n1.5"}},
+}
+# Per claim, each diagnostic's subject and the planted change (per rung key) that breaks it.
+DIAGNOSTICS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
+    "C1": {"pre trained grows faster": {"trained": {"pre_growth": -0.5}}},
+    "C8": {"admin": {"init": {"admin": "const"}},
+           "admin O(1)": {"init": {"admin_o1": "log"}}},
 }
 
 
-# Breaks that must move more than one prediction (the predictions share a measurement).
-COUPLED: dict[tuple[str, str], tuple[str, ...]] = {
-    ("C5", "post"): ("post",),
-    ("C8", "post vs pre"): ("post", "pre", "post vs pre"),
-    ("C8", "post"): ("post", "pre"),
-    ("C7", "post: depth"): ("post: depth",),
+# Breaks that must move more than one prediction (the predictions share a measurement): in the
+# source setting pre's O(log n) band lies below post's O(n) order, so pre above post leaves it.
+SOURCE_COUPLED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("C8", "post vs pre"): ("pre", "post vs pre"),
 }
 
 
 def _final_key(cid: str) -> str:
-    return "deep" if cid == "C5" else "init" if cid in ("C1", "C4", "C8") else "tied"
+    """The rung the verdict is read on: normlab's block (C5: at the figure's depth, 6 blocks,
+    the rung before the deep one; C7: the fairseq ladder without its own-init rung)."""
+    return "tied" if cid == "C7" else "init"
 
 
 def _source_keys(cid: str) -> list[str]:
@@ -210,14 +324,23 @@ def _verdicts(result) -> dict[str, str]:
     return {p["subject"]: p["verdict"] for p in result.predictions}
 
 
+def _rung_verdicts(row: dict[str, Any]) -> dict[str, str]:
+    return {p["subject"]: p["verdict"] for p in row["predictions"]}
+
+
+def _roles(result) -> dict[str, str]:
+    return {p["subject"]: p["role"] for p in result.predictions}
+
+
 @pytest.mark.draws
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
 def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid, tmp_path):
     result = CLAIMS[cid](FakeContext(tmp_path, Planted()))
     assert result.calibration == "passed", [(r["rung"], r["verdict"]) for r in result.ladder]
-    assert all(r["verdict"] == "supported" for r in result.ladder), [
+    assert all(p["verdict"] == "supported" for r in result.ladder for p in r["predictions"]), [
         (r["rung"], [(p["subject"], p["verdict"]) for p in r["predictions"]])
         for r in result.ladder]
+    assert all(r["verdict"] == "supported" for r in result.ladder)
     assert result.verdict == "supported"
     assert result.departure.endswith(": contradicted on no rung")
     assert "departs" not in result.departure
@@ -225,40 +348,148 @@ def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid
     assert (tmp_path / result.figures[0]).read_text().startswith("<?xml")
 
 
+def test_every_claim_prediction_has_a_break_and_every_diagnostic_a_break(tmp_path):
+    """BREAKS and DIAGNOSTICS cover each claim's predictions on normlab's block, by role."""
+    for cid, measure in CLAIMS.items():
+        roles = _roles(measure(FakeContext(tmp_path, Planted())))
+        assert set(BREAKS[cid]) == {s for s, r in roles.items() if r == "claim"}, cid
+        assert set(DIAGNOSTICS.get(cid, {})) == {s for s, r in roles.items()
+                                                 if r == "diagnostic"}, cid
+
+
 @pytest.mark.parametrize(("cid", "subject"), [(c, s) for c in BREAKS for s in BREAKS[c]])
 def test_each_prediction_broken_in_turn_on_normlab_s_block(cid, subject, tmp_path):
     key = _final_key(cid)
-    if cid == "C5":  # the deep rung reads the last rung's measurements at the deepest model
-        key = "init"
     result = CLAIMS[cid](FakeContext(tmp_path, Planted(**{key: BREAKS[cid][subject]})))
     verdicts = _verdicts(result)
-    expected = {s: "not supported" if s in COUPLED.get((cid, subject), (subject,)) else
-                "supported" for s in verdicts}
+    expected = {s: "not supported" if s == subject else "supported" for s in verdicts}
     assert verdicts == expected
     assert result.calibration == "passed"
     assert result.verdict == "not supported"
     first = next(r for r in result.ladder if r["key"] == key)
+    assert _rung_verdicts(first) == expected  # the verdict is read on this rung
     assert f"{subject} departs when {first['change']} ({first['rung']})" in result.departure
 
 
-@pytest.mark.parametrize("cid", sorted(CLAIMS))
-def test_a_prediction_broken_in_the_source_setting_fails_the_calibration(cid, tmp_path):
-    subject, change = next(iter(BREAKS[cid].items()))
-    world = Planted(**{k: change for k in _source_keys(cid) + ["lr"]})
+@pytest.mark.parametrize(("cid", "subject"), [(c, s) for c in BREAKS for s in BREAKS[c]])
+def test_each_prediction_broken_in_turn_in_the_source_setting_fails_the_calibration(
+        cid, subject, tmp_path):
+    world = Planted(**{k: BREAKS[cid][subject] for k in _source_keys(cid) + ["lr"]})
     result = CLAIMS[cid](FakeContext(tmp_path, world))
+    broken = SOURCE_COUPLED.get((cid, subject), (subject,))
+    for row in (r for r in result.ladder if r["calibration"]):
+        verdicts = _rung_verdicts(row)
+        assert verdicts == {s: "not supported" if s in broken else "supported"
+                            for s in verdicts}, row["rung"]
     assert result.calibration == "failed"
     assert result.verdict == "calibration failed"
     assert "Calibration failed" in result.note
 
 
+@pytest.mark.parametrize(("cid", "subject"),
+                         [(c, s) for c in DIAGNOSTICS for s in DIAGNOSTICS[c]])
+def test_a_broken_diagnostic_is_reported_and_leaves_the_verdict_unchanged(cid, subject,
+                                                                          tmp_path):
+    result = CLAIMS[cid](FakeContext(tmp_path, Planted(**DIAGNOSTICS[cid][subject])))
+    verdicts = _verdicts(result)
+    assert verdicts == {s: "not supported" if s == subject else "supported" for s in verdicts}
+    assert _roles(result)[subject] == "diagnostic"
+    assert result.calibration == "passed"
+    assert result.verdict == "supported"
+
+
+def test_admin_s_diagnostics_broken_in_the_source_setting_leave_the_calibration(tmp_path):
+    world = Planted(source={"admin": "const", "admin_o1": "log"})
+    result = c08.measure(FakeContext(tmp_path, world))
+    source = _rung_verdicts(result.ladder[0])
+    assert source["admin"] == source["admin O(1)"] == "not supported"
+    assert result.ladder[0]["verdict"] == "supported"
+    assert result.calibration == "passed" and result.verdict == "supported"
+
+
+def test_c1_s_diagnostic_without_a_trained_pair_is_inconclusive_and_decides_nothing(tmp_path):
+    ctx = FakeContext(tmp_path, Planted())
+    ctx.trained_probes = lambda: {"pair": {"matched": False, "reason": "not trained"}}
+    result = c01.measure(ctx)
+    assert _verdicts(result)["pre trained grows faster"] == "inconclusive"
+    assert result.verdict == "supported"
+
+
+def test_c1_trained_growth_is_the_trained_stream_s_growth_minus_its_own_at_init(tmp_path):
+    world = Planted(noise=0.0, trained={"pre_growth": 0.7})
+    result = c01.measure(FakeContext(tmp_path, world))
+    pred = next(p for p in result.predictions if p["subject"] == "pre trained grows faster")
+    assert pred["values"] == pytest.approx([0.7] * SEEDS)
+    assert next(r for r in result.ladder if r["key"] == "init")["predictions"][-1] == pred
+    assert all(p["subject"] != pred["subject"] for r in result.ladder[:-1]
+               for p in r["predictions"])  # on normlab's block only
+
+
+def test_c1_s_mechanism_off_the_source_is_the_rung_s_own_branch_energies(tmp_path):
+    """A planted model whose branch energies are known: on the GELU rung each block's attention
+    adds 0.3d and its MLP 0.9d, so the mechanism predicts a stream growing by 1.2d per block; a
+    stream that does is supported, one that grows by 1.2d on branches of 0.2d + 0.4d (a ratio
+    of 2) is not, and branches of 1.0d + 0.6d (0.75) are again inside the mechanism's band
+    though their sum is not Lemma 2's source value."""
+    def at_gelu(attn: float, mlp: float) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        world = Planted(noise=0.0, gelu={"pre_inc": 1.2, "attn_sq": attn, "mlp_sq": mlp})
+        result = c01.measure(FakeContext(tmp_path, world))
+        row = next(r for r in result.ladder if r["key"] == "gelu")
+        pred = next(p for p in row["predictions"] if p["subject"] == "pre")
+        return row, pred, result
+
+    row, pred, result = at_gelu(0.3, 0.9)
+    assert pred["values"] == pytest.approx([1.0] * SEEDS)
+    assert pred["verdict"] == "supported" and row["verdict"] == "supported"
+    assert result.numbers["pre_increment_over_branch_energies"][row["rung"]]["mean"] == \
+        pytest.approx(1.0)
+    row, pred, result = at_gelu(0.2, 0.4)
+    assert pred["values"] == pytest.approx([2.0] * SEEDS)
+    assert pred["verdict"] == "not supported"
+    assert f"pre departs when {row['change']} ({row['rung']})" in result.departure
+    assert result.verdict == "supported"  # the next rungs' own branches match their streams
+    row, pred, _ = at_gelu(1.0, 0.6)
+    assert pred["values"] == pytest.approx([0.75] * SEEDS) and pred["verdict"] == "supported"
+    # the source rungs judge the increment itself, not the branches: 1.2 is in Lemma 2's bounds
+    world = Planted(noise=0.0, source_b={"pre_inc": 1.2, "attn_sq": 0.2, "mlp_sq": 0.4})
+    source_b = c01.measure(FakeContext(tmp_path, world)).ladder[1]
+    assert _rung_verdicts(source_b)["pre"] == "supported"
+
+
+def test_c1_s_post_mechanism_off_the_source_is_the_rung_s_own_ffn_energy(tmp_path):
+    """An FFN adding d (not Lemma 1's d/2) on the GELU rung: a norm input of 2d is what the
+    mechanism predicts there (supported), Lemma 2's 3d/2 is not."""
+    own = Planted(noise=0.0, gelu={"mlp_sq": 1.0})
+    row = next(r for r in c01.measure(FakeContext(tmp_path, own)).ladder if r["key"] == "gelu")
+    assert _rung_verdicts(row)["post"] == "supported"
+    lemma = Planted(noise=0.0, gelu={"mlp_sq": 1.0, "post_norm_in": 1.5})
+    result = c01.measure(FakeContext(tmp_path, lemma))
+    row = next(r for r in result.ladder if r["key"] == "gelu")
+    post = next(p for p in row["predictions"] if p["subject"] == "post")
+    assert post["verdict"] == "not supported"
+    assert post["values"] == pytest.approx([1.5 - 2.0 + 1.5] * SEEDS)
+
+
+def test_c8_s_mechanism_off_the_source_is_the_rung_s_own_branch_over_input_energies(tmp_path):
+    """On normlab's block an output change growing like n is what the mechanism predicts when
+    the rung's own branch-over-input sum grows like n too (supported), not when that sum grows
+    like log n."""
+    own = c08.measure(FakeContext(tmp_path, Planted(init={"pre": "n", "pre_mech": "n"})))
+    assert _verdicts(own)["pre"] == "supported"
+    assert own.numbers["mechanism_slopes"][own.ladder[-1]["rung"]]["pre"]["mean"] == \
+        pytest.approx(1.0, abs=0.01)
+    log = c08.measure(FakeContext(tmp_path, Planted(init={"pre": "n"})))
+    assert _verdicts(log)["pre"] == "not supported"
+
+
 def test_one_reading_that_holds_passes_the_calibration_and_names_the_departure(tmp_path):
-    result = theory.c1(FakeContext(tmp_path, Planted(source_b={"pre_inc": 2.0})))
+    result = c01.measure(FakeContext(tmp_path, Planted(source_b={"pre_inc": 2.0})))
     assert result.calibration == "passed (source, reading A: FFN only)"
     assert "pre departs when uniform attention added" in result.departure
 
 
 def test_a_planted_departure_is_attributed_to_its_rung(tmp_path):
-    result = theory.c4(FakeContext(tmp_path, Planted(gelu={"post_slope": 0.6},
+    result = c04.measure(FakeContext(tmp_path, Planted(gelu={"post_slope": 0.6},
                                                      tied={"post_slope": 0.6},
                                                      init={"post_slope": 0.6})))
     assert "post departs when a 4d GELU MLP" in result.departure
@@ -273,10 +504,10 @@ def test_noise_leaves_the_calibration_inconclusive(cid, tmp_path):
 
 def test_c7_runs_at_the_smallest_lr_where_post_without_warmup_failed(tmp_path):
     grid = sorted(PROFILES["quick"].lrs)
-    result = theory.c7(FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:])))
+    result = c07.measure(FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:])))
     assert result.numbers["lr"]["C6"] == grid[1]
     assert "failed (stalled)" in result.numbers["lr"]["why"]
-    never = theory.c7(FakeContext(tmp_path, Planted()))
+    never = c07.measure(FakeContext(tmp_path, Planted()))
     assert never.numbers["lr"]["C6"] == grid[-1] and "at no lr" in never.numbers["lr"]["why"]
 
 
@@ -291,8 +522,8 @@ def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, 
 def test_the_calibration_s_failed_and_inconclusive_words_are_the_recorded_ones(tmp_path,
                                                                                 recorded_words):
     broken = Planted(source_a={"pre_inc": 2.0}, source_b={"pre_inc": 2.0})
-    recorded_words("theory_C1_calibration_failed", theory.c1(FakeContext(tmp_path, broken)))
-    recorded_words("theory_C1_noise", theory.c1(FakeContext(tmp_path, Planted(noise=3.0))))
+    recorded_words("theory_C1_calibration_failed", c01.measure(FakeContext(tmp_path, broken)))
+    recorded_words("theory_C1_noise", c01.measure(FakeContext(tmp_path, Planted(noise=3.0))))
 
 
 def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
@@ -302,34 +533,34 @@ def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
         ctx = FakeContext(tmp_path, Planted())
         CLAIMS[cid](ctx)
         asked += ctx.requests
-    sweep = {"kind": "init", "name": f"ladder_xiong_{theory.CACHE_VERSION}",
+    sweep = {"kind": "init", "name": f"ladder_xiong_{ladder.CACHE_VERSION}",
              "rungs": xiong_ladder(p.width, p.heads),
              "placements": ["pre", "post"],
-             "depths": sorted(set(p.init_depths) | {theory.FIG3_DEPTH}),
+             "depths": sorted(set(p.init_depths) | {ladder.FIG3_DEPTH}),
              "perturb": False, "stats": True}
     assert asked == [sweep] * 3
 
 
-def test_c8_asks_for_admin_s_perturbation_on_fairseq_s_ladder_and_nothing_else(tmp_path):
+def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp_path):
     p = PROFILES["quick"]
     ctx = FakeContext(tmp_path, Planted())
-    theory.c8(ctx)
-    assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{theory.CACHE_VERSION}",
+    c08.measure(ctx)
+    assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{ladder.CACHE_VERSION}",
                              "rungs": fairseq_ladder(p.width, p.heads),
                              "placements": ["post", "pre", "admin", "admin_o1"],
-                             "depths": list(p.init_depths), "perturb": True, "stats": False}]
+                             "depths": list(p.init_depths), "perturb": True, "stats": True}]
 
 
 def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
     p = PROFILES["quick"]
     grid = sorted(p.lrs)
     ctx = FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
-    theory.c7(ctx)
+    c07.measure(ctx)
     source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
     assert ctx.requests[0] == {"kind": "runs", "family": "post", "lrs": grid, "warmup": 0}
     assert ctx.requests[1:] == [{
-        "kind": "update", "name": f"ladder_deepnet_{theory.DEEPNET_CACHE}",
-        "rungs": [(source.key, source.fields, theory.SOURCE_LR),
+        "kind": "update", "name": f"ladder_deepnet_{c07.DEEPNET_CACHE}",
+        "rungs": [(source.key, source.fields, c07.SOURCE_LR),
                   ("lr", source.fields, grid[1])] + [(r.key, r.fields, grid[1])
                                                      for r in toward],
         "depths": sorted({L for L in p.init_depths if p.update_blocks >= L}
@@ -338,13 +569,13 @@ def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
 
 
 def _fit(xs, ys) -> float:
-    return theory.loglog_fit([(x, y, 0) for x, y in zip(xs, ys, strict=True)],
+    return loglog_fit([(x, y, 0) for x, y in zip(xs, ys, strict=True)],
                              n_boot=0)["slope"]
 
 
 def test_c1_reports_the_growth_exponent_and_the_range_the_bounds_allow(tmp_path):
     L = max(PROFILES["quick"].init_depths)
-    result = theory.c1(FakeContext(tmp_path, Planted()))
+    result = c01.measure(FakeContext(tmp_path, Planted()))
     allowed = result.numbers["exponent_range_the_bounds_allow"]
     assert allowed == pytest.approx([1 - math.log(3) / math.log(L), 1 + math.log(3) / math.log(L)])
     # planted: E||x_l||^2 - E||x_0||^2 = d inc l, an exponent of 1 on every rung
@@ -356,7 +587,7 @@ def test_c1_reports_the_growth_exponent_and_the_range_the_bounds_allow(tmp_path)
 
 def test_c4_reports_each_placement_s_planted_slope(tmp_path):
     depths = PROFILES["quick"].init_depths
-    result = theory.c4(FakeContext(tmp_path, Planted(init={"post_slope": 0.35,
+    result = c04.measure(FakeContext(tmp_path, Planted(init={"post_slope": 0.35,
                                                            "pre_mech": 0.1})))
     last = result.numbers["slopes"][result.ladder[-1]["rung"]]
     stream = _fit(depths, [1 + L for L in depths])  # planted E||x_L||^2 / d = 1 + L
@@ -368,7 +599,7 @@ def test_c4_reports_each_placement_s_planted_slope(tmp_path):
 
 
 def test_c5_reports_each_placement_s_planted_trend(tmp_path):
-    result = theory.c5(FakeContext(tmp_path, Planted(noise=0.0, init={"pre_trend": 0.4})))
+    result = c05.measure(FakeContext(tmp_path, Planted(noise=0.0, init={"pre_trend": 0.4})))
     init = next(r["rung"] for r in result.ladder if r["key"] == "init")
     assert result.numbers["pre_trend"][init]["mean"] == pytest.approx(0.4, abs=1e-9)
     assert result.numbers["post_trend"][init]["mean"] == pytest.approx(1.0, abs=1e-9)
@@ -376,11 +607,11 @@ def test_c5_reports_each_placement_s_planted_trend(tmp_path):
 
 def test_c8_reports_the_law_bands_and_each_placement_s_slope(tmp_path):
     depths = PROFILES["quick"].init_depths
-    result = theory.c8(FakeContext(tmp_path, Planted()))
-    s_log = theory.log_law_slope([2 * L for L in depths])
+    result = c08.measure(FakeContext(tmp_path, Planted()))
+    s_log = c08.log_law_slope([2 * L for L in depths])
     assert result.numbers["slope_of_ln_n_over_these_depths"] == pytest.approx(s_log)
     assert result.numbers["law_bands"] == {k: list(v) for k, v in
-                                           theory.nearest_law_bands(s_log).items()}
+                                           c08.nearest_law_bands(s_log).items()}
     last = result.numbers["slopes"][result.ladder[-1]["rung"]]
     assert last["post"]["mean"] == pytest.approx(1.0, abs=0.01)
     assert last["pre"]["mean"] == pytest.approx(s_log, abs=0.01)
@@ -392,7 +623,7 @@ def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_st
     p = PROFILES["quick"]
     scale = p.update_blocks / 24  # planted: post's first update is 1.0 (L / 24) without warmup
     world = Planted(noise=0.0, **{k: {"post_warmup": 0.02} for k in ("source", "lr")})
-    result = theory.c7(FakeContext(tmp_path, world))
+    result = c07.measure(FakeContext(tmp_path, world))
     source, lr = result.ladder[0]["rung"], result.ladder[1]["rung"]
     warm = result.numbers["log_ratio_no_warmup_over_warmup"]
     assert warm[source]["mean"] == pytest.approx(math.log(scale / 0.02))
@@ -403,21 +634,21 @@ def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_st
     assert sat["first_update_post"]["mean"] == pytest.approx(scale)
     assert sat["init_distance"]["mean"] == pytest.approx(10.0)
     assert sat["saturated"] is (scale > 5.0)
-    assert result.numbers["lr"]["source"] == theory.SOURCE_LR
+    assert result.numbers["lr"]["source"] == c07.SOURCE_LR
     big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
-    assert theory.c7(FakeContext(tmp_path, big)).numbers["saturation_at_the_first_step"][
+    assert c07.measure(FakeContext(tmp_path, big)).numbers["saturation_at_the_first_step"][
         source]["saturated"] is True
 
 
 def test_c7_names_every_way_post_failed_at_c6_s_lr(tmp_path):
     grid = sorted(PROFILES["quick"].lrs)
     mixed = Planted(runs={"outcomes": ["stalled", "diverged"] * (SEEDS // 2)})
-    result = theory.c7(FakeContext(tmp_path, mixed, failing_lrs=(grid[2],)))
+    result = c07.measure(FakeContext(tmp_path, mixed, failing_lrs=(grid[2],)))
     assert result.numbers["lr"] == {
-        "source": theory.SOURCE_LR, "C6": grid[2],
+        "source": c07.SOURCE_LR, "C6": grid[2],
         "why": "the smallest lr of C6's grid at which post without warmup failed (diverged, "
                "stalled)"}
-    never = theory.c7(FakeContext(tmp_path, Planted())).numbers["lr"]["why"]
+    never = c07.measure(FakeContext(tmp_path, Planted())).numbers["lr"]["why"]
     assert never == "post without warmup failed at no lr of C6's grid: its largest lr"
 
 
@@ -427,22 +658,22 @@ def test_c7_reads_the_init_distance_at_each_depth_and_saturates_strictly_past_ha
     # post's first update 15 (L / 24): 7.5 at 12 blocks, below half a distance of 100 there only
     far = Planted(noise=0.0, **{k: {"post": 15.0, "post_depth": 1.0, "distance@12": 100.0}
                                 for k in rungs})
-    assert set(theory.c7(FakeContext(tmp_path, far)).numbers["depth_of_the_ratios"].values()
+    assert set(c07.measure(FakeContext(tmp_path, far)).numbers["depth_of_the_ratios"].values()
                ) == {12}
     # exactly half the distance is saturated already: no depth to read the ratio at
     half = Planted(noise=0.0, **{k: {"post": 5.0, "post_depth": 0.0} for k in rungs})
-    result = theory.c7(FakeContext(tmp_path, half))
+    result = c07.measure(FakeContext(tmp_path, half))
     assert set(result.numbers["depth_of_the_ratios"].values()) == {None}
     source = result.ladder[0]["rung"]
     assert result.numbers["saturation_at_the_first_step"][source]["saturated"] is False
     above = Planted(noise=0.0, source={"post": 8.0, "post_depth": 0.0,
                                        f"distance@{p.update_blocks}": 10.0, "distance@3": 1.0})
-    sat = theory.c7(FakeContext(tmp_path, above)).numbers["saturation_at_the_first_step"][source]
+    sat = c07.measure(FakeContext(tmp_path, above)).numbers["saturation_at_the_first_step"][source]
     assert sat["saturated"] is True and sat["init_distance"]["mean"] == pytest.approx(10.0)
 
 
 def test_log_ratios_are_undefined_unless_both_sides_are_positive():
-    got = theory._log_ratios([1.0, math.e, 0.0, -1.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0, -2.0])
+    got = c07._log_ratios([1.0, math.e, 0.0, -1.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0, 0.0, -2.0])
     assert got[:2] == [0.0, pytest.approx(1.0)]
     assert all(math.isnan(v) for v in got[2:])
 
@@ -451,10 +682,10 @@ def test_growth_exponent_needs_two_blocks_above_the_embedding():
     def stats(sq):
         return {"summary": {"embed_sq": 1.0}, "per_block": {"sq_norm": sq}}
 
-    assert theory.growth_exponent_sq(stats([2.0, 3.0])) == pytest.approx(1.0)  # 1, 2 at l = 1, 2
-    assert theory.growth_exponent_sq(stats([1.0, 2.0, 5.0])) == pytest.approx(
+    assert c01.growth_exponent_sq(stats([2.0, 3.0])) == pytest.approx(1.0)  # 1, 2 at l = 1, 2
+    assert c01.growth_exponent_sq(stats([1.0, 2.0, 5.0])) == pytest.approx(
         math.log(4.0) / math.log(1.5))  # the block at the embedding's level is left out
-    assert math.isnan(theory.growth_exponent_sq(stats([0.5, 2.0])))
+    assert math.isnan(c01.growth_exponent_sq(stats([0.5, 2.0])))
 
 
 def _row(rung: str, calibration: bool, verdict: str, **subjects: str) -> dict[str, Any]:
@@ -466,13 +697,13 @@ def _row(rung: str, calibration: bool, verdict: str, **subjects: str) -> dict[st
 def test_calibration_status_names_the_readings_that_hold():
     rows = [_row("a", True, "supported"), _row("b", True, "not supported"),
             _row("c", True, "supported"), _row("block", False, "not supported")]
-    assert theory.calibration_status(rows) == {
+    assert ladder.calibration_status(rows) == {
         "status": "passed (a; c)", "held": ["a", "c"], "contradicted": ["b"],
         "rungs": ["a", "b", "c"]}
-    assert theory.calibration_status(rows[:1])["status"] == "passed"
-    assert theory.calibration_status([rows[1], _row("d", True, "inconclusive")])["status"] == \
+    assert ladder.calibration_status(rows[:1])["status"] == "passed"
+    assert ladder.calibration_status([rows[1], _row("d", True, "inconclusive")])["status"] == \
         "failed"
-    assert theory.calibration_status([_row("d", True, "inconclusive")])["status"] == \
+    assert ladder.calibration_status([_row("d", True, "inconclusive")])["status"] == \
         "inconclusive"
 
 
@@ -483,9 +714,9 @@ def test_departure_names_each_prediction_s_first_contradicted_rung_after_the_sou
                  pre_vs_post="supported"),
             _row("init", False, "not supported", pre="not supported", post="not supported",
                  pre_vs_post="supported")]
-    assert theory.departure(rows) == ("pre departs when mlp changed (mlp); post departs when "
+    assert ladder.departure(rows) == ("pre departs when mlp changed (mlp); post departs when "
                                       "init changed (init); pre vs post: contradicted on no rung")
-    assert theory.departure([_row("src", True, "inconclusive", pre="inconclusive")]) == ""
+    assert ladder.departure([_row("src", True, "inconclusive", pre="inconclusive")]) == ""
 
 
 # -- the derived predictions on planted laws -------------------------------------------------------
@@ -494,45 +725,51 @@ NS = [2 * L for L in (3, 6, 12, 24, 48)]
 
 
 def _slope(values: list[float]) -> float:
-    return theory.loglog_fit([(n, v, 0) for n, v in zip(NS, values, strict=True)],
+    return loglog_fit([(n, v, 0) for n, v in zip(NS, values, strict=True)],
                              n_boot=0)["slope"]
 
 
 @pytest.mark.parametrize(("a", "b"), [(0.0, 1.0), (1.0, 1.0), (0.5, 2.0)])
 def test_a_planted_log_law_falls_in_the_log_band(a, b):
-    bands = theory.nearest_law_bands(theory.log_law_slope(NS))
+    bands = c08.nearest_law_bands(c08.log_law_slope(NS))
     lo, hi = bands["O(log n)"]
     assert lo <= _slope([a + b * math.log(n) for n in NS]) <= hi
 
 
 def test_planted_linear_and_constant_laws_fall_in_their_own_bands():
-    bands = theory.nearest_law_bands(theory.log_law_slope(NS))
+    bands = c08.nearest_law_bands(c08.log_law_slope(NS))
     assert bands["O(n)"][0] <= _slope([3.0 + 2.0 * n for n in NS]) <= bands["O(n)"][1]
     assert bands["O(1)"][0] <= _slope([5.0] * len(NS)) <= bands["O(1)"][1]
     # the bands meet halfway between the laws' slopes 0, s_log and 1
     assert bands["O(1)"][1] == bands["O(log n)"][0]
     assert bands["O(log n)"][1] == bands["O(n)"][0]
-    assert theory.log_law_slope(NS) == pytest.approx(0.337, abs=0.01)
+    assert c08.log_law_slope(NS) == pytest.approx(0.337, abs=0.01)
 
 
 def test_the_lemma_bounds_a_planted_increment_and_reject_a_violation(tmp_path):
-    inside = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 1.4})))
-    assert _verdicts(inside)["pre"] == "supported"
-    above = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 1.6})))
-    assert _verdicts(above)["pre"] == "not supported"
-    below = theory.c1(FakeContext(tmp_path, Planted(init={"pre_inc": 0.4})))
-    assert _verdicts(below)["pre"] == "not supported"
+    """Lemma 2's bounds are tested as bounds where the lemma is the prediction: on the
+    uniform-attention source rung (its branches planted at the increment, so the stream alone
+    moves the verdict)."""
+    def source_b(inc: float) -> str:
+        world = Planted(source_b={"pre_inc": inc, "attn_sq": inc / 2, "mlp_sq": inc / 2})
+        row = c01.measure(FakeContext(tmp_path, world)).ladder[1]
+        assert row["key"] == "source_b"
+        return _rung_verdicts(row)["pre"]
+
+    assert source_b(1.4) == "supported"
+    assert source_b(1.6) == "not supported"
+    assert source_b(0.4) == "not supported"
 
 
 def test_per_block_increment_and_norm_input_read_the_stated_quantities():
     stats = {"per_block": {"sq_norm": [3.0, 5.0, 7.0], "mlp_norm_input_sq": [3.0, 6.0, 9.0]},
              "summary": {"embed_sq": 2.0, "d_model": 2, "n_blocks": 3}}
-    assert theory.per_block_increment(stats) == pytest.approx((7.0 - 2.0) / (3 * 2))
-    assert theory.norm_input_over_d(stats) == pytest.approx(3.0)
+    assert c01.per_block_increment(stats) == pytest.approx((7.0 - 2.0) / (3 * 2))
+    assert c01.norm_input_over_d(stats) == pytest.approx(3.0)
 
 
 def test_law_bands_meet_halfway_between_the_laws_slopes():
-    bands = theory.nearest_law_bands(0.4)
+    bands = c08.nearest_law_bands(0.4)
     assert bands == {"O(1)": pytest.approx((-0.2, 0.2)), "O(log n)": pytest.approx((0.2, 0.7)),
                      "O(n)": pytest.approx((0.7, 1.3))}
 
@@ -541,11 +778,11 @@ def test_c7_reads_its_ratio_at_the_deepest_depth_where_post_is_unsaturated(tmp_p
     # post's first update, 15 (L / 24), passes half the init-to-init distance (5) beyond 6 blocks
     world = Planted(**{k: {"post": 15.0, "post_depth": 1.0} for k in ("source", "lr", "gelu",
                                                                       "tied")})
-    result = theory.c7(FakeContext(tmp_path, world))
+    result = c07.measure(FakeContext(tmp_path, world))
     assert set(result.numbers["depth_of_the_ratios"].values()) == {6}
     flat = Planted(**{k: {"post": 30.0, "post_depth": 0.0} for k in ("source", "lr", "gelu",
                                                                      "tied")})
-    saturated = theory.c7(FakeContext(tmp_path, flat))
+    saturated = c07.measure(FakeContext(tmp_path, flat))
     assert set(saturated.numbers["depth_of_the_ratios"].values()) == {None}
     assert _verdicts(saturated)["post vs deepnorm"] == "inconclusive"
 
@@ -554,20 +791,22 @@ def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_pa
     """C5 is Fig. 3, a 6-layer model: every rung reads the 6-block models, and the depth rung
     alone reads the profile's deepest. Planted: post's trend falls at every depth but 6 in the
     source setting (the calibration must still pass), and on normlab's block at the deepest
-    depth only (only the depth rung may fail)."""
+    depth only (only the depth rung may fail, and it is reported, not the verdict)."""
     depths = FakeContext(tmp_path, Planted()).depths()
     deepest = max(PROFILES["quick"].init_depths)
-    away = {f"post_trend@{L}": -1.0 for L in depths if L != theory.FIG3_DEPTH}
+    away = {f"post_trend@{L}": -1.0 for L in depths if L != ladder.FIG3_DEPTH}
     world = Planted(source_a=away, source_b=away, init={f"post_trend@{deepest}": -1.0})
-    result = theory.c5(FakeContext(tmp_path, world))
-    assert result.calibration == "passed" and result.verdict == "not supported"
+    result = c05.measure(FakeContext(tmp_path, world))
+    # the verdict is read at the figure's depth, where post's trend still rises
+    assert result.calibration == "passed" and result.verdict == "supported"
+    assert _verdicts(result) == {"post": "supported", "post vs pre": "supported"}
     by_rung = {r["key"]: {p["subject"]: p["verdict"] for p in r["predictions"]}
                for r in result.ladder}
     assert all(v["post"] == "supported" for k, v in by_rung.items() if k != "deep"), by_rung
     assert by_rung["deep"]["post"] == "not supported"
     deep = next(r for r in result.ladder if r["key"] == "deep")
     assert deep["rung"] == f"normlab's block at {deepest} blocks"
-    assert f"{deepest} blocks instead of the source's {theory.FIG3_DEPTH}" in deep["change"]
+    assert f"{deepest} blocks instead of the source's {ladder.FIG3_DEPTH}" in deep["change"]
     assert result.numbers["post_trend"][deep["rung"]]["mean"] < 0
     assert result.numbers["post_trend"]["normlab's block (own inits)"]["mean"] > 0
     # the predictions' words, as the report shows them
@@ -580,3 +819,75 @@ def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_pa
         "post vs pre": ("trend(post) - trend(pre)",
                         "Fig. 3: 'the scale almost keeps the same for different layers in the "
                         "Pre-LN Transformer'")}
+
+
+def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_path):
+    """Post's trend planted falling on normlab's block at the figure's depth (6 blocks) only:
+    the verdict, read there, is not supported though the deep rung (the profile's deepest
+    model) supports; planted falling at the deepest only, the deep rung alone says so and the
+    verdict stands."""
+    deepest = max(PROFILES["quick"].init_depths)
+    at_six = Planted(init={f"post_trend@{ladder.FIG3_DEPTH}": -1.0})
+    result = c05.measure(FakeContext(tmp_path, at_six))
+    *_, block, deep = result.ladder
+    assert (block["key"], deep["key"]) == ("init", "deep")
+    assert _rung_verdicts(block)["post"] == "not supported"
+    assert _rung_verdicts(deep) == {"post": "supported", "post vs pre": "supported"}
+    assert deep["verdict"] == "supported"
+    assert result.predictions == block["predictions"]
+    assert result.verdict == "not supported" and result.calibration == "passed"
+    assert f"post departs when {block['change']} ({block['rung']})" in result.departure
+    at_deepest = Planted(init={f"post_trend@{deepest}": -1.0})
+    result = c05.measure(FakeContext(tmp_path, at_deepest))
+    *_, block, deep = result.ladder
+    assert deep["verdict"] == "not supported" and block["verdict"] == "supported"
+    assert result.predictions == block["predictions"]
+    assert result.verdict == "supported"
+    assert f"post departs when {deep['change']} ({deep['rung']})" in result.departure
+
+
+def test_c7_s_ratio_is_decided_at_0_not_at_a_factor(tmp_path):
+    """DeepNet gives no factor: post's first update 1.5 times DeepNorm's supports the claim."""
+    result = c07.measure(FakeContext(tmp_path, Planted(tied={"deepnorm": 1.0 / 1.5})))
+    assert _verdicts(result)["post vs deepnorm"] == "supported"
+    pred = next(p for p in result.predictions if p["subject"] == "post vs deepnorm")
+    assert pred["effect"]["estimate"] == pytest.approx(math.log(1.5), abs=0.01)
+
+
+def test_c7_s_depth_laws_are_fitted_over_the_unsaturated_depths_only(tmp_path):
+    """Post's first update saturates at 24 blocks on the last rung (half a distance of 1 is
+    below its 1.0), where DeepNorm's is planted 100 times larger: over the unsaturated depths
+    3-12 DeepNorm's law stays flat (supported); fitted over 24 too it would not be. With a
+    single unsaturated depth there is no law to fit."""
+    world = Planted(tied={"distance@24": 1.0, "deepnorm@24": 5.0})
+    result = c07.measure(FakeContext(tmp_path, world))
+    tied = result.ladder[-1]["rung"]
+    assert result.numbers["unsaturated_depths"][tied] == [3, 6, 12]
+    assert result.numbers["depth_of_the_ratios"][tied] == 12
+    assert _verdicts(result) == {s: "supported" for s in BREAKS["C7"]}
+    dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
+    assert dn["effect"]["estimate"] == pytest.approx(0.0, abs=0.02)
+    one = Planted(tied={f"distance@{L}": 0.1 for L in (6, 12, 24)})
+    result = c07.measure(FakeContext(tmp_path, one))
+    assert result.numbers["unsaturated_depths"][result.ladder[-1]["rung"]] == [3]
+    verdicts = _verdicts(result)
+    assert verdicts["post vs deepnorm"] == "supported"  # read at 3 blocks
+    assert all(verdicts[s] == "inconclusive" for s in ("post: depth", "deepnorm: depth",
+                                                       "post vs deepnorm: depth"))
+    assert result.verdict == "inconclusive"
+
+
+def test_c4_s_gap_off_the_source_is_minus_half_the_rung_s_own_stream_slope(tmp_path):
+    """On a rung whose Pre-LN stream barely grows (E||x_L||^2 / d = 1 + 0.01 L, slope about
+    0.02) the final norm's Jacobian barely moves pre's gradient: the mechanism predicts a gap
+    near 0, not the theorem's -1/2, and pre and post level with each other are supported."""
+    result = c04.measure(FakeContext(tmp_path, Planted(gelu={"pre_inc": 0.01})))
+    row = next(r for r in result.ladder if r["key"] == "gelu")
+    stream = result.numbers["slopes"][row["rung"]]["pre E||x_L||^2"]["mean"]
+    assert stream == pytest.approx(_fit([3, 6, 12, 24], [1 + 0.01 * L for L in (3, 6, 12, 24)]),
+                                   abs=0.01)
+    gap = next(p for p in row["predictions"] if p["subject"] == "pre vs post")
+    assert gap["verdict"] == "supported"
+    assert gap["effect"]["estimate"] == pytest.approx(0.0, abs=0.02)
+    assert f"{-0.5 * stream:+.3g} (mean over seeds)" in gap["derivation"]
+    assert result.verdict == "supported"

@@ -1,5 +1,7 @@
 """The verdict rules at their edges: a bound equal to the threshold, an interval touching a band's
-edge, fewer than 2 values, non-finite numbers, the power diagnosis and the rule texts."""
+edge, fewer than 2 values, non-finite numbers, the power diagnosis and the rule texts; each rule
+kind (order, non-inferiority, equivalence, failure rate) on planted values, the roles a claim's
+predictions combine by, and what a claim says when a premise about scale fails."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import math
 import pytest
 
 from normlab.probe.fits import mean_ci, t_quantile
+from normlab.study.claims.common import make_claim
 from normlab.study.verdict import (
+    NOT_TESTED,
     Prediction,
     band_rule_text,
     combine,
@@ -18,7 +22,13 @@ from normlab.study.verdict import (
     min_detectable,
     predict_band,
     predict_direction,
+    predict_equivalence,
+    predict_failure_rate,
+    predict_non_inferiority,
+    predict_order,
     rule_text,
+    wilson_interval,
+    zero_width_undecided,
 )
 
 NAN, INF = math.nan, math.inf
@@ -196,3 +206,285 @@ def test_combine(verdicts, combined):
     for p, v in zip(preds, verdicts, strict=True):
         p.verdict = v
     assert combine(preds) == combined
+
+
+# -- the rule kinds on planted values -------------------------------------------------------------
+
+MARGIN = 0.02
+# per-seed differences of final loss (worse is larger): tight around a centre, 95% interval
+# about +-0.005 wide
+EQUAL = [-0.004, 0.002, 0.0, 0.003, -0.001]  # the same loss: inside the margin
+WORSE = [0.05 + v for v in EQUAL]  # 0.05 worse: beyond the margin
+STRADDLE = [-0.01, 0.05, 0.0, 0.04, 0.02]  # the interval holds 0.02
+
+
+def _ci(values):
+    return tuple(mean_ci(values)["ci95"])
+
+
+def test_planted_differences_sit_where_the_tests_say():
+    assert _ci(EQUAL)[1] < MARGIN and _ci(EQUAL)[0] > -MARGIN
+    assert _ci(WORSE)[0] > MARGIN
+    lo, hi = _ci(STRADDLE)
+    assert lo < MARGIN < hi and lo > -MARGIN
+
+
+@pytest.mark.parametrize("values, verdict", [
+    (EQUAL, "supported"), (WORSE, "not supported"), (STRADDLE, "inconclusive")])
+def test_non_inferiority_with_worse_above(values, verdict):
+    p = predict_non_inferiority("post vs pre", "loss(post) - loss(pre)", "as good", values,
+                                MARGIN)
+    assert p.verdict == verdict
+    assert p.kind == "non_inferiority" and p.role == "claim"
+    assert p.effect.expected == "< 0.02"  # the interval's upper end below the margin
+    assert p.meaningful == MARGIN
+    assert (p.diagnosis == "") == (verdict != "inconclusive")
+
+
+@pytest.mark.parametrize("values, verdict", [
+    (EQUAL, "supported"), (WORSE, "not supported"), (STRADDLE, "inconclusive")])
+def test_non_inferiority_with_worse_below(values, verdict):
+    """An accuracy difference: worse is lower, so the same planted values mirrored."""
+    mirrored = [-v for v in values]
+    p = predict_non_inferiority("post vs pre", "acc(post) - acc(pre)", "as good", mirrored,
+                                MARGIN, "<")
+    assert p.verdict == verdict
+    assert p.effect.expected == "> -0.02"  # the interval's lower end above -margin
+    assert "lower end of [acc(post) - acc(pre)] lies > -0.02" in p.rule
+
+
+def test_non_inferiority_is_not_superiority_and_its_rule_text():
+    # clearly better (the loss lower by 0.05): non-inferior, whatever the margin
+    better = [-0.05 + v for v in EQUAL]
+    assert predict_non_inferiority("s", "q", "", better, MARGIN).verdict == "supported"
+    # 0.015 worse with a tight interval: still within the margin, so non-inferior
+    slightly = [0.015 + v / 4 for v in EQUAL]
+    assert predict_non_inferiority("s", "q", "", slightly, MARGIN).verdict == "supported"
+    assert predict_direction("s", "q", "", slightly, "<", 0.0, 0.0).verdict == "not supported"
+    p = predict_non_inferiority("s", "gap", "", EQUAL, MARGIN, threshold_source="the margin",
+                                role="diagnostic")
+    assert p.rule == ("non-inferiority at margin 0.02: supported if the 95% interval's upper end "
+                      "of [gap] lies < 0.02; not supported if its lower end lies beyond 0.02 "
+                      "(worse than the margin); otherwise inconclusive")
+    assert p.role == "diagnostic" and p.threshold_source == "the margin"
+    assert predict_non_inferiority("s", "q", "", [0.1], MARGIN).verdict == "inconclusive"
+
+
+@pytest.mark.parametrize("values, verdict", [
+    (EQUAL, "supported"),
+    (WORSE, "not supported"),
+    ([-v for v in WORSE], "not supported"),  # beyond the margin on the other side too
+    (STRADDLE, "inconclusive"),
+    ([-v for v in STRADDLE], "inconclusive"),
+])
+def test_equivalence_is_a_band_about_zero(values, verdict):
+    p = predict_equivalence("post vs pre", "gap", "the same", values, MARGIN,
+                            threshold_source="the margin", role="premise")
+    assert p.verdict == verdict
+    assert (p.kind, p.role, p.threshold_source) == ("equivalence", "premise", "the margin")
+    assert p.effect.expected == "in [-0.02, 0.02]"
+    assert p.meaningful == pytest.approx(MARGIN)
+    assert p.rule == ("equivalence at margin 0.02: supported if the 95% interval of [gap] lies "
+                      "inside [-0.02, 0.02]; not supported if it lies entirely outside; "
+                      "otherwise inconclusive")
+
+
+SLOPES_HIGH = [2.9, 3.1, 3.0, 3.05]
+
+
+@pytest.mark.parametrize("values, verdict", [
+    (SLOPES_HIGH, "supported"),  # far above the bound
+    ([100.0, 101.0, 99.0], "supported"),  # no upper edge: any faster growth is at least linear
+    ([0.2, 0.3, 0.25, 0.22], "not supported"),  # below the bound
+    ([0.5, 1.5, 0.8, 1.3], "inconclusive"),  # the interval holds 1
+])
+def test_order_is_one_sided(values, verdict):
+    p = predict_order("post", "growth exponent", "at least linear", values, ">", 1.0)
+    assert p.verdict == verdict
+    assert p.kind == "order" and p.effect.expected == "> 1"
+    assert p.rule == ("an order, one-sided: supported if the 95% interval of [growth exponent] "
+                      "lies entirely above 1; not supported if it lies entirely on the other "
+                      "side; otherwise inconclusive")
+    # a band of the same centre would refute a slope far above it: an order has no upper edge
+    if values[0] == 100.0:
+        assert predict_band("post", "g", "", values, 0.5, 1.5).verdict == "not supported"
+
+
+def test_order_below_a_bound():
+    p = predict_order("deepnorm", "depth slope", "O(1)", [0.1, 0.12, 0.08], "<", 0.5,
+                      role="premise")
+    assert p.verdict == "supported" and p.role == "premise" and "below 0.5" in p.rule
+    assert predict_order("d", "s", "", [-50.0, -51.0, -49.0], "<", 0.5).verdict == "supported"
+    assert predict_order("d", "s", "", SLOPES_HIGH, "<", 0.5).verdict == "not supported"
+
+
+def test_wilson_interval_at_known_values():
+    low, high = wilson_interval(4, 4)
+    assert low == pytest.approx(0.5101, abs=1e-4) and high == pytest.approx(1.0)
+    assert wilson_interval(0, 4) == (0.0, pytest.approx(0.4899, abs=1e-4))
+    assert wilson_interval(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4))
+    assert wilson_interval(5, 10) == (pytest.approx(0.2366, abs=1e-4),
+                                      pytest.approx(0.7634, abs=1e-4))
+    assert wilson_interval(1, 3) == (pytest.approx(0.0615, abs=1e-4),
+                                     pytest.approx(0.7923, abs=1e-4))
+    # symmetric: k failures of n mirror n - k
+    lo, hi = wilson_interval(3, 7)
+    assert (1 - hi, 1 - lo) == (pytest.approx(wilson_interval(4, 7)[0]),
+                                pytest.approx(wilson_interval(4, 7)[1]))
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
+    # a narrower interval at a smaller z
+    assert wilson_interval(5, 10, z=1.0)[0] > wilson_interval(5, 10)[0]
+
+
+@pytest.mark.parametrize("failed, expected, verdict", [
+    ([True] * 4, ">", "supported"),  # 4 of 4: the interval's low end, 0.51, above 0.5
+    ([True, True, True, False], ">", "inconclusive"),  # 3 of 4: [0.30, 0.95] holds 0.5
+    ([False] * 4, ">", "not supported"),  # 0 of 4: [0, 0.49] below 0.5
+    ([False] * 4, "<", "supported"),
+    ([True] * 4, "<", "not supported"),
+])
+def test_failure_rate_on_its_wilson_interval(failed, expected, verdict):
+    p = predict_failure_rate("post", "share of runs that diverged", "diverges", failed,
+                             expected, 0.5, threshold_source="the source")
+    assert p.verdict == verdict and p.kind == "failure_rate"
+    k, n = sum(failed), len(failed)
+    assert p.effect.estimate == k / n and p.effect.n == n
+    assert (p.effect.ci_low, p.effect.ci_high) == wilson_interval(k, n)
+    assert p.values == [1.0 if f else 0.0 for f in failed]
+    assert p.meaningful == 0.5 and math.isnan(p.mde)
+    assert p.effect.expected == f"{expected} 0.5"
+    if verdict == "inconclusive":
+        assert p.diagnosis == ("3 of 4 seeds failed: the 95% interval [0.30, 0.95] includes 0.5")
+    else:
+        assert p.diagnosis == ""
+
+
+def test_failure_rate_with_fewer_than_two_seeds_and_its_rule_text():
+    one = predict_failure_rate("post", "q", "", [True], ">", 0.5)
+    assert one.verdict == "inconclusive"
+    assert one.diagnosis == "too few seeds to decide (fewer than 2)"
+    none = predict_failure_rate("post", "q", "", [], ">", 0.5)
+    assert none.verdict == "inconclusive" and math.isnan(none.effect.estimate)
+    p = predict_failure_rate("post", "diverged", "", [True, True], ">", 0.5, role="diagnostic")
+    assert p.role == "diagnostic"
+    assert p.rule == ("a failure rate: supported if the 95% Wilson interval of [diverged] lies "
+                      "entirely above 0.5; not supported if it lies entirely on the other side; "
+                      "otherwise inconclusive")
+    # 2 of 2 is not enough for a rate above 0.5: [0.34, 1]
+    assert p.verdict == "inconclusive"
+
+
+# -- roles: claim predictions decide, premises gate, diagnostics are reported ---------------------
+
+def _pred(verdict: str, role: str = "claim", scale: bool = False, subject: str = "s"
+          ) -> Prediction:
+    p = predict_direction(subject, "q", "", [1.0, 2.0], ">", 0.0, 1.0, role=role)
+    p.verdict, p.scale = verdict, scale
+    return p
+
+
+@pytest.mark.parametrize("preds, combined", [
+    # a diagnostic, whatever its verdict, leaves the claim's verdict alone
+    ([_pred("supported"), _pred("not supported", "diagnostic")], "supported"),
+    ([_pred("not supported"), _pred("supported", "diagnostic")], "not supported"),
+    ([_pred("inconclusive"), _pred("not supported", "diagnostic")], "inconclusive"),
+    # a premise that fails or is undecided: inconclusive, never "not supported"
+    ([_pred("not supported", "premise"), _pred("supported")], "inconclusive"),
+    ([_pred("not supported", "premise"), _pred("not supported")], "inconclusive"),
+    ([_pred("inconclusive", "premise"), _pred("not supported")], "inconclusive"),
+    ([_pred("supported", "premise"), _pred("supported")], "supported"),
+    ([_pred("supported", "premise"), _pred("not supported")], "not supported"),
+    # a premise about scale that fails: not tested at this scale, whatever the claim says
+    ([_pred("not supported", "premise", True), _pred("not supported")], NOT_TESTED),
+    ([_pred("supported", "premise"), _pred("not supported", "premise", True),
+      _pred("supported")], NOT_TESTED),
+    # ... but one that is only undecided leaves it inconclusive
+    ([_pred("inconclusive", "premise", True), _pred("supported")], "inconclusive"),
+    # no claim prediction: nothing decides
+    ([_pred("supported", "premise"), _pred("supported", "diagnostic")], "inconclusive"),
+    ([_pred("supported", "diagnostic")], "inconclusive"),
+])
+def test_combine_by_role(preds, combined):
+    assert combine(preds) == combined
+
+
+def test_zero_width_undecided_touches_premises_only():
+    constant = [0.3, 0.3, 0.3]
+    premise = predict_direction("pre", "q", "", constant, ">", 0.0, 0.0, role="premise")
+    assert premise.verdict == "supported"  # a [0.3, 0.3] interval, decided as it stands
+    same = zero_width_undecided(premise)
+    assert same is premise and premise.verdict == "inconclusive"
+    assert premise.diagnosis == ("every value is the same (an interval of zero width): a "
+                                 "constant, not a measurement of the premise, so it is not "
+                                 "decided")
+    # a claim prediction (or a diagnostic) of constant values is not touched
+    for role in ("claim", "diagnostic"):
+        p = zero_width_undecided(predict_direction("pre", "q", "", constant, ">", 0.0, 0.0,
+                                                   role=role))
+        assert p.verdict == "supported" and p.diagnosis == "", role
+    # a premise that varies, or of one value, is left as decided
+    varies = zero_width_undecided(predict_direction("pre", "q", "", [0.3, 0.31, 0.29], ">",
+                                                    0.0, 0.0, role="premise"))
+    assert varies.verdict == "supported"
+    one = zero_width_undecided(predict_direction("pre", "q", "", [0.3], ">", 0.0, 0.0,
+                                                 role="premise"))
+    assert one.diagnosis == "too few values to decide (fewer than 2)"
+    # a zero-width premise that would refute is undecided too: it never says "not supported"
+    refuting = zero_width_undecided(predict_direction("pre", "q", "", [-1.0, -1.0], ">", 0.0,
+                                                      0.0, role="premise"))
+    assert refuting.verdict == "inconclusive"
+
+
+# -- a claim not tested at this scale -------------------------------------------------------------
+
+def _claim(preds, needs="1000 steps or more", **kw):
+    return make_claim("CX", "title", "statement", "source", "method", preds, "paper", {}, [],
+                      needs=needs, **kw)
+
+
+def test_a_failed_scale_premise_says_the_claim_is_not_tested_and_what_it_needs():
+    preds = [_pred("supported", "premise", subject="learns"),
+             _pred("not supported", "premise", True, subject="from init"),
+             _pred("not supported", "premise", True, subject="transfer"),
+             _pred("supported", subject="post vs pre")]
+    res = _claim(preds)
+    assert res.verdict == NOT_TESTED and res.needs == "1000 steps or more"
+    assert res.note == ("Not tested at this scale: from init; transfer does not hold here, so "
+                        "the claim's own predictions are reported, not decided. It needs 1000 "
+                        "steps or more.")
+    assert res.effect is preds[1].effect  # the first scale premise that failed
+    # the claim's own note comes first; without `needs` no sentence about it
+    bare = _claim(preds, needs="", note="Planted.")
+    assert bare.note == ("Planted. Not tested at this scale: from init; transfer does not hold "
+                         "here, so the claim's own predictions are reported, not decided.")
+    assert bare.needs == ""
+    # the rule names each deciding prediction with its role; diagnostics are left out
+    with_diag = _claim([*preds, _pred("supported", "diagnostic", subject="reported")])
+    assert "from init (premise): " in with_diag.rule and "post vs pre: " in with_diag.rule
+    assert "reported (diagnostic)" not in with_diag.rule and with_diag.rule == res.rule
+
+
+def test_needs_is_said_only_when_the_claim_is_not_tested_at_this_scale():
+    supported = _claim([_pred("supported", "premise", True), _pred("supported")])
+    assert supported.verdict == "supported" and supported.needs == "" and supported.note == ""
+    # a premise not about scale that fails: undecided, the premise named, no `needs`
+    undecided = _claim([_pred("not supported", "premise", subject="learns"),
+                        _pred("supported")])
+    assert undecided.verdict == "inconclusive" and undecided.needs == ""
+    assert undecided.note == ("Not decided: the test's premise does not hold (learns), so the "
+                              "comparison it needs was not measured; the numbers are reported.")
+    # a scale premise only undecided: inconclusive, not "not tested"
+    open_ = _claim([_pred("inconclusive", "premise", True, subject="long enough"),
+                    _pred("supported")])
+    assert open_.verdict == "inconclusive" and open_.needs == ""
+    assert "premise does not hold (long enough)" in open_.note
+    refuted = _claim([_pred("supported", "premise", True), _pred("not supported")])
+    assert refuted.verdict == "not supported" and refuted.needs == ""
+    # a side that stalled everywhere: inconclusive even where a scale premise failed, and the
+    # claim is then not called "not tested", so it says no `needs`
+    stalled = _claim([_pred("not supported", "premise", True, subject="from init"),
+                      _pred("supported")], stalled=["post"])
+    assert stalled.verdict == "inconclusive" and stalled.needs == ""
+    assert stalled.note.endswith("Not compared: post stalled or diverged at every setting "
+                                 "tried, so the claim's premise (a model that trains) does not "
+                                 "hold here.")

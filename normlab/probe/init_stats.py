@@ -11,7 +11,13 @@
 - `fc_out_grad`: the Frobenius norm of the gradient of each block's second MLP matrix `W^2`
   (Xiong's Theorem 1 bounds the last one's; Fig. 3 plots them by layer), from one backward pass
   of the mean loss over all batches;
-- `final_in_sq`: `E||x_L||^2` of the stream entering the final norm.
+- `final_in_sq`: `E||x_L||^2` of the stream entering the final norm;
+- `attn_branch_sq`, `mlp_branch_sq`: `E||attn||^2` and `E||MLP||^2`, what each sublayer adds to
+  the stream (its `branch_added` tap), and `attn_in_sq`, `mlp_in_sq`: the squared norm of the
+  stream entering each: the quantities a source's mechanism is evaluated with on a block that
+  is not the source's (Lemma 2's per-block increment is `E||attn||^2 + E||MLP||^2` at init,
+  where the cross terms vanish; Admin's output change follows the sum of each branch's energy
+  over its input's).
 
 Squared norms are divided by nothing here: the study divides by `d` where a statement is in
 units of `d`.
@@ -36,7 +42,8 @@ def _mean_sq(x: torch.Tensor) -> float:
 
 
 def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
-    """`per_block` (sq_norm, mlp_norm_input_sq, fc_out_grad) and `summary` (embed_sq,
+    """`per_block` (sq_norm, mlp_norm_input_sq, fc_out_grad, the branch and input energies of
+    each sublayer) and `summary` (embed_sq,
     final_in_sq, last_fc_out_grad, loss) of `model` on `batches` (see the module doc)."""
     if not batches:
         raise ValueError("init_statistics needs at least one batch")
@@ -47,8 +54,9 @@ def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, obj
     was_training = model.training
     model.eval()
     taps = ["blocks.0.attn.stream_in", "final.in"]
-    taps += [f"blocks.{i}.mlp.{t}" for i in range(L) for t in ("stream_in", "branch_added",
-                                                                "stream_out")]
+    taps += [f"blocks.{i}.{k}.{t}" for i in range(L) for k in ("attn", "mlp")
+             for t in ("stream_in", "branch_added")]
+    taps += [f"blocks.{i}.mlp.stream_out" for i in range(L)]
     with capture(model, taps) as cap:
         loss = model_loss(model.cfg.kind, model(idx).logits, targets)
     grads = torch.autograd.grad(loss, weights, allow_unused=True)
@@ -62,6 +70,9 @@ def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, obj
                                            + a[f"blocks.{i}.mlp.branch_added"])
                                   for i in range(L)],
             "fc_out_grad": fc,
+            **{f"{k}_{t}_sq": [_mean_sq(a[f"blocks.{i}.{k}.{tap}"]) for i in range(L)]
+               for k in ("attn", "mlp") for t, tap in (("branch", "branch_added"),
+                                                        ("in", "stream_in"))},
         },
         "summary": {"embed_sq": _mean_sq(a["blocks.0.attn.stream_in"]),
                     "final_in_sq": _mean_sq(a["final.in"]), "last_fc_out_grad": fc[-1],

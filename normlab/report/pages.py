@@ -33,7 +33,7 @@ from normlab.study.table import verdict_rows
 
 # Extra claim fields with a place of their own on the page (see ClaimView.extra).
 PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibration",
-                "ladder", "departure")
+                "ladder", "departure", "needs")
 
 
 @dataclass
@@ -98,6 +98,8 @@ class PredictionRow:
     rule: str
     diagnosis: str
     threshold_source: str = ""  # where the expected value's threshold comes from
+    role: str = "claim"  # "claim" | "premise" | "diagnostic" (a third-edition "test" is a claim)
+    derivation: str = ""  # how the prediction was derived on this rung
 
 
 @dataclass
@@ -117,6 +119,7 @@ class ClaimPage:
     caveat: str
     note: str
     paper: Cell | None = None
+    needs: str = ""  # "not tested at this scale": the smallest setting that could test it
     prediction_rows: list[PredictionRow] | None = None
     predictions: list[Block] = field(default_factory=list)  # in a shape not known here
     power: Cell | None = None
@@ -163,7 +166,8 @@ def prediction_rows(v: Any) -> list[PredictionRow] | None:
             paper=str(p.get("paper", "")), measured=as_interval(effect),
             expected=str(effect.get("expected", "")), verdict=str(p.get("verdict", "")),
             power=power, rule=str(p.get("rule", "")), diagnosis=str(p.get("diagnosis", "")),
-            threshold_source=str(p.get("threshold_source") or "")))
+            threshold_source=str(p.get("threshold_source") or ""),
+            role=str(p.get("role") or "claim"), derivation=str(p.get("derivation") or "")))
     return rows
 
 
@@ -194,7 +198,7 @@ def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
         prediction_rows=prediction_rows(extra.get("predictions")),
         predictions=_predictions(extra.get("predictions")),
         power=cell(extra["power"], "power") if extra.get("power") is not None else None,
-        diagnosis=str(extra.get("diagnosis") or ""),
+        diagnosis=str(extra.get("diagnosis") or ""), needs=str(extra.get("needs") or ""),
         stalled=[str(x) for x in extra.get("stalled") or []]
         if isinstance(extra.get("stalled"), list) else [],
         extra=[b for k, v in extra.items() if k not in PAPER_FIELDS
@@ -213,12 +217,16 @@ def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
     for key, name in _HEADER:
         v = h.get(key)
         if key == "elapsed_s":
-            header.append((name, fmt_seconds(v)))
+            parts = h.get("parts") if isinstance(h.get("parts"), list) else []
+            total = h.get("elapsed_total_s")
+            header.append((name, fmt_seconds(total) + f" in {len(parts)} parts"
+                           if len(parts) > 1 and isinstance(total, (int, float))
+                           else fmt_seconds(v)))
         elif key == "git_commit":
             header.append((name, v or "not recorded"))
         else:
             header.append((name, fmt(v)))
-    known = {k for k, _ in _HEADER} | {"profile_settings"}
+    known = {k for k, _ in _HEADER} | {"profile_settings", "elapsed_total_s"}
     header += [(label(k), fmt(v)) for k, v in h.items()
                if k not in known and (v is None or isinstance(v, str | int | float | bool))]
     settings = h.get("profile_settings")

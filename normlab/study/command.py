@@ -60,7 +60,8 @@ def study(
 
 
 VERDICT_STYLE = {"supported": "green", "not supported": "red", "inconclusive": "yellow",
-                 "calibration failed": "magenta", "not run": "dim"}
+                 "not tested at this scale": "cyan", "calibration failed": "magenta",
+                 "not run": "dim"}
 
 
 def summary_table(result: dict, title: str):
@@ -78,7 +79,7 @@ def summary_table(result: dict, title: str):
         table.add_column(col, overflow="fold", ratio=ratio)
     rows = verdict_rows(result["claims"])
     for i, r in enumerate(rows):
-        own = r.verdict + (" (premise)" if r.role == "premise" else "")
+        own = r.verdict + (f" ({r.role})" if r.role in ("premise", "diagnostic") else "")
         table.add_row(f"{r.claim} {r.title}" if r.first else "",
                       Text(r.claim_verdict, style=VERDICT_STYLE.get(r.claim_verdict, ""))
                       if r.first else "", r.subject, r.measured, r.expected,

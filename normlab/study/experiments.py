@@ -163,12 +163,15 @@ class StudyContext:
         self.train(configs)
 
     def tuned_specs(self) -> list[tuple[str, int]]:
-        """The `(family, warmup)` grids the selected claims tune (`TUNED_BY_CLAIM`)."""
+        """The `(family, warmup)` grids the selected claims tune (each claim's spec)."""
         p = self.profile
-        claims = self.claims if self.claims is not None else list(TUNED_BY_CLAIM)
+        from normlab.study.claims import trained_by_claim
+
+        by_claim = trained_by_claim()
+        claims = self.claims if self.claims is not None else list(by_claim)
         specs: list[tuple[str, int]] = []
         for cid in claims:
-            for family, with_warmup in TUNED_BY_CLAIM.get(cid, ()):
+            for family, with_warmup in by_claim.get(cid, ()):
                 if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
                         p.same_inits:
                     continue
@@ -183,7 +186,9 @@ class StudyContext:
               ) -> dict[str, Any]:
         """`family` over the lr grid (with the profile's warmup unless `warmup` is given; at
         `blocks` blocks, the profile's depth unless given), extended by x2 at an edge that holds
-        the best mean score (at most `max_lr_extensions` times per side). Every run is kept."""
+        the best mean score among the cells where every seed trained, and halved below the
+        grid when no cell trained (at most `max_lr_extensions` times per side). `bracketed`:
+        the best trained cell lies inside the grid. Every run is kept."""
         p = self.profile
         warmup = p.warmup if warmup is None else warmup
         key = f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
@@ -204,21 +209,30 @@ class StudyContext:
             means = {lr: sum(r["score"] for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
             trained = {lr: m for lr, m in means.items() if not any(r["failed"] for r in table[lr])}
+            if not trained and low_ext < p.max_lr_extensions:
+                # every cell failed: the least bad cell is stall noise, not an optimum; a smaller
+                # lr is what a placement that fails to train needs
+                low_ext += 1
+                lrs.insert(0, _round_lr(lrs[0] / 2))
+                extensions.append(f"every cell stalled or diverged: added {lrs[0]:g} below")
+                self.log(f"{family}: {extensions[-1]}")
+                continue
             best = min(trained or means, key=(trained or means).get)
-            if best == lrs[0] and low_ext < p.max_lr_extensions:
+            if trained and best == lrs[0] and low_ext < p.max_lr_extensions:
                 low_ext += 1
                 lrs.insert(0, _round_lr(lrs[0] / 2))
                 extensions.append(f"best lr {best:g} at the low edge: added {lrs[0]:g}")
                 self.log(f"{family}: {extensions[-1]}")
                 continue
-            if best == lrs[-1] and high_ext < p.max_lr_extensions:
+            if trained and best == lrs[-1] and high_ext < p.max_lr_extensions:
                 high_ext += 1
                 lrs.append(_round_lr(lrs[-1] * 2))
                 extensions.append(f"best lr {best:g} at the high edge: added {lrs[-1]:g}")
                 self.log(f"{family}: {extensions[-1]}")
                 continue
             break
-        at_edge = best in (lrs[0], lrs[-1])
+        # bracketed: the optimum among the cells that trained lies inside the grid
+        at_edge = not trained or best in (lrs[0], lrs[-1])
         result = {"family": family, "warmup": warmup, "lrs": lrs,
                   "mean_score": {str(k): v for k, v in means.items()},
                   "best_lr": best, "bracketed": not at_edge, "extensions": extensions,
@@ -245,7 +259,8 @@ class StudyContext:
             return {"matched": False, "reason": f"{side} stalled or diverged at every lr"}
         lr_a, lr_b = min(((x, y) for x in a for y in b), key=lambda q: abs(a[q[0]] - b[q[1]]))
         gap = a[lr_a] - b[lr_b]
-        return {"matched": abs(gap) <= MATCH_TOLERANCE, "tolerance": MATCH_TOLERANCE,
+        tol = self.profile.match_tolerance
+        return {"matched": abs(gap) <= tol, "tolerance": tol,
                 "pre_lr": lr_a, "post_lr": lr_b, "pre_val_loss": a[lr_a],
                 "post_val_loss": b[lr_b], "gap": gap,
                 "runs": {"pre": [r["run_id"] for r in pre["records"][str(lr_a)]],
@@ -342,7 +357,8 @@ class StudyContext:
                                           else math.nan, r["outcome"]))
                 continue
             pick = trajectory_pair(trajectory(self.runs_root / pre["run_id"]),
-                                   trajectory(self.runs_root / post["run_id"]), MATCH_TOLERANCE)
+                                   trajectory(self.runs_root / post["run_id"]),
+                                   self.profile.match_tolerance)
             for pl, r, (step, loss) in (("pre", pre, pick[0]), ("post", post, pick[1])):
                 out.append(Pretrained(pl, seed, self.runs_root / r["run_id"], loss, "completed",
                                       step=step))
@@ -355,6 +371,24 @@ class StudyContext:
             self._memo["prefetched_deep"] = True
             self.train([self.run_config(pl, lr, p.warmup, s, p.deep_blocks)
                         for pl in PLACEMENTS for lr in p.lrs for s in range(p.seeds)])
+
+    def late_improvement(self, records: list[dict[str, Any]], frac: float = 0.25) -> list[float]:
+        """Per run (one per seed): how much its validation loss still fell over the last `frac`
+        of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
+        the final loss); nan for a run that failed or has no such evaluation. A run near
+        convergence has stopped falling."""
+        from normlab.train.rundir import read_metrics
+
+        out = []
+        cut = (1 - frac) * self.profile.steps
+        for r in records:
+            rows = [m for m in read_metrics(self.runs_root / r["run_id"] / "metrics.jsonl")
+                    if isinstance(m.get("val_loss"), float)]
+            before = [m["val_loss"] for m in rows if m["step"] <= cut]
+            final = r.get("val_loss")
+            ok = before and isinstance(final, float) and not r["failed"]
+            out.append(before[-1] - final if ok else math.nan)
+        return out
 
     def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
         """Per run (one per seed): validation loss with the final norm replaced by the identity
@@ -443,20 +477,6 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
 # profile.same_inits says which the profile trains).
 SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
 
-# The `(family, with warmup)` grids each claim tunes; a study trains the first grids of every
-# selected claim's families together.
-_MATCHED = (("pre", True), ("post", True))
-TUNED_BY_CLAIM: dict[str, tuple[tuple[str, bool], ...]] = {
-    "C2": _MATCHED, "C3": _MATCHED, "C10": _MATCHED, "C12": _MATCHED, "C13": _MATCHED,
-    "C7": (("post", False),),  # the lr at which post without warmup fails (C6b's grid)
-    "C6a": (*_MATCHED, ("pre", False), ("post", False)),
-    "C6b": (*_MATCHED, ("pre", False), ("post", False)),
-    "C9": (*_MATCHED, ("pre_xavier", True), ("post_gpt2", True)),
-    "C11": (*_MATCHED, ("pre_nofinal", True)),
-}
-
-# Two checkpoints count as trained to the same loss within this many nats of validation loss.
-MATCH_TOLERANCE = 0.05
 
 
 def record(cfg: RunConfig, summary: dict[str, Any], **keys: Any) -> dict[str, Any]:

@@ -55,11 +55,20 @@ class Profile:
     finetune_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
     finetune_lr_extensions: int = 2
     finetune_passage_bytes: int = 256
+    finetune_warmup: int | None = None  # None: a tenth of the fine-tuning steps
+    finetune_val_fraction: float = 0.1  # of each play's training region, for tuning the lr
+    finetune_val_max: int = 512  # validation passages scored per lr
+    finetune_train_eval_max: int = 256  # training passages scored for the training accuracy
+    finetune_standardize: int = 512  # passages whose features set the standardization
     # real checkpoints (C12): passages of text probed
     real_passages: int = 4
     # C12 on normlab's own deep models
     deep_blocks: int = 12
     deep_evals: int = 10  # evaluations (and kept checkpoints) along each deep run: C12's pairs
+    c12_min_pairs: int = 3  # matched pairs C12's design asks for
+    # two checkpoints count as trained to the same loss within this many nats (C2, C3, C10,
+    # C12, C13's matched pairs)
+    match_tolerance: float = 0.05
     workers: int = 2
 
     @property

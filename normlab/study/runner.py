@@ -19,16 +19,11 @@ import torch
 import normlab
 from normlab.config import ConfigError
 from normlab.machine import cpu_model, git_commit
-from normlab.study.claims import CLAIMS
+from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, measures
 from normlab.study.experiments import StudyContext
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
-from normlab.study.theory import THEORY_CLAIMS
 from normlab.train.logging import write_json_atomic
-
-ALL_CLAIMS = ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", *(f"C{i}" for i in range(7, 14)))
-# A name that stands for several claims: C6 (warmup) is asked as two questions.
-CLAIM_GROUPS = {"C6": ("C6a", "C6b")}
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:
@@ -46,12 +41,8 @@ def parse_claims(text: str | Sequence[str] | None) -> list[str]:
 
 
 def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
-    """Every claim's experiment; C10 and C12 live with the fine-tuning and interop code."""
-    funcs = {**CLAIMS, **THEORY_CLAIMS}
-    from normlab.study.external import c10, c12
-
-    funcs.update(C10=c10, C12=c12)
-    return funcs
+    """Every claim's experiment (`normlab.study.claims.REGISTRY`)."""
+    return measures()
 
 
 def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = None,
@@ -79,6 +70,10 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         "torch": str(torch.__version__), "created": time.strftime("%Y-%m-%d %H:%M"),
         "profile": profile,
         "profile_settings": ctx.profile.to_dict(), "machine": _machine(), "claims": []}
+    parts = _earlier_parts(out / "study.json", profile)
+    part = {"started": study["created"], "git_commit": study["git_commit"], "elapsed_s": 0.0,
+            "claims": selected}
+    study["parts"] = [*parts, part]
     t0 = time.perf_counter()
     for cid in selected:
         t = time.perf_counter()
@@ -93,9 +88,30 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         result.elapsed_s = time.perf_counter() - t
         log(f"{cid}: {result.verdict} ({result.elapsed_s:.0f} s)")
         study["claims"].append(result.to_dict())
-        study["elapsed_s"] = time.perf_counter() - t0
+        study["elapsed_s"] = part["elapsed_s"] = time.perf_counter() - t0
+        study["elapsed_total_s"] = sum(p["elapsed_s"] for p in study["parts"])
         write_json_atomic(out / "study.json", study)
     return study
+
+
+def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
+    """The parts an earlier run of the same profile in this folder recorded (a resumed study
+    is recorded part by part, with its total); none for a new folder or another profile."""
+    import json
+
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(old, dict) or old.get("profile") != profile:
+        return []
+    parts = old.get("parts")
+    if isinstance(parts, list):
+        return [p for p in parts if isinstance(p, dict) and "elapsed_s" in p]
+    if isinstance(old.get("elapsed_s"), (int, float)):  # written before parts were recorded
+        return [{"started": old.get("created"), "git_commit": old.get("git_commit"),
+                 "elapsed_s": float(old["elapsed_s"]), "claims": None}]
+    return []
 
 
 def estimate_seconds(profile: Profile) -> float:

@@ -17,11 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Verdict = Literal["supported", "not supported", "inconclusive", "calibration failed", "not run"]
+Verdict = Literal["supported", "not supported", "inconclusive", "not tested at this scale",
+                  "calibration failed", "not run"]
 # "calibration failed": a theory claim whose prediction does not hold in its source's own setting
 # (our reading or the instrument is wrong there), so no verdict is given on normlab's block.
-VERDICTS: tuple[str, ...] = ("supported", "not supported", "inconclusive", "calibration failed",
-                             "not run")
+# "not tested at this scale": a premise about scale fails (depth below the source's, runs not
+# trained to the regime the source means); the claim names the smallest setting that could test it.
+VERDICTS: tuple[str, ...] = ("supported", "not supported", "inconclusive",
+                             "not tested at this scale", "calibration failed", "not run")
 
 
 @dataclass
@@ -47,7 +50,7 @@ class ClaimResult:
     rule: str  # the decision rule, in words, with its thresholds
     effect: Effect | None = None
     numbers: dict[str, Any] = field(default_factory=dict)  # every number behind the verdict
-    figures: list[str] = field(default_factory=list)  # PNG paths relative to the study folder
+    figures: list[str] = field(default_factory=list)  # SVG files relative to the study folder
     caveat: str = ""  # e.g. scale: a small CPU model may not show an effect seen at scale
     # per placement (or comparison): the paper's prediction, our measurement, its own verdict
     predictions: list[dict[str, Any]] = field(default_factory=list)
@@ -61,6 +64,7 @@ class ClaimResult:
     # normlab.study.theory.ladder_rows) and where the claim stops holding along it
     ladder: list[dict[str, Any]] = field(default_factory=list)
     departure: str = ""
+    needs: str = ""  # "not tested at this scale": the smallest setting that could test the claim
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ class VerdictRow:
     measured: str         # "+0.59 [+0.31, +0.87], n=5"
     expected: str         # "> 0"
     verdict: str          # the prediction's own verdict
-    role: str             # "test" | "premise" | ""
+    role: str             # "claim" | "premise" | "diagnostic" | ""
     calibration: str      # the claim's calibration status, NONE when it has none
     first: bool           # the first row of its claim (the claim's cells go here)
     rows_in_claim: int
@@ -65,7 +65,7 @@ def verdict_rows(claims: Iterable[Mapping[str, Any]]) -> list[VerdictRow]:
             rows.append(VerdictRow(
                 c["id"], c["title"], c["verdict"], str(p.get("subject", "")),
                 measured_text(eff), str((eff or {}).get("expected", NONE)),
-                str(p.get("verdict", "")), str(p.get("role", "test")), cal, i == 0,
+                str(p.get("verdict", "")), str(p.get("role", "claim")), cal, i == 0,
                 len(preds), stalled))
     return rows
 
@@ -76,14 +76,89 @@ def _md(text: str) -> str:
 
 def markdown_table(claims: Iterable[Mapping[str, Any]]) -> str:
     """The verdict table as GitHub markdown: the claim's id, title and verdict on its first
-    row; a premise's verdict marked as such."""
+    row; a premise's and a diagnostic's verdict marked as such."""
     lines = ["| claim | verdict | prediction | measured [95% interval] | expected | its verdict "
              "| calibration |", "|---|---|---|---|---|---|---|"]
     for r in verdict_rows(claims):
         stalled = f" (stalled: {', '.join(r.stalled)})" if r.stalled else ""
         head = (f"**{r.claim}** {_md(r.title)}", f"**{r.claim_verdict}**{stalled}") \
             if r.first else ("", "")
-        own = r.verdict + (" (premise)" if r.role == "premise" else "")
+        own = r.verdict + (f" ({r.role})" if r.role in ("premise", "diagnostic") else "")
         lines.append(f"| {head[0]} | {head[1]} | {_md(r.subject)} | {r.measured} | "
                      f"{_md(r.expected)} | {own} | {_md(r.calibration) if r.first else ''} |")
     return "\n".join(lines) + "\n"
+
+
+def _value(effect: Mapping[str, Any] | None) -> str:
+    if not effect:
+        return "no value"
+    est = _num(effect.get("estimate"))
+    if not math.isfinite(est):
+        return "no value"
+    lo, hi = _num(effect.get("ci_low")), _num(effect.get("ci_high"))
+    return f"{est:+.3g} [{lo:+.3g}, {hi:+.3g}]"
+
+
+def _pred_words(p: Mapping[str, Any]) -> str:
+    eff = p.get("effect") if isinstance(p.get("effect"), Mapping) else None
+    expected = (eff or {}).get("expected", "")
+    return f"{p.get('subject', '')} {_value(eff)} (expected {expected})"
+
+
+def finding(claim: Mapping[str, Any]) -> str:
+    """One plain line for a claim, from its study.json entry only: "holds", "does not hold",
+    "departs at rung X", "not tested here: needs ...", "undecided" or "not run", with the
+    numbers it rests on."""
+    verdict = claim.get("verdict", "")
+    preds = [p for p in claim.get("predictions") or [] if isinstance(p, Mapping)]
+    deciding = [p for p in preds if p.get("role", "claim") in ("claim", "test")]
+    if verdict == "supported":
+        head = "holds: " + "; ".join(_pred_words(p) for p in deciding)
+    elif verdict == "not supported":
+        failed = [p for p in deciding if p.get("verdict") == "not supported"]
+        head = "does not hold: " + "; ".join(_pred_words(p) for p in failed)
+    elif verdict == "not tested at this scale":
+        short = [p for p in preds if p.get("role") == "premise"
+                 and p.get("verdict") == "not supported"]
+        head = ("not tested here: " + "; ".join(_pred_words(p) for p in short)
+                + (f"; needs {claim['needs']}" if claim.get("needs") else ""))
+    elif verdict == "calibration failed":
+        head = "calibration failed in the source's own setting: no verdict on normlab's block"
+    elif verdict == "not run":
+        head = "not run: " + (claim.get("note") or "")
+    else:
+        open_ = [p for p in preds if p.get("role") != "diagnostic"
+                 and p.get("verdict") != "supported"]
+        head = "undecided: " + ("; ".join(_pred_words(p) for p in open_) if open_
+                                else (claim.get("note") or "no prediction measured"))
+    if claim.get("departure") and " departs when " in claim["departure"] and verdict in (
+            "supported", "not supported", "inconclusive"):
+        head += f"; along the ladder: {claim['departure']}"
+    return f"**{claim.get('id')}** {claim.get('title', '')}: {_md(head)}"
+
+
+def findings(claims: Iterable[Mapping[str, Any]]) -> str:
+    """One line per claim (`finding`), as a markdown list."""
+    return "".join(f"- {finding(c)}\n" for c in claims)
+
+
+def study_header(study: Mapping[str, Any]) -> str:
+    """What a recorded study was, from its study.json: profile, when, how long (each part of a
+    resumed study and the total), at which commit, on which machine."""
+    parts = [p for p in study.get("parts") or [] if isinstance(p, Mapping)]
+    if not parts:
+        parts = [{"started": study.get("created"), "git_commit": study.get("git_commit"),
+                  "elapsed_s": study.get("elapsed_s") or 0.0}]
+    total = sum(float(p.get("elapsed_s") or 0.0) for p in parts)
+
+    def one(p: Mapping[str, Any]) -> str:
+        return (f"{float(p.get('elapsed_s') or 0.0) / 60:.1f} min from {p.get('started')} at "
+                f"commit `{str(p.get('git_commit') or '?')[:7]}`")
+
+    when = (one(parts[0]) if len(parts) == 1 else
+            f"{total / 60:.1f} min in {len(parts)} parts (" + "; ".join(map(one, parts)) + ")")
+    s = study.get("profile_settings") or {}
+    shape = (f"width {s.get('train_width')}, {s.get('train_blocks')} blocks, {s.get('steps')} "
+             f"steps, {s.get('seeds')} paired seeds" if s else "")
+    return (f"Profile `{study.get('profile')}`: {when}; {shape}; {study.get('machine', '')}, "
+            f"torch {study.get('torch', '')}.")

@@ -1,18 +1,31 @@
-"""Verdict rules: each claim states a quantitative prediction per placement, each prediction is
-decided on per-seed values, and the claim's verdict combines them.
+"""Verdict rules: each claim states its predictions before any run (`normlab.study.claims.spec`),
+each prediction is decided on per-seed values, and the claim's verdict combines them by role.
 
-A prediction is one of
-- a direction: the quantity is `> threshold` (or `< threshold`);
-- a band: the quantity lies in `[low, high]` (a slope of -0.5 +- 0.15, a growth exponent near 1).
+A prediction's rule is one of
+- a **direction**: the quantity is `> threshold` (or `< threshold`);
+- a **band**: the quantity lies in `[low, high]` (a bound tested as a bound, an equality to
+  within a resolution the source itself separates);
+- an **order**: a one-sided law of growth, a slope above (or below) a bound ("at least linear");
+- **non-inferiority**: a difference no worse than a margin stated before the run (worse is `>`:
+  the interval's upper end below the margin supports, its lower end at or above refutes);
+- **equivalence**: a difference within `[-margin, margin]`;
+- a **failure rate**: the share of seeds that diverged or stalled, above (or below) a rate, on
+  its 95% Wilson interval.
 
 With the mean and its 95% t-interval over seeds (or models):
-- direction: `supported` if the whole interval lies on the predicted side, `not supported` if
-  it lies on the other side, `inconclusive` otherwise;
-- band: `supported` if the whole interval lies inside the band, `not supported` if the interval
-  and the band do not overlap, `inconclusive` otherwise.
+- direction, order, non-inferiority: `supported` if the whole interval lies on the predicted
+  side, `not supported` if it lies on the other side, `inconclusive` otherwise;
+- band, equivalence: `supported` if the whole interval lies inside, `not supported` if the
+  interval and the band do not overlap, `inconclusive` otherwise.
+Fewer than 2 values are always `inconclusive`; so is a premise whose values do not vary at all
+(an interval of zero width: a constant, not a measurement of the premise).
 
-A claim is `supported` when every prediction is, `not supported` when any is not supported,
-`inconclusive` otherwise. Fewer than 2 values are always `inconclusive`.
+Roles: only `claim` predictions decide. A claim is `supported` when every claim prediction is,
+`not supported` when any is not supported, `inconclusive` otherwise. A `premise` must hold for
+the test to mean anything: one that is not supported or undecided makes the claim inconclusive,
+never refuted; a premise about scale (depth, training regime, power) that is not supported
+makes it `not tested at this scale`. A `diagnostic` is reported with its interval and never
+decides.
 
 Power: an inconclusive prediction says the smallest effect the experiment could have detected,
 `mde = (t_{0.975, n-1} + t_{0.80, n-1}) * sd / sqrt(n)` (5% two-sided, 80% power), and compares
@@ -112,9 +125,13 @@ class Prediction:
     diagnosis: str = ""  # for an inconclusive prediction: absent effect or too small a test
     # where the threshold comes from: the source's own factor, or "no size given: 0"
     threshold_source: str = ""
-    # "test": decides the claim; "premise": a condition the test needs (a model that learns,
-    # a transfer to compare): a premise that fails leaves the claim inconclusive, never refuted
-    role: str = "test"
+    # "claim": decides the claim; "premise": a condition the test needs (a model that learns,
+    # a transfer to compare): a premise that fails leaves the claim inconclusive, never refuted;
+    # "diagnostic": reported, never decides
+    role: str = "claim"
+    kind: str = "direction"  # the rule kind (module doc)
+    scale: bool = False  # a premise about scale: failing it means "not tested at this scale"
+    derivation: str = ""  # how the prediction's numbers were derived on this rung
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,7 +155,7 @@ def _diagnose(verdict: str, mde: float, meaningful: float) -> str:
 
 def predict_direction(subject: str, quantity: str, paper: str, values: Sequence[float],
                       expected: Direction, threshold: float, meaningful: float, *,
-                      threshold_source: str = "", role: str = "test") -> Prediction:
+                      threshold_source: str = "", role: str = "claim") -> Prediction:
     vals = [float(v) for v in values]
     verdict, effect = decide(vals, expected, threshold, name=quantity)
     mde = min_detectable(vals)
@@ -159,17 +176,19 @@ def predict_band(subject: str, quantity: str, paper: str, values: Sequence[float
     meaningful = (high - low) / 2
     return Prediction(subject, quantity, paper, band_rule_text(quantity, low, high), verdict,
                       effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful),
-                      threshold_source)
+                      threshold_source, "claim", "band")
 
 
 def combine(predictions: Sequence[Prediction]) -> str:
-    """All supported: supported; any not supported: not supported; otherwise inconclusive.
-    Premises (`role="premise"`) do not refute: one that is not supported leaves the claim
-    inconclusive (the test's condition does not hold)."""
+    """The claim's verdict from its predictions' (module doc): claim predictions decide; a
+    premise that does not hold leaves it inconclusive, or not tested at this scale when the
+    premise is about scale; diagnostics never decide."""
     premises = [p for p in predictions if p.role == "premise"]
+    if any(p.scale and p.verdict == "not supported" for p in premises):
+        return NOT_TESTED
     if any(p.verdict != "supported" for p in premises):
         return "inconclusive"
-    verdicts = [p.verdict for p in predictions if p.role != "premise"]
+    verdicts = [p.verdict for p in predictions if p.role == "claim"]
     if not verdicts:
         return "inconclusive"
     if any(v == "not supported" for v in verdicts):
@@ -177,3 +196,94 @@ def combine(predictions: Sequence[Prediction]) -> str:
     if all(v == "supported" for v in verdicts):
         return "supported"
     return "inconclusive"
+
+
+NOT_TESTED = "not tested at this scale"
+
+
+def zero_width_undecided(pred: Prediction) -> Prediction:
+    """A premise whose values do not vary is undecided: its interval has zero width."""
+    vals = pred.values
+    if pred.role == "premise" and len(vals) >= 2 and max(vals) == min(vals):
+        pred.verdict = "inconclusive"
+        pred.diagnosis = ("every value is the same (an interval of zero width): a constant, not "
+                          "a measurement of the premise, so it is not decided")
+    return pred
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval of a share k/n."""
+    if n <= 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def predict_order(subject: str, quantity: str, paper: str, values: Sequence[float],
+                  expected: Direction, bound: float, *, threshold_source: str = "",
+                  role: str = "claim") -> Prediction:
+    """A one-sided law of growth: the slope is `> bound` (at least this order) or `< bound`."""
+    pred = predict_direction(subject, quantity, paper, values, expected, bound, 0.0,
+                             threshold_source=threshold_source, role=role)
+    side = "above" if expected == ">" else "below"
+    pred.rule = (f"an order, one-sided: supported if the 95% interval of [{quantity}] lies "
+                 f"entirely {side} {bound:g}; not supported if it lies entirely on the other "
+                 "side; otherwise inconclusive")
+    pred.kind = "order"
+    return pred
+
+
+def predict_non_inferiority(subject: str, quantity: str, paper: str, values: Sequence[float],
+                            margin: float, worse: Direction = ">", *,
+                            threshold_source: str = "", role: str = "claim") -> Prediction:
+    """No worse than `margin`: with worse `>` (a loss difference), supported if the interval's
+    upper end lies below `margin`, not supported if its lower end lies at or above it."""
+    expected: Direction = "<" if worse == ">" else ">"
+    line = margin if worse == ">" else -margin
+    pred = predict_direction(subject, quantity, paper, values, expected, line, margin,
+                             threshold_source=threshold_source, role=role)
+    end, other = ("upper", "lower") if worse == ">" else ("lower", "upper")
+    pred.rule = (f"non-inferiority at margin {margin:g}: supported if the 95% interval's {end} "
+                 f"end of [{quantity}] lies {expected} {line:g}; not supported if its {other} "
+                 f"end lies beyond {line:g} (worse than the margin); otherwise inconclusive")
+    pred.kind = "non_inferiority"
+    return pred
+
+
+def predict_equivalence(subject: str, quantity: str, paper: str, values: Sequence[float],
+                        margin: float, *, threshold_source: str = "",
+                        role: str = "claim") -> Prediction:
+    """Within `[-margin, margin]` (a band about 0)."""
+    pred = predict_band(subject, quantity, paper, values, -margin, margin,
+                        threshold_source=threshold_source)
+    pred.role, pred.kind = role, "equivalence"
+    pred.rule = (f"equivalence at margin {margin:g}: supported if the 95% interval of "
+                 f"[{quantity}] lies inside [{-margin:g}, {margin:g}]; not supported if it lies "
+                 "entirely outside; otherwise inconclusive")
+    return pred
+
+
+def predict_failure_rate(subject: str, quantity: str, paper: str, failed: Sequence[bool],
+                         expected: Direction, rate: float, *, threshold_source: str = "",
+                         role: str = "claim") -> Prediction:
+    """The share of seeds that failed (diverged or stalled), decided on its 95% Wilson
+    interval against `rate`."""
+    n, k = len(failed), sum(bool(f) for f in failed)
+    low, high = wilson_interval(k, n)
+    share = k / n if n else math.nan
+    effect = Effect(name=quantity, estimate=share, ci_low=low, ci_high=high, n=n,
+                    expected=f"{expected} {rate:g}")
+    verdict = "inconclusive" if n < 2 else decide_interval(share, low, high, expected, rate)
+    diagnosis = ""
+    if verdict == "inconclusive":
+        diagnosis = (f"{k} of {n} seeds failed: the 95% interval [{low:.2f}, {high:.2f}] "
+                     f"includes {rate:g}" if n >= 2 else "too few seeds to decide (fewer than 2)")
+    side = "above" if expected == ">" else "below"
+    rule = (f"a failure rate: supported if the 95% Wilson interval of [{quantity}] lies "
+            f"entirely {side} {rate:g}; not supported if it lies entirely on the other side; "
+            "otherwise inconclusive")
+    return Prediction(subject, quantity, paper, rule, verdict, effect,
+                      [1.0 if f else 0.0 for f in failed], rate, math.nan, diagnosis,
+                      threshold_source, role, "failure_rate")

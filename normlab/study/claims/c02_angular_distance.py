@@ -1,0 +1,81 @@
+"""C2: under Pre-Norm, consecutive blocks' streams become near-identical with depth; under
+Post-Norm they stay apart (the seed argument; Curse of Depth; Gromov et al. 2024)."""
+
+from __future__ import annotations
+
+from normlab.probe import figures as probe_figures
+from normlab.probe.fits import mean_ci
+from normlab.study.claims.common import (
+    NO_SIZE,
+    _late_mean,
+    _pair_note,
+    _rel,
+    _seed_mean_curves,
+    _trained,
+    claim_result,
+    slope_over_depth,
+)
+from normlab.study.claims.spec import Claim, PredictionSpec, Rule
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult
+
+CLAIM = Claim(
+    id="C2", title="Pre-Norm's consecutive blocks become near-identical",
+    statement="Under Pre-Norm the angular distance between consecutive blocks' streams falls "
+              "with depth; under Post-Norm it stays high.",
+    source="Seed argument; Curse of Depth (2502.05795); Gromov et al. 2024 (angular distance)",
+    quote="x_{t+1} = x_t + F_t(Norm(x_t)) ... when t is large, x_{t+1} and x_t are very close "
+          "(the seed); the angular distance of deep consecutive layers falls below 0.2 (Curse "
+          "of Depth)",
+    setting="trained Pre-LN LLMs of 30 layers and more (Curse of Depth: DeepSeek-7B, LLaMA)",
+    paper="Gromov et al. / Curse of Depth: in pre-LN LLMs the angular distance of deep "
+          "consecutive layers falls below 0.2 (DeepSeek-7B after layer 18).",
+    trains=(("pre", True), ("post", True)),
+    predictions=(
+        PredictionSpec(
+            "pre", "slope of angular distance(x_l, x_{l+1}) over relative depth",
+            "Curse of Depth: falls with depth (< 0.2 in deep layers of pre-LN LLMs)",
+            Rule("direction", "<", 0.0,
+                 origin="Curse of Depth gives a level (< 0.2 in 30-layer LLMs), not a slope: "
+                        + NO_SIZE)),
+        PredictionSpec(
+            "post vs pre", "late angular distance(post) - late(pre)",
+            "seed argument: post's consecutive blocks stay apart",
+            Rule("direction", ">", 0.0, origin="the seed argument: " + NO_SIZE)),
+    ),
+)
+
+
+def measure(ctx: StudyContext) -> ClaimResult:
+    tp, missing = _trained(ctx, CLAIM.id, CLAIM.title)
+    if missing:
+        return missing
+    ang = {p: [s["per_block"]["ang_prev"][1:] for s in tp[p]["seeds"]] for p in ("pre", "post")}
+    slope_pre = [slope_over_depth(a) for a in ang["pre"]]
+    late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
+    predictions = [
+        CLAIM.predict("pre", slope_pre),
+        CLAIM.predict("post vs pre",
+                      [b - a for a, b in zip(late["pre"], late["post"], strict=True)]),
+    ]
+    at_init = ctx.init_probes()
+    init = {p: [_late_mean(s["per_block"]["ang_prev"][1:]) for s in at_init[p]["seeds"]]
+            for p in ("pre", "post")}
+    change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
+    curves = _seed_mean_curves(ctx, tp, ("ang_prev",))
+    return claim_result(
+        CLAIM,
+        "Angular distance arccos(cos)/pi between the streams after blocks l and l+1 (blocks 2 to "
+        "L; block 1 is compared with the embedding), on trained checkpoints at matched loss, per "
+        "seed; the deeper half's mean for the comparison. What training changed is reported as "
+        "trained minus each run's own model at step 0 (the value at init restates C1).",
+        predictions,
+        {"late_angle_trained": {p: mean_ci(v) for p, v in late.items()},
+         "late_angle_trained_minus_init": {p: mean_ci(v) for p, v in change.items()},
+         "late_angle_init": {p: mean_ci(v) for p, v in init.items()},
+         "matched_pair": tp["pair"]},
+        _rel(ctx, probe_figures.plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.svg")),
+        note=_pair_note(tp["pair"]))
+
+
+CLAIM = CLAIM.bind(measure)

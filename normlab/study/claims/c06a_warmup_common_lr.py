@@ -1,0 +1,124 @@
+"""C6a: at a common peak lr, Post-LN needs warmup and Pre-LN does not (Xiong et al. 2020,
+Sec. 3.1 and Fig. 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.probe.fits import mean_ci
+from normlab.study import figures
+from normlab.study.claims.common import (
+    COMPARABLE,
+    COMPARABLE_WHY,
+    NO_SIZE,
+    XIONG,
+    _bracket_note,
+    _per_seed,
+    _rel,
+    _stalled,
+    _trains,
+    _tuning_numbers,
+    claim_result,
+)
+from normlab.study.claims.spec import Claim, PredictionSpec, Rule
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult
+
+_COST = "val loss without warmup - with warmup"
+
+CLAIM = Claim(
+    id="C6a", title="At a common peak lr, Post-LN needs warmup and Pre-LN does not",
+    statement="Trained with Adam at the same peak learning rate, Post-LN without warmup fails "
+              "or ends much worse than with it, while Pre-LN without warmup is comparable to "
+              "Post-LN with warmup.",
+    source=XIONG,
+    quote="the learning rate warm-up stage can be safely removed ... Pre-LN Transformers "
+          "without the warm-up stage can reach comparable results with baselines",
+    setting="IWSLT14 De-En and BERT pre-training, Adam (beta2 0.98), the same peak lr for both "
+            "placements (5e-4 and 1e-3), warmup 4000 steps against none",
+    paper="Xiong Fig. 1 (IWSLT14, lr 5e-4 / 1e-3, Adam beta2 0.98): post without warmup 8.45 "
+          "BLEU, with 4000 warmup steps ~34; warmup 500 at lr 1e-3: 2.77; pre without warmup "
+          "comparable to post with it.",
+    trains=(("pre", True), ("post", True), ("pre", False), ("post", False)),
+    predictions=(
+        PredictionSpec(
+            "post, {lr}", _COST,
+            "Xiong: Post-LN without warmup fails or ends much worse (IWSLT14, lr 5e-4: 8.45 "
+            "BLEU vs ~34 with 4000 warmup steps)",
+            Rule("direction", ">", 0.0, origin=XIONG + ": " + NO_SIZE)),
+        PredictionSpec(
+            "pre, {lr}", _COST, "Xiong: Pre-LN's warmup stage 'can be safely removed'",
+            Rule("non_inferiority", ">", margin=COMPARABLE,
+                 origin=XIONG + ": 'safely removed', " + COMPARABLE_WHY)),
+        PredictionSpec(
+            "pre without vs post with warmup, {lr}",
+            "val loss(pre, no warmup) - val loss(post, warmup)",
+            "Xiong: Pre-LN without warmup reaches 'comparable results' to Post-LN with it",
+            Rule("non_inferiority", ">", margin=COMPARABLE,
+                 origin=XIONG + ": 'comparable', " + COMPARABLE_WHY)),
+    ),
+)
+
+
+def common_lrs(pre: dict[str, Any], post: dict[str, Any]) -> list[float]:
+    """The lrs of both placements' warmup grids where every seed of both trained, post's tuned
+    lr first: C6a's common peak lrs."""
+    shared = [float(lr) for lr in post["records"] if lr in pre["records"]
+              and _trains(pre["records"][lr]) and _trains(post["records"][lr])]
+    best = float(post["best_lr"])
+    return sorted(shared, key=lambda lr: (lr != best, lr))
+
+
+def measure(ctx: StudyContext) -> ClaimResult:
+    p = ctx.profile
+    tuned = {pl: ctx.tuned(pl) for pl in ("pre", "post")}
+    stalled = _stalled(*tuned.values())
+    lrs = common_lrs(tuned["pre"], tuned["post"]) if not stalled else []
+    if lrs:
+        ctx.prefetch([(pl, lrs, 0) for pl in tuned])
+    without = {pl: ctx.runs(pl, lrs, 0) if lrs else {} for pl in tuned}
+    predictions, numbers = [], {}
+    for lr in lrs:
+        w = {pl: tuned[pl]["records"][str(lr)] for pl in tuned}
+        wo = {pl: without[pl][lr] for pl in tuned}
+        tag = f"lr {lr:g}" + (" (post's tuned)" if lr == float(tuned["post"]["best_lr"]) else "")
+        cost = {pl: _per_seed(wo[pl], w[pl]) for pl in tuned}
+        vs = _per_seed(wo["pre"], w["post"])
+        predictions += [
+            CLAIM.predict("post, {lr}", cost["post"], subject=f"post, {tag}"),
+            CLAIM.predict("pre, {lr}", cost["pre"], subject=f"pre, {tag}"),
+            CLAIM.predict("pre without vs post with warmup, {lr}", vs,
+                          subject=f"pre without vs post with warmup, {tag}")]
+        numbers[f"lr {lr:g}"] = {"cost": {pl: mean_ci(v) for pl, v in cost.items()},
+                                 "pre without - post with": mean_ci(vs),
+                                 "outcomes_without_warmup": {pl: [r["outcome"] for r in rs]
+                                                             for pl, rs in wo.items()}}
+    numbers["common_lrs"] = lrs
+    numbers["tuning"] = {pl: _tuning_numbers(t) for pl, t in tuned.items()}
+    fig = None
+    if lrs:
+        lr = lrs[0]
+        curves = {f"{pl}, {'warmup ' + str(p.warmup) if w else 'no warmup'}":
+                  [r["run_id"] for r in (tuned[pl]["records"][str(lr)] if w
+                                         else without[pl][lr])]
+                  for pl in tuned for w in (1, 0)}
+        fig = figures.plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6a_warmup_curves.svg",
+                                  title=f"both placements at lr {lr:g} (post's tuned), all seeds")
+    note = _bracket_note(*tuned.values())
+    if not lrs and not stalled:
+        note = (note + " " if note else "") + (
+            "No lr of the grid where both placements trained with warmup: no common lr to "
+            "compare at.")
+    return claim_result(
+        CLAIM,
+        f"Both placements at the same peak lr: post's tuned lr and every lr of the shared grid "
+        f"where both trained with warmup ({p.warmup} = {p.warmup_frac:g} of {p.steps} steps); "
+        "each trained again without warmup. Per seed, the cost of dropping warmup in final "
+        "validation loss (a diverged run scores ln 256, a stalled one its loss), and pre "
+        "without warmup against post with it. Post's cost is a direction (> 0); pre's cost and "
+        f"pre without against post with warmup are non-inferiority tests at {COMPARABLE:g} "
+        "nats ('safely removed', 'comparable').",
+        predictions, numbers, _rel(ctx, fig), stalled=stalled, note=note)
+
+
+CLAIM = CLAIM.bind(measure)

@@ -1,0 +1,276 @@
+"""C10: Post-LN transfers better after fine-tuning
+-----------------------------------------------
+
+Prediction: fine-tuned on the genre task (:mod:`normlab.data.genre`), a post checkpoint reaches
+a higher test accuracy than the pre checkpoint of the same seed and the same pretraining loss.
+
+Design: passages of ``profile.finetune_passage_bytes`` (at least 256) bytes, read in windows of
+the pretraining context when they are longer (:class:`normlab.finetune.SequenceClassifier`);
+all weights trained, mean pooling. The fine-tuning lr is tuned per placement on a validation
+split cut from the end of each play's training region (never on the test passages): the grid
+``profile.finetune_lrs`` (default 3e-4, 1e-3, 3e-3), extended x3 beyond an edge that wins (at
+most ``profile.finetune_lr_extensions`` times, default 2; recorded); the lr with the best mean
+validation accuracy over seeds is the placement's, and each seed's test accuracy at that lr is
+its result. The character-trigram naive Bayes on the same training and test passages is the
+baseline.
+
+Transfer baseline: the same architecture fine-tuned from random init (the run's seed) with the
+same steps, batch and lr grid. Predictions (:func:`c10_predictions`), 95% t-intervals over
+seeds: two *premises about scale* per placement, the model from init learns the task (its test
+accuracy at least 5 points above the majority class's share, the best constant predictor) and
+pretraining helps (pretrained - from init > 0); and the claim, fine-tuned accuracy post - pre >
+0. A premise that is not supported makes the claim ``not tested at this scale`` (with the
+setting it needs), an undecided one (or one whose values do not vary: an interval of zero
+width) ``inconclusive``; the trigram baseline is context.
+
+The study hands the checkpoints over as :class:`Pretrained` records: ``c10(ctx)`` calls
+``ctx.c10_checkpoints()`` and ``c12(ctx)`` calls ``ctx.c12_checkpoints()`` when the context has
+them (or pass ``checkpoints=`` directly). A pair of one pre and one post checkpoint of the same
+seed (same data order) is one unit; a pair whose validation losses differ by more than the
+tolerance (``profile.match_tolerance``, default 0.05 nats), or with a side that did not train
+(outcome ``stalled`` or ``diverged``), is reported and left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from normlab.probe.fits import mean_ci
+from normlab.study import figures
+from normlab.study.claims.common import (
+    MATCH_TOLERANCE,
+    PLACEMENTS,
+    _checkpoints,
+    _setting,
+    claim_result,
+    matched_pairs,
+)
+from normlab.study.claims.spec import Claim, PredictionSpec, Rule
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult, Pretrained
+
+_NONE = "the source gives no size: decided at 0, the size reported"
+# "learns the task": at least this much accuracy above the best constant predictor
+LEARNS_MARGIN = 0.05
+
+CLAIM = Claim(
+    id="C10", title="Post-LN transfers better after fine-tuning",
+    statement="Pretrained Post-LN models fine-tune to better downstream accuracy than Pre-LN "
+              "ones, even when pretraining losses match.",
+    source="Seed blog",
+    quote="at roughly the same pretraining results, Post Norm's fine-tuning performance is "
+          "noticeably better",
+    setting="pretrained language models fine-tuned on downstream tasks (no size stated)",
+    paper="The seed blog: at roughly the same pretraining results, Post Norm's fine-tuning "
+          "performance is noticeably better (no number published).",
+    trains=(("pre", True), ("post", True)),
+    needs=("pretraining long enough that a pretrained model fine-tunes better than the same "
+           "architecture from init, and fine-tuning long enough (1000 steps or more) that a "
+           "model from init beats the majority class by 5 points"),
+    predictions=(
+        PredictionSpec("{placement} from init", "test accuracy from init - majority-class share",
+                       "the design: fine-tuning long enough that a model from init learns the "
+                       "task (beats the best constant predictor)",
+                       Rule("direction", ">", LEARNS_MARGIN,
+                            origin="the design: learning the task means beating the best "
+                                   "constant predictor (the majority class) by 5 points"),
+                       role="premise", scale=True),
+        PredictionSpec("{placement} transfer", "test accuracy pretrained - from init (same "
+                       "budget)", "the claim presumes pretraining helps fine-tuning",
+                       Rule("direction", ">", 0.0, origin="the design (any transfer): 0"),
+                       role="premise", scale=True),
+        PredictionSpec("post vs pre", "fine-tuned test accuracy post - pre",
+                       "seed blog: Post Norm's fine-tuning performance is 'noticeably better' "
+                       "at matched pretraining loss",
+                       Rule("direction", ">", 0.0,
+                            origin="the seed blog ('noticeably better'): " + _NONE)),
+    ),
+)
+
+
+def _warmup(given: int | None, steps: int) -> int:
+    return max(1, steps // 10) if given is None else given
+
+
+def c10_settings(ctx: StudyContext) -> dict[str, Any]:
+    """The fine-tuning settings C10 reads from the profile (defaults where it has none)."""
+    steps = _setting(ctx, "finetune_steps", 200)
+    passage = _setting(ctx, "finetune_passage_bytes", 256)
+    if passage < 256:
+        raise ValueError(f"profile.finetune_passage_bytes: C10 needs passages of at least 256 "
+                         f"bytes, got {passage}")
+    return {"steps": steps, "batch_size": _setting(ctx, "finetune_batch_size", 32),
+            "warmup": _warmup(_setting(ctx, "finetune_warmup", None), steps),
+            "passage_bytes": passage, "test_max": _setting(ctx, "finetune_test_max", None),
+            "val_fraction": _setting(ctx, "finetune_val_fraction", 0.1),
+            "val_max": _setting(ctx, "finetune_val_max", 512),
+            "train_eval_max": _setting(ctx, "finetune_train_eval_max", 256),
+            "standardize": _setting(ctx, "finetune_standardize", 512)}
+
+
+def tune_lr(score: Callable[[float], tuple[float, float]], grid: Sequence[float],
+            extensions: int = 2, factor: float = 3.0) -> dict[str, Any]:
+    """The grid lr with the best ``score(lr) = (mean validation accuracy, -mean validation
+    loss)``; while the best lies at an edge, one more lr beyond it (x or / ``factor``), at most
+    ``extensions`` times. Returns ``best``, ``scores`` (lr -> score), ``extended`` (the lrs
+    added) and ``bracketed`` (the best lies inside the grid)."""
+    lrs = sorted(float(v) for v in grid)
+    scores: dict[float, tuple[float, float]] = {}
+    extended: list[float] = []
+    while True:
+        for lr in lrs:
+            if lr not in scores:
+                scores[lr] = score(lr)
+        best = max(lrs, key=lambda v: scores[v])
+        if len(extended) >= extensions or len(lrs) < 2 or best not in (lrs[0], lrs[-1]):
+            break
+        new = best / factor if best == lrs[0] else best * factor
+        extended.append(new)
+        lrs = sorted([*lrs, new])
+    return {"best": best, "scores": {f"{lr:g}": list(scores[lr]) for lr in lrs},
+            "extended": extended, "bracketed": best not in (lrs[0], lrs[-1])}
+
+
+def _window(run_dir: Path, passage: int) -> int | None:
+    """The window a pretrained run reads passages in (`normlab.finetune.finetune`'s default),
+    given explicitly to the same architecture at init so both read the text alike."""
+    from normlab.train import read_run_config
+
+    cfg = read_run_config(run_dir)
+    context = cfg.data.seq_len
+    if cfg.model.positions == "learned" and passage > context and passage % context == 0:
+        return context
+    return None
+
+
+def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
+                 tolerance: float | None = None) -> dict[str, Any]:
+    """C10's measurements: every matched pre/post pair fine-tuned on the genre task, and the
+    same architecture fine-tuned from random init (the run's seed) with the same budget, each
+    with its lr tuned on validation passages (module doc); the trigram baseline on the same
+    passages as context. Fine-tuning results are cached in each run folder."""
+    from normlab.data.genre import genre_task, naive_bayes_baseline
+    from normlab.finetune import finetune, finetune_many
+
+    tol = _setting(ctx, "match_tolerance", MATCH_TOLERANCE) if tolerance is None else tolerance
+    s = c10_settings(ctx)
+    pairs, left_out = matched_pairs(checkpoints, tol)
+    seeds = sorted(pairs)
+    arms = {"pretrained": False, "scratch": True}
+    runs: dict[str, dict[str, dict[str, dict[int, dict[str, Any]]]]] = {
+        arm: {p: {} for p in PLACEMENTS} for arm in arms}
+
+    def kwargs(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
+        kw = {"task": "genre", "lr": lr, "seed": seed, "device": "cpu", **s}
+        if arms[arm]:
+            kw |= {"from_init": True,
+                   "window": _window(pairs[seed][placement].run_dir, s["passage_bytes"])}
+        return kw
+
+    def run(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
+        res = finetune(pairs[seed][placement].run_dir, **kwargs(arm, placement, lr, seed))
+        keep = ("test_accuracy", "val_accuracy", "val_loss", "train_accuracy", "outcome",
+                "time_s", "settings")
+        runs[arm][placement].setdefault(f"{lr:g}", {})[seed] = {k: res.get(k) for k in keep}
+        return res
+
+    def mean_score(arm: str, placement: str, lr: float) -> tuple[float, float]:
+        ctx.log(f"C10: fine-tuning {placement} ({arm}) at lr {lr:g} ({len(seeds)} seeds)")
+        got = [run(arm, placement, lr, seed) for seed in seeds]
+        acc = [r["val_accuracy"] for r in got]
+        loss = [r["val_loss"] if isinstance(r["val_loss"], float) else math.inf for r in got]
+        return sum(acc) / len(acc), -sum(loss) / len(loss)
+
+    tuned: dict[str, dict[str, Any]] = {arm: {} for arm in arms}
+    accuracy: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
+    if seeds:
+        grid = _setting(ctx, "finetune_lrs", (3e-4, 1e-3, 3e-3))
+        extensions = _setting(ctx, "finetune_lr_extensions", 2)
+        workers = _setting(ctx, "workers", 1)
+        ctx.log(f"C10: fine-tuning {len(seeds)} pair(s), pretrained and from init, at lrs "
+                f"{list(grid)} on {workers} worker(s)")
+        finetune_many([(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in arms
+                       for p in PLACEMENTS for lr in grid for seed in seeds], workers)
+        for arm in arms:  # reads the results just computed; trains only grid extensions
+            for p in PLACEMENTS:
+                tuned[arm][p] = tune_lr(lambda lr, a=arm, p=p: mean_score(a, p, lr), grid,
+                                        extensions)
+                chosen = runs[arm][p][f"{tuned[arm][p]['best']:g}"]
+                accuracy[arm][p] = [chosen[seed]["test_accuracy"] for seed in seeds]
+    task = genre_task("genre", passage_bytes=s["passage_bytes"], val_fraction=s["val_fraction"])
+    baseline = ctx.cached(
+        f"c10_baseline_{s['passage_bytes']}_{s['val_fraction']}_{s['test_max']}",
+        lambda: naive_bayes_baseline(task, test_max=s["test_max"]))
+    return {"settings": s, "seeds": seeds, "left_out": left_out, "tolerance": tol,
+            "tuned_lr": tuned, "accuracy": accuracy, "runs": runs,
+            "val_loss_pretrained": {p: [pairs[k][p].val_loss for k in seeds]
+                                    for p in PLACEMENTS},
+            "baseline": baseline, "chance": task.chance, "majority": task.majority}
+
+
+def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], majority: float
+                    ) -> list[Any]:
+    """C10's predictions on per-seed test accuracies (`accuracy[arm][placement]`, arms
+    "pretrained" and "scratch", paired by seed). Premises: each placement's model from init
+    learns the task (beats the majority class) and pretraining helps it (pretrained - from
+    init > 0); the test: post's fine-tuned accuracy above pre's."""
+    out = [CLAIM.predict("{placement} from init", [a - majority for a in accuracy["scratch"][p]],
+                         subject=f"{p} from init") for p in PLACEMENTS]
+    out += [CLAIM.predict("{placement} transfer",
+                          [a - b for a, b in zip(accuracy["pretrained"][p], accuracy["scratch"][p],
+                                                 strict=True)], subject=f"{p} transfer")
+            for p in PLACEMENTS]
+    out.append(CLAIM.predict("post vs pre", [b - a for a, b in zip(accuracy["pretrained"]["pre"],
+                                                                    accuracy["pretrained"]["post"],
+                                                                    strict=True)]))
+    return out
+
+
+def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
+            ) -> ClaimResult:
+    title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
+    given = _checkpoints(ctx, "c10_checkpoints", checkpoints)
+    s = c10_settings(ctx)
+    method = (f"Pre and post runs pretrained to matched validation loss (within "
+              f"{_setting(ctx, 'match_tolerance', MATCH_TOLERANCE):g} nats), paired by seed, "
+              f"fine-tuned on the Shakespeare genre task (comedy/history/tragedy of a "
+              f"{s['passage_bytes']}-byte passage, read in windows of the pretraining context; "
+              f"speaker headings and stage directions stripped; per play: first 70% train, "
+              f"next 10% validation, last 20% test), {s['steps']} AdamW steps, all weights, "
+              "mean pooling, standardized features; the same architecture fine-tuned from "
+              "random init with the same steps is the transfer baseline; every lr tuned per "
+              "placement and arm on validation accuracy over a bracketing grid. Decided only "
+              "where the models from init learn the task (5 points above the majority class) "
+              "and pretraining helps both placements (premises about scale: otherwise not "
+              "tested at this scale); effect per seed: fine-tuned test accuracy post - pre. A "
+              "character-trigram naive Bayes on the same passages is context.")
+    if not given:
+        return ClaimResult(id="C10", title=title, statement=statement, source=source,
+                           method=method, verdict="not run", rule="",
+                           note="the study provided no pretrained pre/post runs for C10")
+    res = c10_finetune(ctx, given)
+    base = res["baseline"]["test_accuracy"]
+    numbers = {k: res[k] for k in ("settings", "seeds", "left_out", "tolerance", "tuned_lr",
+                                   "accuracy", "runs", "val_loss_pretrained", "chance",
+                                   "majority")}
+    numbers["ngram_baseline_context"] = base
+    caveat = ("Small byte-level models pretrained briefly on a CPU; the character-trigram "
+              "baseline is context (it tests the task, not transfer).")
+    if not res["seeds"]:
+        return ClaimResult(id="C10", title=title, statement=statement, source=source,
+                           method=method, verdict="inconclusive", rule="", numbers=numbers,
+                           note="no matched pre/post pair: " + "; ".join(res["left_out"]),
+                           caveat=caveat)
+    bars = {f"{p} {arm}": mean_ci(v) for arm, acc in res["accuracy"].items()
+            for p, v in acc.items()}
+    bars["char-trigram naive Bayes"] = {"mean": base, "ci95": [base, base]}
+    fig = figures.plot_bars(bars, ctx.fig_dir / "c10_transfer.svg", ylabel="genre test accuracy",
+                    title=f"{s['passage_bytes']}-byte passages, majority {res['majority']:.2f}")
+    return claim_result(CLAIM, method, c10_predictions(res["accuracy"], res["majority"]),
+                        numbers, [str(fig.relative_to(ctx.out))] if fig else [], caveat=caveat)
+
+
+CLAIM = CLAIM.bind(measure)

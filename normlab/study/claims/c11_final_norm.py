@@ -1,0 +1,110 @@
+"""C11: Pre-LN needs a final norm before the head (Xiong et al. 2020; GPT-2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.probe.fits import mean_ci
+from normlab.study import figures
+from normlab.study.claims.common import (
+    NO_SIZE,
+    _bracket_note,
+    _per_seed,
+    _rel,
+    _stalled,
+    _tuning_numbers,
+    _val,
+    claim_result,
+)
+from normlab.study.claims.spec import Claim, PredictionSpec, Rule
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult
+
+_SRC = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
+
+CLAIM = Claim(
+    id="C11", title="Pre-LN needs a final norm",
+    statement="Without a final norm before the head, a Pre-LN model's output scale grows with "
+              "depth and its loss is worse.",
+    source="Xiong et al. 2020 (2002.04745); GPT-2",
+    quote="an additional layer normalization was added after the final self-attention block "
+          "(GPT-2)",
+    setting="Pre-LN language models (GPT-2: 12-48 blocks)",
+    paper="GPT-2 added the final norm; no published loss gap at this size.",
+    trains=(("pre", True), ("post", True), ("pre_nofinal", True)),
+    predictions=(
+        PredictionSpec("pre, trained without vs with",
+                       "val loss(no final norm, tuned) - val loss(final norm, tuned)",
+                       "GPT-2 / Xiong: pre needs the final norm",
+                       Rule("direction", ">", 0.0, origin=_SRC)),
+        # removing a trained part cannot fail to cost: reported, never deciding
+        PredictionSpec("pre, {blocks} blocks",
+                       "val loss with the final norm replaced by identity - with it",
+                       "without it the head reads a stream whose scale grows with depth",
+                       Rule("direction", ">", 0.0, origin=_SRC), role="diagnostic"),
+        PredictionSpec("pre, {deep} vs {blocks} blocks",
+                       "cost of dropping the final norm, deep - shallow (per seed)",
+                       "the output scale grows with depth, so the norm matters more in the "
+                       "deeper model", Rule("direction", ">", 0.0, origin=_SRC),
+                       role="diagnostic"),
+    ),
+)
+
+
+def measure(ctx: StudyContext) -> ClaimResult:
+    p = ctx.profile
+    on = ctx.tuned("pre")
+    off = ctx.tuned("pre_nofinal") if p.c11_trained_without else None
+    predictions = []
+    if off is not None:
+        predictions.append(CLAIM.predict("pre, trained without vs with",
+                                         _per_seed(off["best"], on["best"])))
+    shallow = ctx.final_norm_costs(on["best"])
+    predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
+                                     subject=f"pre, {p.train_blocks} blocks"))
+    tuned = [on] if off is None else [on, off]
+    numbers: dict[str, Any] = {
+        "tuning": {"with": _tuning_numbers(on)} | (
+            {} if off is None else {"without": _tuning_numbers(off)}),
+        f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
+    note = _bracket_note(*tuned)
+    if off is None:
+        note = ("This profile does not train pre without a final norm on its own grid (the "
+                "standard profile does), so nothing decides the claim: the ablation of the "
+                "trained norm is a diagnostic (removing a trained part cannot fail to cost). "
+                + note).strip()
+    if getattr(ctx, "claims", None) is None or "C12" in ctx.claims:
+        ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
+    deep = ctx.deep_runs("pre")
+    deep_cost = ctx.final_norm_costs(deep["records"]) if deep["records"] else []
+    if deep_cost:
+        n = min(len(deep_cost), len(shallow))
+        predictions.append(CLAIM.predict(
+            "pre, {deep} vs {blocks} blocks",
+            [a - b for a, b in zip(deep_cost[:n], shallow[:n], strict=True)],
+            subject=f"pre, {p.deep_blocks} vs {p.train_blocks} blocks"))
+        numbers[f"final_norm_dropped_{p.deep_blocks}_blocks"] = mean_ci(deep_cost)
+        numbers["deep_lr"] = deep["lr"]
+    else:
+        why = ("No deeper model in this profile" if not p.deep_blocks else
+               f"No {p.deep_blocks}-block pre model trained")
+        note = (note + " " if note else "") + (
+            f"{why}: the cost of dropping the final norm is measured at {p.train_blocks} blocks "
+            "only (the standard profile adds 12 blocks).")
+    bars = {"with final norm": mean_ci(_val(on["best"]))} | (
+        {} if off is None else {"without final norm": mean_ci(_val(off["best"]))})
+    fig = figures.plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
+                            ylabel="final validation loss (nats)",
+                            title=f"pre, each at its tuned lr, {p.seeds} seeds")
+    return claim_result(
+        CLAIM,
+        f"Final validation loss of pre with and without the final norm, each at its own tuned "
+        f"lr (bracketed grids), {p.train_blocks} blocks, decides; reported as diagnostics, the "
+        "mechanism: the loss of the "
+        "trained pre models with their final norm replaced by the identity minus their loss, at "
+        f"{p.train_blocks} blocks and (where the profile trains them) at {p.deep_blocks or '-'} "
+        "blocks, per seed.",
+        predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned), note=note)
+
+
+CLAIM = CLAIM.bind(measure)

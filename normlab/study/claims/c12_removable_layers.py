@@ -1,0 +1,325 @@
+"""C12: deep pre-LN layers are removable
+-------------------------------------
+
+Drop-cost curve of one model: ``d_t``, the increase of the model's own next-token loss on the
+validation text when block ``t`` is skipped (``normlab.probe.interventions.layer_drop`` for
+normlab models; the same measurement, ``drop_scan``, for Hugging Face ones). The first and the
+last block are reported apart and left out of the statistic: in every model they cost the most
+(the first turns embeddings into a stream, the last writes the output), whatever the placement.
+
+Statistic per model (:func:`drop_cost_profile`): the *depth slope*, the least-squares slope of
+``d_t / median(d_interior)`` against relative depth ``(t + 0.5) / L`` over the interior blocks
+``t = 1 .. L-2``. Dividing by the model's own median interior cost makes models of different
+losses comparable; a negative slope means deeper blocks cost less than the model's typical
+block. Reported beside it (not used by the rule): the share of deep interior blocks (relative
+depth above 0.5) that cost less than half the median interior cost.
+
+Prediction: pre's depth slope is negative (its deep blocks are the cheap ones); post's is not
+(every block carries weight); so slope(post) - slope(pre) > 0.
+
+Rule (:func:`decide_c12`, the study's common rules over :func:`c12_predictions`), over seeds
+(paired by seed), 95% t-intervals:
+
+- ``supported``: pre's slope interval lies below 0 and that of slope(post) - slope(pre) above 0
+  (both claim predictions supported);
+- ``not supported``: either lies on the other side;
+- ``inconclusive`` otherwise (fewer than 2 matched pairs, or an interval that includes 0).
+
+Post's own slope is a diagnostic: reported with its interval, never deciding, so "both decline,
+post less so" supports the contrast (the claim's "in post-LN models they cannot" is the
+contrast; post's own decline is printed beside it).
+
+The real checkpoints (MiniLM: post-LN BERT, 6 blocks; SmolLM2-135M: pre-RMSNorm Llama, 30
+blocks) are reported with the same per-model numbers as an illustration only: they differ in
+size, depth, objective, data, tuning and quantization, so no verdict rests on them. MiniLM has
+no LM head, so its curve is the change of the final hidden state (1 - cos), not a loss. Stream
+means of real models leave position 0 out (`normlab.interop.probe_hf.stream_norms`).
+
+The study hands the checkpoints over as :class:`Pretrained` records: ``c10(ctx)`` calls
+``ctx.c10_checkpoints()`` and ``c12(ctx)`` calls ``ctx.c12_checkpoints()`` when the context has
+them (or pass ``checkpoints=`` directly). A pair of one pre and one post checkpoint of the same
+seed (same data order) is one unit; a pair whose validation losses differ by more than the
+tolerance (``profile.match_tolerance``, default 0.05 nats), or with a side that did not train
+(outcome ``stalled`` or ``diverged``), is reported and left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from normlab.study.claims.common import (
+    MATCH_TOLERANCE,
+    PLACEMENTS,
+    _below,
+    _checkpoints,
+    _detectable,
+    _interval,
+    _setting,
+    matched_pairs,
+)
+from normlab.study.claims.spec import Claim, PredictionSpec, Rule
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult, Pretrained
+from normlab.study.verdict import combine, decide
+
+_SRC = ("Gromov et al. ('minimal degradation of performance until after a large fraction "
+        "(up to half) of the layers are removed') and Curse of Depth: no size given: decided "
+        "at 0, the size reported")
+
+CLAIM = Claim(
+    id="C12", title="Deep Pre-LN layers are removable",
+    statement="In pre-LN models deep layers can be removed at little cost (consecutive deep "
+              "layers are close); in post-LN models they cannot.",
+    source="Sun et al. 2025, Curse of Depth (2502.05795); Gromov et al. 2024 (2403.17887)",
+    quote="minimal degradation of performance until after a large fraction (up to half) of the "
+          "layers are removed (Gromov et al.)",
+    setting="trained Pre-LN LLMs of 30 layers and more (Llama-2, Qwen, Mistral); post-LN BERT",
+    paper="",
+    trains=(("pre", True), ("post", True)),
+    predictions=(
+        PredictionSpec("pre", "depth slope of drop cost / median interior drop cost",
+                       "Curse of Depth: pre-LN LLMs lose little when deep layers are removed",
+                       Rule("direction", "<", 0.0, origin=_SRC)),
+        PredictionSpec("post vs pre", "depth slope: post - pre",
+                       "post-LN BERT: every block carries weight",
+                       Rule("direction", ">", 0.0, origin=_SRC)),
+        PredictionSpec("post", "depth slope of drop cost / median interior drop cost",
+                       "post-LN: deep blocks are not the cheap ones (reported)",
+                       Rule("direction", "<", 0.0, origin=_SRC), role="diagnostic"),
+    ),
+)
+
+
+# -- C12 ------------------------------------------------------------------------------------------
+
+def drop_cost_profile(costs: Sequence[float]) -> dict[str, Any]:
+    """The per-model numbers of C12's design from one drop-cost curve (block 0 first).
+
+    Returns ``first``, ``last``, ``interior`` (blocks 1..L-2), ``median_interior``,
+    ``depth_slope`` (the statistic; None when it is undefined: fewer than 3 interior blocks, a
+    non-finite cost, or a median interior cost <= 0) and ``removable_share``.
+    """
+    d = [float(c) for c in costs]
+    L = len(d)
+    out: dict[str, Any] = {"n_blocks": L, "costs": d, "first": d[0] if d else None,
+                           "last": d[-1] if L > 1 else None, "interior": d[1:-1],
+                           "median_interior": None, "depth_slope": None,
+                           "removable_share": None, "why_undefined": None}
+    interior = list(range(1, L - 1))
+    if len(interior) < 3 or not all(math.isfinite(v) for v in d):
+        out["why_undefined"] = "fewer than 3 interior blocks or a non-finite cost"
+        return out
+    med = statistics.median(d[t] for t in interior)
+    out["median_interior"] = med
+    if med <= 0:
+        out["why_undefined"] = f"median interior drop cost {med:.3g} <= 0"
+        return out
+    x = [(t + 0.5) / L for t in interior]
+    y = [d[t] / med for t in interior]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxx = sum((a - mx) ** 2 for a in x)
+    out["depth_slope"] = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
+    deep = [t for t in interior if (t + 0.5) / L > 0.5]
+    out["removable_share"] = (sum(d[t] < 0.5 * med for t in deep) / len(deep)) if deep else None
+    return out
+
+
+def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """C12's decision on per-seed depth slopes, ``slopes[placement][k]`` paired by k: the
+    common rules (`normlab.study.verdict.combine`) over :func:`c12_predictions`, with the
+    intervals and the reason in words."""
+    pre, post = list(slopes["pre"]), list(slopes["post"])
+    if len(pre) != len(post):
+        raise ValueError("decide_c12 needs the same number of pre and post slopes (paired)")
+    preds = c12_predictions(slopes)
+    diff = [b - a for a, b in zip(pre, post, strict=True)]
+    _, effect = decide(diff, ">", 0.0, name="depth slope of the drop cost: post - pre")
+    ci = {"pre": _interval(pre), "post": _interval(post), "post - pre": _interval(diff)}
+    verdict = combine(preds)
+    if len(diff) < 2:
+        reason = f"{len(diff)} matched pair(s); at least 2 are needed"
+    elif verdict == "supported":
+        reason = ("pre's deep blocks are cheaper, and post's less so" if _below(ci["post"])
+                  else "pre's deep blocks are cheaper; post's are not")
+    elif verdict == "not supported":
+        reason = ("post's slope is not above pre's" if _below(ci["post - pre"], strict=False)
+                  else "pre's deep blocks are not cheaper than its shallow ones")
+    else:
+        reason = "the intervals include 0: too few seeds for an effect of this size"
+    return {"verdict": verdict, "reason": reason, "effect": effect, "intervals": ci,
+            "smallest_detectable": _detectable(ci["post - pre"]),
+            "predictions": preds,
+            "rule": ("supported if the 95% interval of pre's slope lies below 0 and that of "
+                     "[slope(post) - slope(pre)] above 0; not supported if either lies on the "
+                     "other side; otherwise inconclusive; post's own slope is reported (slope: "
+                     "drop cost / median interior drop cost against relative depth, interior "
+                     "blocks; seeds as units)")}
+
+
+C12_MIN_PAIRS = 3  # matched pairs the design asks for (of the standard profile's 4 seeds)
+
+
+def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
+    """C12's predictions as rows of the verdict table, each with its own verdict: pre's depth
+    slope < 0 and slope(post) - slope(pre) > 0 decide; post's own slope is a diagnostic."""
+    pre, post = list(slopes["pre"]), list(slopes["post"])
+    return [CLAIM.predict("pre", pre),
+            CLAIM.predict("post vs pre", [b - a for a, b in zip(pre, post, strict=True)]),
+            CLAIM.predict("post", post)]
+
+
+def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None
+                   ) -> dict[str, Any]:
+    """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
+    checkpoint or at a ``step`` whose weights it kept."""
+    from normlab.probe.interventions import layer_drop
+    from normlab.train import load_trained_model
+
+    cfg, model = load_trained_model(run_dir, step=step)
+    seq = cfg.model.max_seq_len
+    batches = [(x[:, :seq], y[:, :seq]) for x, y in batches]
+    return {"drop_dloss": layer_drop(model, batches)["drop_dloss"],
+            "n_blocks": cfg.model.n_blocks}
+
+
+def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
+                   tolerance: float | None = None) -> dict[str, Any]:
+    """C12's decision on normlab's own pre and post models (12-24 blocks) at matched loss.
+
+    ``checkpoints``: one :class:`Pretrained` per placement and seed. Every checkpoint's
+    drop-cost curve is measured on the study's probe batches (cached per run folder), the
+    per-model numbers of :func:`drop_cost_profile` computed, and matched pairs decided by
+    :func:`decide_c12`. Returns the decision with ``per_seed`` numbers and ``left_out``."""
+    tol = getattr(ctx.profile, "match_tolerance", MATCH_TOLERANCE) if tolerance is None \
+        else tolerance
+    pairs, left_out = matched_pairs(checkpoints, tol)
+    batches = ctx.probe_batches()
+    per_seed: dict[int, dict[str, Any]] = {}
+    slopes: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
+    for seed, sides in pairs.items():
+        row = {}
+        for p, c in sides.items():
+            at = "" if c.step is None else f"_step{c.step}"
+            curve = ctx.cached(f"c12_drop_{Path(c.run_dir).name}{at}",
+                               lambda c=c: own_drop_curve(Path(c.run_dir), batches, c.step))
+            row[p] = drop_cost_profile(curve["drop_dloss"]) | {
+                "val_loss": c.val_loss, "run_id": Path(c.run_dir).name, "step": c.step}
+        if any(row[p]["depth_slope"] is None for p in PLACEMENTS):
+            left_out.append(f"seed {seed}: " + "; ".join(
+                f"{p} {row[p]['why_undefined']}" for p in PLACEMENTS
+                if row[p]["depth_slope"] is None))
+            per_seed[seed] = row
+            continue
+        per_seed[seed] = row
+        for p in PLACEMENTS:
+            slopes[p].append(row[p]["depth_slope"])
+    decision = decide_c12(slopes)
+    return decision | {"per_seed": per_seed, "left_out": left_out, "slopes": slopes,
+                       "tolerance": tol}
+
+
+def c12_real_models(ctx: StudyContext) -> dict[str, Any]:
+    """The two real checkpoints' per-model numbers (illustration; no verdict rests on them).
+    Raises the interop's CheckpointNotFound / MissingDependency when they cannot be loaded."""
+    from normlab.interop import run_hf_probe
+
+    p = ctx.profile
+    out = {}
+    for name in ("minilm", "smollm2"):
+        def compute(name: str = name) -> dict:
+            ctx.log(f"probing the real checkpoint {name}")
+            return run_hf_probe(name, n_batches=p.real_passages, batch_size=2, seq_len=64,
+                                figures=False)
+        res = ctx.cached(f"real_v2_{name}", compute)
+        drop = res["drop"]
+        cost_kind = "drop_dloss" if drop.get("drop_dloss") else "drop_hidden_cos"
+        pb = res["per_block"]
+        out[name] = {
+            "model": {k: res["model"].get(k) for k in ("family", "placement", "norm",
+                                                       "n_blocks", "d_model", "objective")},
+            "drop_cost": cost_kind, "profile": drop_cost_profile(drop[cost_kind]),
+            "hidden_profile": drop_cost_profile(drop["drop_hidden_cos"]),
+            "stream_norm": pb["norm"], "stream_norm_median": pb.get("norm_median"),
+            "stream_norm_position0": pb.get("norm_first"),
+            "stream_norm_all_positions": pb.get("norm_all"),
+            "growth_exponent": res["summary"].get("growth_exponent"),
+            "growth_exponent_all_positions": res["summary"].get(
+                "growth_exponent_all_positions"),
+            "ang_prev": pb["ang_prev"], "loss": res["summary"].get("loss"), "_raw": res}
+    return out
+
+
+def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
+            ) -> ClaimResult:
+    from normlab.interop import CheckpointNotFound, MissingDependency
+
+    title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
+    numbers: dict[str, Any] = {}
+    figures: list[str] = []
+    notes = []
+    try:
+        real = c12_real_models(ctx)
+    except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
+        real = None
+        notes.append(f"real checkpoints not probed: {e}")
+    if real is not None:
+        from normlab.interop.figures import comparison_figure
+
+        fig = comparison_figure([r["_raw"] for r in real.values()],
+                                ctx.fig_dir / "c12_real_models.svg")
+        figures += [str(fig.relative_to(ctx.out))] if fig else []
+        numbers["real_models_illustration"] = {n: {k: v for k, v in r.items() if k != "_raw"}
+                                               for n, r in real.items()}
+    own = _checkpoints(ctx, "c12_checkpoints", checkpoints)
+    deep_runs = getattr(ctx, "deep_runs", None)
+    if own and deep_runs is not None:  # the lr each placement's deep models were tuned to
+        numbers["deep_tuned"] = {pl: {k: v for k, v in deep_runs(pl).items() if k != "records"}
+                                 for pl in ("pre", "post")}
+    method = ("normlab's own pre and post models (12-24 blocks, each placement tuned on its "
+              "own lr grid at that depth), paired by seed at matched "
+              "validation loss along their training trajectories (each run keeps its weights "
+              "at every evaluation; the most trained pair of checkpoints within the tolerance "
+              "is compared): each block skipped in turn, its drop cost the "
+              "increase of next-token loss on validation text; per model the depth slope of "
+              "drop cost / median interior drop cost over relative depth, first and last "
+              "block apart. Real checkpoints (MiniLM post-LN, SmolLM2 pre-RMSNorm) shown with "
+              "the same numbers as an illustration only: they differ in far more than the "
+              "placement.")
+    if not own:
+        why = ("this profile trains no deep (12-24-block) models; the standard profile does"
+               if getattr(ctx.profile, "deep_blocks", 1) == 0
+               else "the study provided no matched pre/post models for C12")
+        note = "; ".join(notes + [why])
+        return ClaimResult(id="C12", title=title, statement=statement, source=source,
+                           method=method, verdict="not run", rule="", numbers=numbers,
+                           figures=figures, note=note)
+    res = c12_own_models(ctx, own)
+    numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
+                                                   "intervals", "tolerance")},
+                "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
+                "pairs": len(res["slopes"]["pre"])}
+    wanted = _setting(ctx, "c12_min_pairs", C12_MIN_PAIRS)
+    outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PLACEMENTS}
+    stalled = [pl for pl, out in outcomes.items()
+               if out and all(o in ("stalled", "diverged") for o in out)]
+    if stalled:  # a result to report: no model of that side trained, so nothing is compared
+        notes.append(f"{' and '.join(stalled)} stalled or diverged in every seed at its tuned "
+                     "lr: no pair to compare")
+    if len(res["slopes"]["pre"]) < wanted:
+        notes.append(f"{len(res['slopes']['pre'])} matched pair(s) along the trajectories, "
+                     f"fewer than the {wanted} the design asks for")
+    return ClaimResult(
+        id="C12", title=title, statement=statement, source=source, method=method,
+        verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
+        predictions=[p.to_dict() for p in res["predictions"]],
+        figures=figures, note="; ".join([res["reason"], *notes]), stalled=stalled,
+        caveat="Small byte-level models trained briefly on a CPU; the real checkpoints are "
+               "one per placement and differ in size, objective, data and quantization.")
+
+
+
+CLAIM = CLAIM.bind(measure)

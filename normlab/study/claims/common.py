@@ -1,0 +1,261 @@
+"""What the claims share: a claim's result from its predictions, the verdict's deciding
+prediction, and the helpers every trained claim reads its runs with (seeds paired by index,
+tuned grids, matched pairs, a slope over depth)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from normlab.probe.fits import mean_ci
+from normlab.study.experiments import StudyContext
+from normlab.study.schema import ClaimResult, Pretrained
+from normlab.study.verdict import NOT_TESTED, Prediction, combine
+
+SCALE = ("Measured on small byte-level models on a CPU; effects reported at scale (hundreds of "
+         "millions of parameters, long training) may not show at this size.")
+
+
+def make_claim(cid: str, title: str, statement: str, source: str, method: str,
+               predictions: Sequence[Prediction], paper: str, numbers: dict[str, Any],
+               figures: list[str], caveat: str = SCALE, stalled: Sequence[str] = (),
+               note: str = "", calibration: str | None = None, needs: str = "") -> ClaimResult:
+    """A claim's result: the verdict combines its predictions by role (`verdict.combine`); a
+    side that stalled or diverged everywhere is reported, never compared, and leaves the claim
+    inconclusive, as does a premise of the test that does not hold; a premise about scale
+    that fails makes it "not tested at this scale", with `needs`, the smallest setting that
+    could test it."""
+    verdict = combine(predictions)
+    failed = [p.subject for p in predictions if p.role == "premise" and p.verdict != "supported"]
+    if verdict == NOT_TESTED and not stalled:
+        short = [p.subject for p in predictions if p.role == "premise" and p.scale
+                 and p.verdict == "not supported"]
+        note = (note + " " if note else "") + (
+            f"Not tested at this scale: {'; '.join(short)} does not hold here, so the claim's "
+            "own predictions are reported, not decided." + (f" It needs {needs}." if needs
+                                                            else ""))
+    elif failed:
+        note = (note + " " if note else "") + (
+            f"Not decided: the test's premise does not hold ({'; '.join(failed)}), so the "
+            "comparison it needs was not measured; the numbers are reported.")
+    if stalled:
+        verdict = "inconclusive"
+        note = (note + " " if note else "") + (
+            f"Not compared: {', '.join(stalled)} stalled or diverged at every setting tried, so "
+            "the claim's premise (a model that trains) does not hold here.")
+    diagnosis = "; ".join(f"{p.subject}: {p.diagnosis}" for p in predictions if p.diagnosis)
+    rule_parts = [f"{p.subject}{'' if p.role == 'claim' else ' (' + p.role + ')'}: {p.rule}"
+                  for p in predictions if p.role != "diagnostic"]
+    return ClaimResult(
+        id=cid, title=title, statement=statement, source=source, method=method,
+        verdict=verdict,  # type: ignore[arg-type]
+        rule="; ".join([*(rule_parts or ["no claim prediction was measured"]),
+                        "the claim is supported when every claim prediction is, not supported "
+                        "when any is not, and a premise that does not hold leaves it undecided "
+                        "(diagnostics are reported only)"]),
+        effect=deciding(predictions, verdict).effect if predictions else None,
+        numbers=numbers, figures=figures, caveat=caveat, note=note,
+        predictions=[p.to_dict() for p in predictions], paper=paper, diagnosis=diagnosis,
+        stalled=list(stalled), calibration=calibration, needs=needs if verdict == NOT_TESTED
+        else "")
+
+
+def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
+    """The prediction a claim's verdict rests on: the first claim prediction that is not
+    supported (of a refuted claim), the first scale premise that fails (of a claim not tested
+    at this scale), the first premise or claim prediction that is not decided (of an
+    inconclusive one), else the first claim prediction."""
+    tests = [p for p in predictions if p.role == "claim"]
+    if verdict == "not supported":
+        return next(p for p in tests if p.verdict == "not supported")
+    if verdict == NOT_TESTED:
+        return next(p for p in predictions if p.role == "premise" and p.scale
+                    and p.verdict == "not supported")
+    if verdict == "inconclusive":
+        undecided = [p for p in predictions if p.role == "premise" and p.verdict != "supported"]
+        undecided += [p for p in tests if p.verdict != "supported"]
+        if undecided:
+            return undecided[0]
+    return tests[0] if tests else predictions[0]
+
+
+def _rel(ctx: StudyContext, path) -> list[str]:
+    return [str(path.relative_to(ctx.out))] if path is not None else []
+
+
+# -- claims on trained models --------------------------------------------------------------------
+
+def _val(records: Sequence[dict[str, Any]]) -> list[float]:
+    return [r["score"] for r in records]
+
+
+def _tuning_numbers(t: dict[str, Any]) -> dict[str, Any]:
+    return {"lrs": t["lrs"], "best_lr": t["best_lr"], "bracketed": t["bracketed"],
+            "extensions": t["extensions"], "mean_val_loss": t["mean_score"],
+            "outcomes": {lr: [r["outcome"] for r in rs] for lr, rs in t["records"].items()}}
+
+
+def _stalled(*tuned: dict[str, Any]) -> list[str]:
+    return [t["family"] for t in tuned if t["all_stalled"]]
+
+
+def _bracket_note(*tuned: dict[str, Any]) -> str:
+    """Says which family's best lr still lies at an edge once the grid's extensions ran out."""
+    edge = [f"{t['family']} (best lr {t['best_lr']:g} of {[float(x) for x in t['lrs']]})"
+            for t in tuned if not t["bracketed"] and not t["all_stalled"]]
+    if not edge:
+        return ""
+    return ("Not bracketed: " + "; ".join(edge) + " sits at an edge of its grid after the "
+            "profile's extensions, so its tuned loss may be lower still.")
+
+
+NO_SIZE = "the source gives no size: decided at 0, the size reported"
+# "Comparable" / "at least as good" in final validation loss: within 0.02 nats, about 1% of the
+# 2.0-2.5 nats these models reach (docs/study.md, "Margins", fixed before this edition's runs).
+COMPARABLE = 0.02
+COMPARABLE_WHY = ("no margin given: 0.02 nats, about 1% of the loss these models reach "
+                  "(docs/study.md, Margins)")
+XIONG = "Xiong et al. 2020 (2002.04745), Sec. 3.1 and Fig. 1"
+
+
+def _per_seed(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[float]:
+    """Per seed, score(a) - score(b) (seeds paired by index)."""
+    return [x - y for x, y in zip(_val(a), _val(b), strict=True)]
+
+
+def _trains(records: Sequence[dict[str, Any]]) -> bool:
+    return bool(records) and not any(r["failed"] for r in records)
+
+
+def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]
+                      ) -> dict[str, Any]:
+    """Per-block curves of the trained probes, one list per seed, shaped for plot_per_block
+    (drawn as the mean over seeds with a min-max band)."""
+    return {p: {str(ctx.profile.train_blocks): {
+        m: [s["per_block"][m] for s in tp[p]["seeds"]] for m in metrics}}
+        for p in ("pre", "post")}
+
+
+def _late_mean(values: list[float]) -> float:
+    half = values[len(values) // 2:]
+    return sum(half) / len(half)
+
+
+def _pair_note(pair: dict[str, Any]) -> str:
+    if "gap" not in pair:
+        return pair.get("reason", "")
+    state = "matched" if pair["matched"] else "NOT matched"
+    return (f"Checkpoints at matched loss: pre at lr {pair['pre_lr']:g} (val "
+            f"{pair['pre_val_loss']:.3f}), post at lr {pair['post_lr']:g} (val "
+            f"{pair['post_val_loss']:.3f}): gap {pair['gap']:+.3f} nats, {state} (tolerance "
+            f"{pair['tolerance']:g}).")
+
+
+def _trained(ctx: StudyContext, cid: str, title: str) -> tuple[dict[str, Any] | None,
+                                                                ClaimResult | None]:
+    tp = ctx.trained_probes()
+    if "pre" not in tp:
+        return None, ClaimResult(
+            id=cid, title=title, statement="", source="", method="", verdict="inconclusive",
+            rule="", stalled=["pre" if "pre" in tp["pair"].get("reason", "") else "post"],
+            note=f"No checkpoints to compare: {tp['pair'].get('reason')}.")
+    return tp, None
+
+
+def slope_over_depth(values: Sequence[float]) -> float:
+    """Least-squares slope of `values` (one per block) against relative depth l/(L-1)."""
+    n = len(values)
+    xs = [i / max(1, n - 1) for i in range(n)]
+    mx, my = sum(xs) / n, sum(values) / n
+    sxx = sum((x - mx) ** 2 for x in xs) or math.nan
+    return sum((x - mx) * (y - my) for x, y in zip(xs, values, strict=True)) / sxx
+
+
+
+
+PLACEMENTS = ("pre", "post")
+MATCH_TOLERANCE = 0.05  # nats of validation loss between the two sides of a pair
+TRAINED = ("completed",)
+
+
+# -- pairing by seed at matched loss --------------------------------------------------------------
+
+def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float = MATCH_TOLERANCE
+                  ) -> tuple[dict[int, dict[str, Pretrained]], list[str]]:
+    """Pre/post pairs by seed whose validation losses lie within ``tolerance`` and whose runs
+    both trained; with the reasons each left-out seed was left out."""
+    by_seed: dict[int, dict[str, Pretrained]] = {}
+    for c in checkpoints:
+        if c.placement not in PLACEMENTS:
+            raise ValueError(f"checkpoint placement must be one of {PLACEMENTS}, got "
+                             f"{c.placement!r} ({c.run_dir})")
+        by_seed.setdefault(c.seed, {})[c.placement] = c
+    pairs, left_out = {}, []
+    for seed, sides in sorted(by_seed.items()):
+        missing = [p for p in PLACEMENTS if p not in sides]
+        if missing:
+            left_out.append(f"seed {seed}: no {' or '.join(missing)} checkpoint")
+            continue
+        bad = [f"{p} {sides[p].outcome}" for p in PLACEMENTS if sides[p].outcome not in TRAINED]
+        if bad:
+            left_out.append(f"seed {seed}: {', '.join(bad)}")
+            continue
+        gap = sides["post"].val_loss - sides["pre"].val_loss
+        if not math.isfinite(gap) or abs(gap) > tolerance:
+            left_out.append(f"seed {seed}: validation loss pre {sides['pre'].val_loss:.3f}, "
+                            f"post {sides['post'].val_loss:.3f}, not within {tolerance:g}")
+            continue
+        pairs[seed] = sides
+    return pairs, left_out
+
+
+def _interval(values: Sequence[float]) -> dict[str, Any]:
+    ci = mean_ci(list(values))
+    return {"mean": ci["mean"], "ci95": list(ci["ci95"]), "n": ci["n"]}
+
+
+def _above(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
+    low = ci["ci95"][0]
+    return ci["n"] >= 2 and math.isfinite(low) and (low > threshold if strict
+                                                    else low >= threshold)
+
+
+def _below(ci: Mapping[str, Any], threshold: float = 0.0, strict: bool = True) -> bool:
+    high = ci["ci95"][1]
+    return ci["n"] >= 2 and math.isfinite(high) and (high < threshold if strict
+                                                     else high <= threshold)
+
+
+def _detectable(ci: Mapping[str, Any]) -> float | None:
+    """The smallest effect this many units could have told from 0: the interval's half-width."""
+    low, high = ci["ci95"]
+    return (high - low) / 2 if ci["n"] >= 2 and math.isfinite(high - low) else None
+
+
+def _checkpoints(ctx: StudyContext, name: str, given: Sequence[Pretrained] | None
+                 ) -> list[Pretrained] | None:
+    if given is not None:
+        return list(given)
+    provider: Callable[[], Sequence[Pretrained]] | None = getattr(ctx, name, None)
+    return list(provider()) if provider is not None else None
+
+
+def _setting(ctx: StudyContext, name: str, default: Any) -> Any:
+    return getattr(ctx.profile, name, default)
+
+
+
+def claim_result(claim: Any, method: str, predictions: Sequence[Prediction],
+                 numbers: dict[str, Any], figures: list[str], **kw: Any) -> ClaimResult:
+    """`make_claim` with the claim's words (id, title, statement, source, paper) read from its
+    spec (`normlab.study.claims.spec.Claim`)."""
+    return make_claim(claim.id, claim.title, claim.statement, claim.source, method,
+                      predictions, claim.paper, numbers, figures, needs=claim.needs, **kw)
+
+
+def not_decided(claim: Any, method: str, verdict: str, note: str, **kw: Any) -> ClaimResult:
+    """A claim's result when its experiment has nothing to decide on (not run, no pair)."""
+    return ClaimResult(id=claim.id, title=claim.title, statement=claim.statement,
+                       source=claim.source, method=method, verdict=verdict,  # type: ignore
+                       rule="", note=note, **kw)
