@@ -61,7 +61,7 @@ class ClaimResult:
     # theory claims: "passed", "passed (<reading>)" or "failed" in the source's own setting
     calibration: str | None = None
     # theory claims: one row per rung from the source's setting to normlab's block (see
-    # normlab.study.theory.ladder_rows) and where the claim stops holding along it
+    # normlab.study.claims.ladder.ladder_row) and where the claim stops holding along it
     ladder: list[dict[str, Any]] = field(default_factory=list)
     departure: str = ""
     needs: str = ""  # "not tested at this scale": the smallest setting that could test the claim
