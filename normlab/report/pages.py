@@ -62,7 +62,8 @@ class Ladder:
 
 
 def ladder_of(extra: dict[str, Any]) -> Ladder | None:
-    """The ladder a theory claim wrote (`normlab.study.claims.ladder.ladder_row`); None without one."""
+    """The ladder a theory claim wrote (`normlab.study.claims.ladder.ladder_row`); None without
+    one."""
     rows = extra.get("ladder")
     if not (isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows)):
         return None
