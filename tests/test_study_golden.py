@@ -16,8 +16,8 @@ from pathlib import Path
 
 GOLDEN = Path(__file__).parent / "golden" / "study_tiny.json"
 # what differs between two runs of the same code: time, machine, commit
-VOLATILE = {"created", "elapsed_s", "git_commit", "machine", "time_s", "traceback", "wall_s",
-            "normlab", "torch"}
+VOLATILE = {"created", "elapsed_s", "elapsed_total_s", "parts", "git_commit", "machine",
+            "time_s", "traceback", "wall_s", "normlab", "torch"}
 
 
 def numbers_and_verdicts(value, path=""):

@@ -294,6 +294,8 @@ _SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])"
 _NAME_NUMBER = re.compile(r"(?<![&#\w-])[A-Za-z][A-Za-z0-9]*-\d[\w.]*")
 # A number, a hyphen and a word ("30-layer", "12-block"): one word, kept whole.
 _NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?-[A-Za-z]\w*")
+# A run's folder name ("pre-L12-d64-1582d6aa6c4e"): one name, kept whole.
+_RUN_ID = re.compile(r"(?<![&#\w-])[a-z][a-z0-9_]*-L\d+-d\d+-[0-9a-f]{6,}(?![\w-])")
 
 
 def prose(value: str):
@@ -304,7 +306,8 @@ def prose(value: str):
     def whole(m: re.Match) -> str:
         return f'<span class="nb">{m.group(0)}</span>' if "-" in m.group(0) else m.group(0)
 
-    text = _SIGNED_NUMBER.sub(whole, str(escape(value)))
+    text = _RUN_ID.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', str(escape(value)))
+    text = _SIGNED_NUMBER.sub(whole, text)
     text = _NAME_NUMBER.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', text)
     text = _NUMBER_WORD.sub(lambda m: f'<span class="nb">{m.group(0)}</span>', text)
     return Markup(_CODE.sub(r"<code>\1</code>", text))
