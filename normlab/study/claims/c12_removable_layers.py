@@ -35,12 +35,8 @@ size, depth, objective, data, tuning and quantization, so no verdict rests on th
 no LM head, so its curve is the change of the final hidden state (1 - cos), not a loss. Stream
 means of real models leave position 0 out (`normlab.interop.probe_hf.stream_norms`).
 
-The study hands the checkpoints over as :class:`Pretrained` records: ``c10(ctx)`` calls
-``ctx.c10_checkpoints()`` and ``c12(ctx)`` calls ``ctx.c12_checkpoints()`` when the context has
-them (or pass ``checkpoints=`` directly). A pair of one pre and one post checkpoint of the same
-seed (same data order) is one unit; a pair whose validation losses differ by more than the
-tolerance (``profile.match_tolerance``, default 0.05 nats), or with a side that did not train
-(outcome ``stalled`` or ``diverged``), is reported and left out of the comparison.
+Checkpoints come as :class:`Pretrained` records, paired by seed at matched loss
+(:func:`normlab.study.claims.common.matched_pairs`, whose doc states the pairing).
 """
 
 from __future__ import annotations
