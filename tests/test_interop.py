@@ -523,7 +523,7 @@ def test_consecutive_blocks_are_closer_in_the_pre_norm_model(minilm, smollm2):
 def test_claim_c12_without_the_hf_packages_is_not_run_and_says_what_to_install(monkeypatch,
                                                                                  tmp_path):
     from normlab.study.claims.c12_removable_layers import measure as c12
-    from normlab.study.experiments import StudyContext
+    from normlab.study.experiments import StudyFolder
     from normlab.study.profiles import PROFILES
 
     real = errors.find_spec
@@ -531,7 +531,7 @@ def test_claim_c12_without_the_hf_packages_is_not_run_and_says_what_to_install(m
                         else real(n, *a))
     # a profile without deep models of its own: nothing is left for C12 to measure
     profile = dataclasses.replace(PROFILES["tiny"], deep_blocks=0)
-    result = c12(StudyContext(tmp_path, profile, log=lambda _: None))
+    result = c12(StudyFolder(tmp_path, profile, log=lambda _: None))
     assert result.verdict == "not run"
     assert "transformers" in result.note and "pip install" in result.note
 

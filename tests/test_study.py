@@ -154,11 +154,12 @@ def test_deep_models_are_tuned_on_their_own_grid_at_their_depth(tmp_path, monkey
     trained in one go."""
     from dataclasses import replace
 
-    from normlab.study.experiments import StudyContext
+    from normlab.study.context import RunRecord
+    from normlab.study.experiments import StudyFolder
     from normlab.study.profiles import PROFILES
 
     p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3, 4e-3), max_lr_extensions=2, deep_blocks=4)
-    ctx = StudyContext(tmp_path, p, log=lambda _m: None)
+    ctx = StudyFolder(tmp_path, p, log=lambda _m: None)
     calls, trained = [], []
 
     def fake_runs(self, family, lrs, warmup, blocks=None):
@@ -168,22 +169,21 @@ def test_deep_models_are_tuned_on_their_own_grid_at_their_depth(tmp_path, monkey
             stalled = blocks == 4 and family == "post" and lr > 6e-4
             loss = 3.3 if stalled else {"pre": 2.0 + abs(lr - 2e-3) * 100,
                                         "post": 2.5 + abs(lr - 5e-4) * 100}[family]
-            out[lr] = [{"run_id": f"{family}-{blocks}-{lr:g}-{s}", "seed": s, "score": loss,
-                        "val_loss": loss, "failed": stalled,
-                        "outcome": "stalled" if stalled else "completed"}
-                       for s in range(p.seeds)]
+            out[lr] = [RunRecord(f"{family}-{blocks}-{lr:g}-{s}", s,
+                                 "stalled" if stalled else "completed", loss, stalled,
+                                 val_loss=loss) for s in range(p.seeds)]
         return out
 
-    monkeypatch.setattr(StudyContext, "runs", fake_runs)
-    monkeypatch.setattr(StudyContext, "train", lambda self, cfgs: trained.extend(cfgs) or [])
-    post, pre = ctx.deep_runs("post"), ctx.deep_runs("pre")
-    assert post["lr"] == 5e-4 and not post["all_stalled"]
-    assert [r["outcome"] for r in post["records"]] == ["completed"] * p.seeds
-    assert len(post["extensions"]) == 2 and post["bracketed"]  # 1e-3 -> 5e-4 -> 2.5e-4
-    assert pre["lr"] == 2e-3 and pre["bracketed"]
+    monkeypatch.setattr(StudyFolder, "runs", fake_runs)
+    monkeypatch.setattr(StudyFolder, "train", lambda self, cfgs: trained.extend(cfgs) or [])
+    post, pre = ctx.deep_grid("post"), ctx.deep_grid("pre")
+    assert post.best_lr == 5e-4 and not post.all_stalled
+    assert [r.outcome for r in post.best] == ["completed"] * p.seeds
+    assert len(post.extensions) == 2 and post.bracketed  # 1e-3 -> 5e-4 -> 2.5e-4
+    assert pre.best_lr == 2e-3 and pre.bracketed
     assert all(blocks == 4 for _f, _l, blocks in calls)
     # the prefetch trained both placements' whole first grids at 4 blocks, once
     assert len(trained) == 2 * len(p.lrs) * p.seeds
     assert {c.model.n_blocks for c in trained} == {4}
     assert {c.model.placement for c in trained} == {"pre", "post"}
-    assert ctx.deep_runs("post") == post and len(trained) == 2 * len(p.lrs) * p.seeds
+    assert ctx.deep_grid("post") is post and len(trained) == 2 * len(p.lrs) * p.seeds

@@ -8,14 +8,15 @@ from a few planted parameters per placement, so each claim's rule is tested with
 from __future__ import annotations
 
 import math
-import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_study import FakeStudy
 
 from normlab.study.claims import measures
-from normlab.study.profiles import PROFILES
+from normlab.study.context import MatchedPair, ProbedPair
 from normlab.study.verdict import NOT_TESTED, min_detectable, predict_band, predict_direction
 
 # the empirical claims (the theory claims: test_study_theory)
@@ -34,83 +35,12 @@ def figure_calls(stub_figures):
     calls = stub_figures(normlab.study.figures, ["plot_bars", "plot_curves"])
     return stub_figures(normlab.probe.figures, ["plot_per_block"], calls)
 
-class World:
-    """Planted parameters: each number is drawn as `value + noise * N(0, 1)` per seed."""
-
-    def __init__(self, noise: float = 0.01, **params: float) -> None:
-        self.noise, self.p = noise, params
-        self.rng = random.Random(0)
-
-    def draw(self, key: str) -> float:
-        return self.p[key] + self.noise * self.rng.gauss(0.0, 1.0)
-
-
-class FakeContext:
-    def __init__(self, tmp: Path, world: World, stalled: tuple[str, ...] = (),
-                 unbracketed: tuple[str, ...] = ()) -> None:
-        self.out, self.w, self.stalled, self.unbracketed = tmp, world, stalled, unbracketed
-        self.fig_dir = tmp / "figures"
-        self.fig_dir.mkdir(exist_ok=True)
-        self.runs_root = tmp / "runs"
-        self.profile = PROFILES["quick"]
-        self.log = lambda _m: None
-
-    # -- the matched runs' own models at step 0 (C2's trained minus init) -----------------------
-    def init_probes(self) -> dict[str, Any]:
-        return {p: {"seeds": [{"per_block": {"ang_prev": [0.5] + [0.3] * 5}}
-                              for _ in range(SEEDS)]} for p in ("pre", "post")}
-
-    # -- trained -----------------------------------------------------------------------------
-    def _records(self, key: str, failed: bool = False) -> list[dict[str, Any]]:
-        out = []
-        for s in range(SEEDS):
-            v = 3.3 if failed else self.w.draw(key)
-            out.append({"run_id": f"{key}-{s}", "seed": s, "outcome": "stalled" if failed
-                        else "completed", "val_loss": v, "score": v, "failed": failed})
-        return out
-
-    def tuned(self, family: str) -> dict[str, Any]:
-        failed = family in self.stalled
-        recs = self._records(f"val_{family}", failed)
-        return {"family": family, "lrs": [1e-3, 2e-3, 4e-3], "best_lr": 2e-3,
-                "bracketed": family not in self.unbracketed,
-                "extensions": [], "mean_score": {}, "records": {"0.002": recs}, "best": recs,
-                "all_stalled": failed}
-
-    def prefetch(self, specs: list) -> None:
-        pass
-
-    def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
-        key = f"val_{family}" + ("_nowarmup" if warmup == 0 else "")
-        return {lrs[0]: self._records(key)}
-
-    def trained_probes(self) -> dict[str, Any]:
-        pair = {"matched": True, "tolerance": 0.05, "pre_lr": 2e-3, "post_lr": 2e-3,
-                "pre_val_loss": 2.2, "post_val_loss": 2.21, "gap": -0.01}
-        out: dict[str, Any] = {"pair": pair}
-        L = 6
-        for p in ("pre", "post"):
-            seeds = []
-            for _ in range(SEEDS):
-                slope = self.w.draw(f"{p}_ang_slope")
-                ang = [0.5] + [0.4 + slope * i / (L - 2) for i in range(L - 1)]
-                kl = math.exp(self.w.draw(f"{p}_logkl"))
-                gap = self.w.draw(f"{p}_lens_gap")
-                seeds.append({"per_block": {
-                    "ang_prev": ang, "merge_kl": [kl] * (L - 1), "drop_dloss": [0.1] * L,
-                    "drop_kl": [0.1] * L,
-                    "lens_raw": [3.0 + gap] * L, "lens_normed": [3.0] * L},
-                    "summary": {"growth_exponent": 0.5, "effective_depth_kl": 3.0}})
-            out[p] = {"lr": 2e-3, "seeds": seeds}
-        return out
-
-
 # planted worlds per claim: (supporting, opposite)
 WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
-    "C2": ({"pre_ang_slope": -0.2, "post_ang_slope": 0.0, "pre_logkl": 0, "post_logkl": 0},
-           {"pre_ang_slope": 0.2, "post_ang_slope": -0.3}),
-    "C13": ({"pre_lens_gap": 1.0, "post_lens_gap": 0.0},
-            {"pre_lens_gap": -1.0, "post_lens_gap": 0.0}),
+    "C2": ({"ang_slope_pre": -0.2, "ang_slope_post": 0.0, "merge_pre": 0, "merge_post": 0},
+           {"ang_slope_pre": 0.2, "ang_slope_post": -0.3}),
+    "C13": ({"lens_gap_pre": 1.0, "lens_gap_post": 0.0},
+            {"lens_gap_pre": -1.0, "lens_gap_post": 0.0}),
 }
 # noise large enough that no rule can decide
 NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/test_study_empirical.py
@@ -118,8 +48,8 @@ NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/test_study_empiri
 
 def _fill(params: dict[str, float]) -> dict[str, float]:
     """Defaults for the numbers a claim reads but the world does not plant."""
-    base = {"pre_ang_slope": 0.0, "post_ang_slope": 0.0, "pre_logkl": 0.0, "post_logkl": 0.0,
-            "pre_lens_gap": 0.0, "post_lens_gap": 0.0}
+    base = {"ang_slope_pre": 0.0, "ang_slope_post": 0.0, "merge_pre": 0.0, "merge_post": 0.0,
+            "lens_gap_pre": 0.0, "lens_gap_post": 0.0}
     return {**base, **params}
 
 
@@ -127,17 +57,17 @@ def _fill(params: dict[str, float]) -> dict[str, float]:
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_planted_effect_supported_opposite_not(cid, tmp_path):
     yes, no = WORLDS[cid]
-    result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes))))
+    result = CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes)))
     assert result.verdict == "supported"
     assert result.figures and all((tmp_path / f).read_text().startswith("<?xml")
                                   for f in result.figures)
-    assert CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(no)))).verdict == "not supported"
+    assert CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(no))).verdict == "not supported"
 
 
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
     yes, _ = WORLDS[cid]
-    result = CLAIMS[cid](FakeContext(tmp_path, World(NOISE[cid], **_fill(yes))))
+    result = CLAIMS[cid](FakeStudy(tmp_path, NOISE[cid], "quick", **_fill(yes)))
     assert result.verdict == "inconclusive", [(p["subject"], p["effect"]) for p in
                                               result.predictions]
     assert "too few seeds or steps" in result.diagnosis
@@ -145,7 +75,7 @@ def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
 
 def test_every_prediction_cites_the_paper(tmp_path):
     for cid, (yes, _) in WORLDS.items():
-        result = CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes))))
+        result = CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes)))
         assert result.paper, cid
         assert all(p["paper"] and p["rule"] for p in result.predictions), cid
 
@@ -166,9 +96,9 @@ def test_band_and_direction_rules():
 def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
     # [pre's slope < 0, late(post) - late(pre) > 0]: pre's angles rising, post's rising more;
     # then pre's falling, post's falling more
-    for k, slopes in enumerate([{"pre_ang_slope": 0.2, "post_ang_slope": 0.5},
-                                {"pre_ang_slope": -0.2, "post_ang_slope": -0.5}]):
-        result = CLAIMS["C2"](FakeContext(tmp_path, World(0.01, **_fill(slopes))))
+    for k, slopes in enumerate([{"ang_slope_pre": 0.2, "ang_slope_post": 0.5},
+                                {"ang_slope_pre": -0.2, "ang_slope_post": -0.5}]):
+        result = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **_fill(slopes)))
         expected = ["supported", "supported"]
         expected[k] = "not supported"
         assert [p["verdict"] for p in result.predictions] == expected, k
@@ -178,7 +108,7 @@ def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
 
 def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
     # post's planted trained distances are 0.4 on every late block; its models at step 0: 0.3
-    result = CLAIMS["C2"](FakeContext(tmp_path, World(0.0, **_fill({}))))
+    result = CLAIMS["C2"](FakeStudy(tmp_path, 0.0, "quick", **_fill({})))
     change = result.numbers["late_angle_trained_minus_init"]
     assert change["post"]["mean"] == pytest.approx(0.1, abs=1e-9)
     assert result.numbers["late_angle_init"]["post"]["mean"] == pytest.approx(0.3, abs=1e-9)
@@ -187,23 +117,20 @@ def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
     yes, _ = WORLDS[cid]
-    recorded_words(f"claims_{cid}", CLAIMS[cid](FakeContext(tmp_path, World(0.01, **_fill(yes)))),
+    recorded_words(f"claims_{cid}", CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes))),
                    figure_calls)
     recorded_words(f"claims_{cid}_noise",
-                   CLAIMS[cid](FakeContext(tmp_path, World(NOISE[cid], **_fill(yes)))))
+                   CLAIMS[cid](FakeStudy(tmp_path, NOISE[cid], "quick", **_fill(yes))))
 
 
-class _Unmatched(FakeContext):
-    def __init__(self, tmp: Path, world: World, pair: dict[str, Any], drop: bool) -> None:
-        super().__init__(tmp, world)
-        self.pair, self.drop = pair, drop
+class _Unmatched(FakeStudy):
+    def __init__(self, tmp: Path, pair: dict[str, Any], drop: bool) -> None:
+        super().__init__(tmp, 0.01, "quick", **_fill({}))
+        self.pair, self.drop = MatchedPair.from_json(pair), drop
 
-    def trained_probes(self) -> dict[str, Any]:
+    def trained_probes(self) -> ProbedPair:
         out = super().trained_probes()
-        out["pair"] = self.pair
-        if self.drop:
-            del out["pre"], out["post"]
-        return out
+        return ProbedPair(self.pair) if self.drop else replace(out, pair=self.pair)
 
 
 TITLES = {"C2": "Pre-Norm's consecutive blocks become near-identical",
@@ -215,7 +142,7 @@ TITLES = {"C2": "Pre-Norm's consecutive blocks become near-identical",
 @pytest.mark.parametrize("side", ["pre", "post"])
 def test_no_checkpoints_to_compare_names_the_side_that_did_not_train(cid, side, tmp_path):
     reason = f"{side} stalled at every lr of its grid"
-    ctx = _Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False, "reason": reason},
+    ctx = _Unmatched(tmp_path, {"matched": False, "reason": reason},
                      drop=True)
     result = CLAIMS[cid](ctx)
     assert result.verdict == "inconclusive" and result.stalled == [side]
@@ -223,7 +150,7 @@ def test_no_checkpoints_to_compare_names_the_side_that_did_not_train(cid, side, 
     assert result.id == cid and result.title == TITLES[cid]
     assert (result.statement, result.source, result.method, result.rule) == ("", "", "", "")
     # a pair record with no reason: the side cannot be named from it, post is assumed
-    silent = CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False},
+    silent = CLAIMS[cid](_Unmatched(tmp_path, {"matched": False},
                                     drop=True))
     assert silent.stalled == ["post"]
 
@@ -232,26 +159,26 @@ def test_no_checkpoints_to_compare_names_the_side_that_did_not_train(cid, side, 
 def test_the_note_says_whether_the_checkpoints_matched(cid, tmp_path):
     pair = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
             "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
-    result = CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), pair, drop=False))
+    result = CLAIMS[cid](_Unmatched(tmp_path, pair, drop=False))
     assert result.note == ("Checkpoints at matched loss: pre at lr 0.001 (val 2.200), post at "
                            "lr 0.004 (val 2.400): gap +0.200 nats, NOT matched (tolerance "
                            "0.05).")
     assert result.numbers["matched_pair"] == pair
     reason = {"matched": False, "reason": "no pair within tolerance"}
-    assert CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), reason, drop=False)
+    assert CLAIMS[cid](_Unmatched(tmp_path, reason, drop=False)
                        ).note == "no pair within tolerance"
-    assert CLAIMS[cid](_Unmatched(tmp_path, World(0.01, **_fill({})), {"matched": False},
+    assert CLAIMS[cid](_Unmatched(tmp_path, {"matched": False},
                                   drop=False)).note == ""
 
 
 def test_c2_and_c13_report_the_planted_numbers(tmp_path):
-    world = World(0.0, **_fill({"pre_ang_slope": -0.2, "pre_lens_gap": 1.0}))
-    c2 = CLAIMS["C2"](FakeContext(tmp_path, world)).numbers
+    world = _fill({"ang_slope_pre": -0.2, "lens_gap_pre": 1.0})
+    c2 = CLAIMS["C2"](FakeStudy(tmp_path, 0.0, "quick", **world)).numbers
     # planted: angles 0.4 + slope i / 4 for i = 0..4 after the first block; late half i = 2..4
     assert c2["late_angle_trained"]["pre"]["mean"] == pytest.approx(0.4 - 0.2 * 3 / 4)
     assert c2["late_angle_trained"]["post"]["mean"] == pytest.approx(0.4)
     assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.3)
-    c13 = CLAIMS["C13"](FakeContext(tmp_path, world)).numbers
+    c13 = CLAIMS["C13"](FakeStudy(tmp_path, 0.0, "quick", **world)).numbers
     assert c13["lens_gap"]["pre"]["mean"] == pytest.approx(1.0)
     assert c13["lens_gap"]["post"]["mean"] == pytest.approx(0.0)
 
@@ -319,45 +246,48 @@ def test_merge_per_drop_divides_each_merge_by_the_next_block_s_drop_over_the_dee
     assert math.isnan(merge_per_drop(late_zero))
 
 
-class _Lens(FakeContext):
-    def trained_probes(self) -> dict[str, Any]:
+class _Lens(FakeStudy):
+    def trained_probes(self) -> ProbedPair:
         out = super().trained_probes()
         for p in ("pre", "post"):
-            for s in out[p]["seeds"]:
-                s["per_block"]["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
-                s["per_block"]["lens_normed"] = [3.0] * 6
+            for s in out.seeds[p]:
+                s.per_block["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
+                s.per_block["lens_normed"] = [3.0] * 6
         return out
 
 
 def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
-    result = CLAIMS["C13"](_Lens(tmp_path, World(0.0, **_fill({}))))
+    result = CLAIMS["C13"](_Lens(tmp_path, 0.0, "quick", **_fill({})))
     assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
 
 
-class _Init(FakeContext):
-    def init_probes(self) -> dict[str, Any]:
-        return {p: {"seeds": [{"per_block": {"ang_prev": [0.5, 0.1, 0.2, 0.3, 0.4, 0.5]}}
-                              for _ in range(SEEDS)]} for p in ("pre", "post")}
+class _Init(FakeStudy):
+    def init_probes(self) -> ProbedPair:
+        out = super().init_probes()
+        for p in ("pre", "post"):
+            for s in out.seeds[p]:
+                s.per_block["ang_prev"] = [0.5, 0.1, 0.2, 0.3, 0.4, 0.5]
+        return out
 
 
 def test_c2_reads_the_init_angles_from_block_two_like_the_trained_ones(tmp_path):
-    c2 = CLAIMS["C2"](_Init(tmp_path, World(0.0, **_fill({})))).numbers
+    c2 = CLAIMS["C2"](_Init(tmp_path, 0.0, "quick", **_fill({}))).numbers
     # blocks 2..L: 0.1 .. 0.5, deeper half 0.3, 0.4, 0.5
     assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.4)
     assert c2["late_angle_trained_minus_init"]["post"]["mean"] == pytest.approx(0.4 - 0.4)
 
 
-class _OneBlock(FakeContext):
-    def trained_probes(self) -> dict[str, Any]:
+class _OneBlock(FakeStudy):
+    def trained_probes(self) -> ProbedPair:
         out = super().trained_probes()
         for p in ("pre", "post"):
-            for s in out[p]["seeds"]:
-                s["per_block"]["lens_raw"], s["per_block"]["lens_normed"] = [5.0], [3.0]
+            for s in out.seeds[p]:
+                s.per_block["lens_raw"], s.per_block["lens_normed"] = [5.0], [3.0]
         return out
 
 
 def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
-    gap = CLAIMS["C13"](_OneBlock(tmp_path, World(0.0, **_fill({})))).numbers["lens_gap"]
+    gap = CLAIMS["C13"](_OneBlock(tmp_path, 0.0, "quick", **_fill({}))).numbers["lens_gap"]
     assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
 
 

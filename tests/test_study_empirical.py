@@ -10,24 +10,25 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fake_study import LRS, SEEDS, FakeStudy
 
 from normlab.study.claims import measures
 from normlab.study.claims.c06a_warmup_common_lr import common_lrs
 from normlab.study.claims.c10_transfer import CLAIM as C10
 from normlab.study.claims.c10_transfer import c10_predictions
 from normlab.study.claims.common import make_claim
+from normlab.study.context import MatchedPair, ProbedPair, ProbedRun, RunRecord, TunedGrid
 from normlab.study.experiments import trajectory_pair
 from normlab.study.profiles import PROFILES
 from normlab.study.verdict import NOT_TESTED, decide_interval
 
 CLAIMS = measures()
-SEEDS = 5
-LRS = (1e-3, 2e-3)
 
 
 
@@ -38,110 +39,6 @@ def figure_calls(stub_figures):
 
     calls = stub_figures(normlab.study.figures, ["plot_bars", "plot_curves"])
     return stub_figures(normlab.probe.figures, ["plot_per_block"], calls)
-
-class Fake:
-    """A StudyContext serving planted numbers: `p[key]` plus `noise * N(0, 1)` per seed.
-    Keys: `val_<family>` (with warmup) and `val_<family>_nowarmup`, each optionally
-    `@<lr>` for one lr; `fails_<family>[_nowarmup][@<lr>]` how many seeds (the first ones)
-    diverge there (scored ln 256, as the study scores a diverged run); `best_lr_<family>`
-    (`_nowarmup`) a grid's best lr, whatever the losses say; `late_<family>` how much a run's
-    loss still fell over its last quarter (`late_improvement`, spread 0.001 of its own);
-    `fn<blocks>` the cost of dropping the final norm; `merge_<pl>`, `drop_<pl>` the late merge
-    and drop KLs of the matched-loss probes."""
-
-    def __init__(self, tmp: Path, noise: float = 0.01, profile: str = "standard",
-                 **p: float) -> None:
-        self.out, self.p, self.noise = tmp, p, noise
-        self.rng = random.Random(0)
-        self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
-        self.fig_dir = tmp / "figures"
-        self.fig_dir.mkdir(exist_ok=True)
-        self.runs_root = tmp / "runs"
-        self.profile = PROFILES[profile]
-        self.log = lambda _m: None
-        self.claims = None
-        self.stalled = tuple(k[len("stalled_"):] for k in p if k.startswith("stalled_"))
-        self.tuned_calls: list[tuple[str, int]] = []
-        self.prefetched: list[Any] = []
-        self.deep_asked: list[str] = []
-
-    def draw(self, key: str, lr: float | None = None) -> float:
-        value = self.p.get(f"{key}@{lr:g}", self.p[key]) if lr is not None else self.p[key]
-        return value + self.noise * self.rng.gauss(0.0, 1.0)
-
-    def _records(self, family: str, lr: float, warmup: int) -> list[dict[str, Any]]:
-        suffix = "_nowarmup" if warmup == 0 else ""
-        key = f"val_{family}{suffix}"
-        fails = f"fails_{family}{suffix}"
-        n_failed = int(self.p.get(f"{fails}@{lr:g}", self.p.get(fails, 0)))
-        out = []
-        for s in range(SEEDS):
-            v = self.draw(key, lr)  # drawn even for a diverged seed: the others keep theirs
-            late = self.p.get(f"late_{family}", 0.0) + 0.001 * self.late_rng.gauss(0.0, 1.0)
-            failed = s < n_failed
-            out.append({"run_id": f"{key}-{lr:g}-{s}", "seed": s,
-                        "outcome": "diverged" if failed else "completed",
-                        "val_loss": None if failed else v,
-                        "score": math.log(256) if failed else v, "failed": failed,
-                        "late": math.nan if failed else late})
-        return out
-
-    def tuned(self, family: str, warmup: int | None = None) -> dict[str, Any]:
-        w = self.profile.warmup if warmup is None else warmup
-        self.tuned_calls.append((family, w))
-        recs = {f"{lr:g}": self._records(family, lr, w) for lr in LRS}
-        # as the study's: a cell where a seed failed is no optimum unless every cell failed
-        trained = [lr for lr in LRS if not any(r["failed"] for r in recs[f"{lr:g}"])]
-        best = self.p.get(f"best_lr_{family}" + ("_nowarmup" if w == 0 else "")) or min(
-            trained or LRS, key=lambda lr: sum(r["score"] for r in recs[f"{lr:g}"]))
-        all_failed = not trained and all(r["failed"] for rs in recs.values() for r in rs)
-        return {"family": family, "warmup": w, "lrs": list(LRS), "best_lr": best,
-                "bracketed": f"unbracketed_{family}" not in self.p and not all_failed,
-                "extensions": [], "mean_score": {}, "records": recs,
-                "best": recs[f"{best:g}"], "all_stalled": family in self.stalled or all_failed}
-
-    def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None):
-        return {lr: self._records(family, lr, warmup) for lr in lrs}
-
-    def late_improvement(self, records: list[dict[str, Any]]) -> list[float]:
-        return [r["late"] for r in records]
-
-    def prefetch(self, specs: list) -> None:
-        self.prefetched.append(specs)
-
-    def prefetch_deep(self) -> None:
-        self.prefetched.append("deep")
-
-    def deep_runs(self, placement: str) -> dict[str, Any]:
-        self.deep_asked.append(placement)
-        if "fn12" not in self.p:
-            return {"lr": None, "records": []}
-        seeds = int(self.p.get("deep_seeds", SEEDS))
-        return {"lr": 2e-3, "records": [{"run_id": f"deep-{s}", "seed": s, "failed": False}
-                                        for s in range(seeds)]}
-
-    def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
-        key = "fn12" if records and records[0]["run_id"].startswith("deep") else "fn6"
-        return [self.draw(key) for _ in records]
-
-    def trained_probes(self) -> dict[str, Any]:
-        pair = {"matched": True, "tolerance": 0.05, "pre_lr": 2e-3, "post_lr": 2e-3,
-                "pre_val_loss": 2.2, "post_val_loss": 2.21, "gap": -0.01}
-        out: dict[str, Any] = {"pair": pair}
-        L = 6
-        for pl in ("pre", "post"):
-            seeds = []
-            for _ in range(SEEDS):
-                merge = math.exp(self.draw(f"merge_{pl}"))
-                drop = math.exp(self.draw(f"drop_{pl}"))
-                seeds.append({"per_block": {
-                    "ang_prev": [0.4] * L, "merge_kl": [merge] * (L - 1),
-                    "drop_kl": [drop] * L, "drop_dloss": [drop] * L,
-                    "lens_raw": [3.0] * L, "lens_normed": [3.0] * L},
-                    "summary": {"effective_depth_kl": 3.0}})
-            out[pl] = {"lr": 2e-3, "seeds": seeds}
-        return out
-
 
 def verdicts(result) -> list[str]:
     return [p["verdict"] for p in result.predictions]
@@ -159,7 +56,7 @@ def check_each_prediction(cid: str, good: dict[str, float], breaks: list[dict[st
     not supported (a diagnostic may follow the claim prediction it restates: it is reported
     only); `diagnostics[k]` breaks only the k-th diagnostic, every other prediction still
     supported, and leaves the claim supported: a diagnostic never decides."""
-    result = CLAIMS[cid](Fake(tmp, noise, profile, **good))
+    result = CLAIMS[cid](FakeStudy(tmp, noise, profile, **good))
     assert verdicts(result) == ["supported"] * len(result.predictions), result.predictions
     assert result.verdict == "supported"
     role = roles(result)
@@ -167,7 +64,7 @@ def check_each_prediction(cid: str, good: dict[str, float], breaks: list[dict[st
     diags = [i for i, r in enumerate(role) if r == "diagnostic"]
     assert len(tests) == len(breaks) and len(diags) == len(diagnostics), role
     for k, change in enumerate(breaks):
-        result = CLAIMS[cid](Fake(tmp, noise, profile, **(good | change)))
+        result = CLAIMS[cid](FakeStudy(tmp, noise, profile, **(good | change)))
         assert roles(result) == role
         got = [v for v, r in zip(verdicts(result), role, strict=True) if r != "diagnostic"]
         expected = ["not supported" if i == tests[k] else "supported"
@@ -176,7 +73,7 @@ def check_each_prediction(cid: str, good: dict[str, float], breaks: list[dict[st
             (p["subject"], p["effect"]["estimate"]) for p in result.predictions])
         assert result.verdict == "not supported"
     for k, change in enumerate(diagnostics):
-        result = CLAIMS[cid](Fake(tmp, noise, profile, **(good | change)))
+        result = CLAIMS[cid](FakeStudy(tmp, noise, profile, **(good | change)))
         expected = ["not supported" if i == diags[k] else "supported" for i in range(len(role))]
         assert verdicts(result) == expected, (k, change, [
             (p["subject"], p["effect"]["estimate"]) for p in result.predictions])
@@ -198,7 +95,7 @@ def test_c6a_every_prediction_at_every_common_lr(tmp_path):
                    {f"val_post{at}": 2.0}]
     good = C6_GOOD | {"best_lr_post": 2e-3}  # post's tuned lr, whatever a break plants
     check_each_prediction("C6a", good, breaks, tmp_path)
-    result = CLAIMS["C6a"](Fake(tmp_path, **good))
+    result = CLAIMS["C6a"](FakeStudy(tmp_path, **good))
     assert [p["subject"] for p in result.predictions][0] == "post, lr 0.002 (post's tuned)"
     assert all(p["threshold_source"].startswith("Xiong") for p in result.predictions)
     assert [p["kind"] for p in result.predictions] == [
@@ -216,7 +113,7 @@ def test_c6a_pre_is_non_inferior_at_the_margin(pre_cost, vs, expected, tmp_path)
     # 2.2 + vs: pre's cost is pre_cost, pre without - post with is vs
     world = {"val_post": 2.2, "val_post_nowarmup": 3.0, "val_pre": 2.2 + vs - pre_cost,
              "val_pre_nowarmup": 2.2 + vs, "best_lr_post": 2e-3}
-    result = CLAIMS["C6a"](Fake(tmp_path, noise=0.002, **world))
+    result = CLAIMS["C6a"](FakeStudy(tmp_path, noise=0.002, **world))
     got = [v for p, v in zip(result.predictions, verdicts(result), strict=True)
            if p["kind"] == "non_inferiority"]
     assert got == expected * 2, [(p["subject"], p["effect"]) for p in result.predictions]
@@ -228,17 +125,18 @@ def test_c6a_pre_is_non_inferior_at_the_margin(pre_cost, vs, expected, tmp_path)
 def test_c6a_opposite_and_noise(tmp_path):
     opposite = {"val_post": 2.2, "val_post_nowarmup": 2.1, "val_pre": 2.2,
                 "val_pre_nowarmup": 3.0}
-    assert CLAIMS["C6a"](Fake(tmp_path, **opposite)).verdict == "not supported"
-    noisy = CLAIMS["C6a"](Fake(tmp_path, noise=3.0, **C6_GOOD))
+    assert CLAIMS["C6a"](FakeStudy(tmp_path, **opposite)).verdict == "not supported"
+    noisy = CLAIMS["C6a"](FakeStudy(tmp_path, noise=3.0, **C6_GOOD))
     assert noisy.verdict == "inconclusive" and "too few seeds" in noisy.diagnosis
     assert "the source names no size" in noisy.diagnosis
 
 
 def test_c6a_compares_only_where_both_placements_train():
-    ok = [{"failed": False}]
-    bad = [{"failed": True}]
-    pre = {"records": {"0.001": ok, "0.002": ok, "0.004": bad}, "best_lr": 0.004}
-    post = {"records": {"0.001": ok, "0.002": ok, "0.004": ok, "0.0005": ok}, "best_lr": 0.002}
+    ok = (RunRecord("ok", 0, "completed", 2.0, False),)
+    bad = (RunRecord("bad", 0, "diverged", 5.5, True),)
+    pre = TunedGrid("pre", 100, (1e-3, 2e-3, 4e-3), {1e-3: ok, 2e-3: ok, 4e-3: bad}, 4e-3, False)
+    post = TunedGrid("post", 100, (5e-4, 1e-3, 2e-3, 4e-3),
+                     {1e-3: ok, 2e-3: ok, 4e-3: ok, 5e-4: ok}, 2e-3, True)
     assert common_lrs(pre, post) == [0.002, 0.001]  # post's tuned first; 4e-3 failed for pre
 
 
@@ -273,7 +171,7 @@ def test_c6b_every_prediction(tmp_path):
     (_POST_TRAINS_BELOW | {"best_lr_post": 1e-3}, "not supported"),
 ])
 def test_c6b_post_diverges_is_a_failure_rate_at_post_s_best_lr(world, verdict, tmp_path):
-    result = CLAIMS["C6b"](Fake(tmp_path, **(C6_GOOD | world)))
+    result = CLAIMS["C6b"](FakeStudy(tmp_path, **(C6_GOOD | world)))
     rate = result.predictions[0]
     assert (rate["subject"], rate["kind"], rate["role"]) == ("post diverges", "failure_rate",
                                                              "claim")
@@ -292,7 +190,7 @@ def test_c6b_post_diverges_is_a_failure_rate_at_post_s_best_lr(world, verdict, t
 def test_c6b_pre_is_non_inferior_at_the_margin(cost, verdict, tmp_path):
     # equivalent (0), worse within the margin (0.01), worse beyond it (0.05)
     world = C6B_GOOD | {"val_pre_nowarmup": 2.2 + cost}
-    result = CLAIMS["C6b"](Fake(tmp_path, noise=0.002, **world))
+    result = CLAIMS["C6b"](FakeStudy(tmp_path, noise=0.002, **world))
     pre = result.predictions[1]
     assert (pre["subject"], pre["kind"]) == ("pre", "non_inferiority")
     assert pre["verdict"] == verdict, pre["effect"]
@@ -300,11 +198,11 @@ def test_c6b_pre_is_non_inferior_at_the_margin(cost, verdict, tmp_path):
 
 
 def test_c6b_tunes_each_placement_without_warmup_on_its_own_grid(tmp_path):
-    ctx = Fake(tmp_path, **C6B_GOOD)
+    ctx = FakeStudy(tmp_path, **C6B_GOOD)
     CLAIMS["C6b"](ctx)
     assert {("pre", 0), ("post", 0), ("pre", ctx.profile.warmup),
             ("post", ctx.profile.warmup)} <= set(ctx.tuned_calls)
-    noisy = CLAIMS["C6b"](Fake(tmp_path, noise=3.0, **C6B_GOOD))
+    noisy = CLAIMS["C6b"](FakeStudy(tmp_path, noise=3.0, **C6B_GOOD))
     assert noisy.verdict == "inconclusive"
 
 
@@ -323,7 +221,7 @@ def test_c9_every_same_init_pairing(tmp_path):
 
 def test_c9_is_not_tested_at_this_scale_when_the_runs_still_improve(tmp_path):
     for late in ({"late_post": 0.1}, {"late_pre_xavier": 0.1}):  # either side still falling
-        result = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, **late))
+        result = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD, **late))
         premise = result.predictions[0]
         assert (premise["subject"], premise["role"], premise["scale"]) == (
             "trained near convergence", "premise", True)
@@ -334,14 +232,14 @@ def test_c9_is_not_tested_at_this_scale_when_the_runs_still_improve(tmp_path):
             result.note
         # the claim's own predictions are reported, not decided: a refuting world is no
         # different
-        refuted = CLAIMS["C9"](Fake(tmp_path, **(C9_GOOD | late | {"val_pre_xavier": 2.1})))
+        refuted = CLAIMS["C9"](FakeStudy(tmp_path, **(C9_GOOD | late | {"val_pre_xavier": 2.1})))
         assert refuted.predictions[1]["verdict"] == "not supported"
         assert refuted.verdict == NOT_TESTED
-    at_line = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, late_post=0.02))
+    at_line = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD, late_post=0.02))
     assert at_line.predictions[0]["verdict"] == "inconclusive"
     assert at_line.verdict == "inconclusive" and at_line.needs == ""
     assert "premise does not hold (trained near convergence)" in at_line.note
-    near = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD))
+    near = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD))
     assert near.verdict == "supported" and near.needs == ""
 
 
@@ -351,7 +249,7 @@ def test_c9_s_gpt2_scaled_pairing_never_decides(tmp_path):
     for gpt2, verdict in ((2.4, "not supported"), (2.2, "supported")):
         for xavier, claim in ((2.3, "supported"), (2.1, "not supported")):
             world = C9_GOOD | {"val_post_gpt2": gpt2, "val_pre_xavier": xavier}
-            result = CLAIMS["C9"](Fake(tmp_path, **world))
+            result = CLAIMS["C9"](FakeStudy(tmp_path, **world))
             assert [p["subject"] for p in result.predictions] == subjects
             assert result.predictions[3]["role"] == "diagnostic"
             assert result.predictions[3]["verdict"] == verdict
@@ -362,7 +260,7 @@ def test_c9_s_gpt2_scaled_pairing_never_decides(tmp_path):
 def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
     # pre beats post only at the paper inits (two things differ): not what C9 decides
     world = C9_GOOD | {"val_pre": 2.3, "val_post": 2.2, "val_post_gpt2": 2.25}
-    ctx = Fake(tmp_path, **world)
+    ctx = FakeStudy(tmp_path, **world)
     result = CLAIMS["C9"](ctx)
     assert [(p["subject"], p["role"]) for p in result.predictions] == [
         ("trained near convergence", "premise"), ("post vs pre (both Xavier)", "claim"),
@@ -371,31 +269,31 @@ def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
     assert "paper_inits_context" in result.numbers
     families = {f for f, _ in ctx.tuned_calls}
     assert {"pre_xavier", "post_gpt2"} <= families  # tuned on their own grids
-    quick = CLAIMS["C9"](Fake(tmp_path, profile="quick", **C9_GOOD))
+    quick = CLAIMS["C9"](FakeStudy(tmp_path, profile="quick", **C9_GOOD))
     assert [p["subject"] for p in quick.predictions] == [
         "trained near convergence", "post vs pre (both Xavier)", "post better (both Xavier)"]
     assert quick.verdict == "supported"
-    assert CLAIMS["C9"](Fake(tmp_path, **{k: 4.5 - v for k, v in C9_GOOD.items()})
+    assert CLAIMS["C9"](FakeStudy(tmp_path, **{k: 4.5 - v for k, v in C9_GOOD.items()})
                         ).verdict == "not supported"
-    assert CLAIMS["C9"](Fake(tmp_path, noise=3.0, **C9_GOOD)).verdict == "inconclusive"
+    assert CLAIMS["C9"](FakeStudy(tmp_path, noise=3.0, **C9_GOOD)).verdict == "inconclusive"
 
 
 # -- C3: the merge cost in units of the block's own drop cost --------------------------------
 
 def test_c3_normalised_merge(tmp_path):
     good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}
-    assert verdicts(CLAIMS["C3"](Fake(tmp_path, **good))) == ["supported"]
+    assert verdicts(CLAIMS["C3"](FakeStudy(tmp_path, **good))) == ["supported"]
     opposite = {"merge_pre": 0.0, "drop_pre": 0.0, "merge_post": -3.0, "drop_post": 0.0}
-    assert verdicts(CLAIMS["C3"](Fake(tmp_path, **opposite))) == ["not supported"]
+    assert verdicts(CLAIMS["C3"](FakeStudy(tmp_path, **opposite))) == ["not supported"]
     # pre's merges are cheap only because its blocks matter less: the raw merge ratio says
     # "supported", the normalised one does not
     confounded = {"merge_pre": -3.0, "drop_pre": -3.0, "merge_post": 0.0, "drop_post": 0.0}
-    result = CLAIMS["C3"](Fake(tmp_path, noise=0.05, **confounded))
+    result = CLAIMS["C3"](FakeStudy(tmp_path, noise=0.05, **confounded))
     assert result.verdict != "supported"
     raw = result.numbers["late_merge_kl"]
     assert raw["post"]["mean"] / raw["pre"]["mean"] > 10  # both raw numbers reported
     assert "late_drop_kl" in result.numbers and "late_merge_per_drop" in result.numbers
-    assert CLAIMS["C3"](Fake(tmp_path, noise=20.0, **good)).verdict == "inconclusive"
+    assert CLAIMS["C3"](FakeStudy(tmp_path, noise=20.0, **good)).verdict == "inconclusive"
 
 
 # -- C10: transfer against the same architecture from init -----------------------------------
@@ -474,23 +372,23 @@ def test_c11_every_prediction(tmp_path):
     # norm (at 6 blocks, and 12 against 6) is a diagnostic: one that fails leaves C11 alone
     check_each_prediction("C11", C11_GOOD, [{"val_pre_nofinal": 2.0}], tmp_path,
                           diagnostics=[{"fn6": -0.1}, {"fn12": 0.2}])
-    both = CLAIMS["C11"](Fake(tmp_path, **(C11_GOOD | {"fn6": -0.1, "fn12": -0.5})))
+    both = CLAIMS["C11"](FakeStudy(tmp_path, **(C11_GOOD | {"fn6": -0.1, "fn12": -0.5})))
     assert verdicts(both) == ["supported", "not supported", "not supported"]
     assert both.verdict == "supported"
 
 
 def test_c11_without_a_deeper_model_says_so(tmp_path):
     world = {k: v for k, v in C11_GOOD.items() if k != "fn12"}
-    result = CLAIMS["C11"](Fake(tmp_path, profile="quick", **world))
+    result = CLAIMS["C11"](FakeStudy(tmp_path, profile="quick", **world))
     # quick trains neither a deeper model nor pre without a final norm: only the diagnostic
     # is measured, and a diagnostic never decides
     assert [(p["subject"], p["role"]) for p in result.predictions] == [
         ("pre, 6 blocks", "diagnostic")]
     assert verdicts(result) == ["supported"] and result.verdict == "inconclusive"
     assert "No deeper model" in result.note and "nothing decides the claim" in result.note
-    broken = CLAIMS["C11"](Fake(tmp_path, profile="quick", **{**world, "fn6": -0.1}))
+    broken = CLAIMS["C11"](FakeStudy(tmp_path, profile="quick", **{**world, "fn6": -0.1}))
     assert verdicts(broken) == ["not supported"] and broken.verdict == "inconclusive"
-    assert CLAIMS["C11"](Fake(tmp_path, noise=3.0, **C11_GOOD)).verdict == "inconclusive"
+    assert CLAIMS["C11"](FakeStudy(tmp_path, noise=3.0, **C11_GOOD)).verdict == "inconclusive"
 
 
 # -- C12: pairs along the trajectories -------------------------------------------------------
@@ -510,7 +408,7 @@ def test_trajectory_pair_takes_the_most_trained_pair_within_tolerance():
                                              ("C6b", C6B_GOOD, "pre"),
                                              ("C11", C11_GOOD, "pre_nofinal")])
 def test_stalled_side_is_reported_not_compared(cid, world, side, tmp_path):
-    result = CLAIMS[cid](Fake(tmp_path, **world, **{f"stalled_{side}": 1.0}))
+    result = CLAIMS[cid](FakeStudy(tmp_path, **world, **{f"stalled_{side}": 1.0}))
     assert result.verdict == "inconclusive" and side in result.stalled
     assert "stalled" in result.note
 
@@ -555,9 +453,9 @@ def test_c12_rows_each_prediction():
 
 
 def test_a_best_lr_left_at_the_grid_edge_is_said(tmp_path):
-    result = CLAIMS["C9"](Fake(tmp_path, **C9_GOOD, unbracketed_pre_xavier=1.0))
+    result = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD, unbracketed_pre_xavier=1.0))
     assert "Not bracketed: pre_xavier" in result.note
-    assert "Not bracketed" not in CLAIMS["C9"](Fake(tmp_path, **C9_GOOD)).note
+    assert "Not bracketed" not in CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD)).note
 
 
 @pytest.mark.draws
@@ -565,7 +463,7 @@ def test_every_threshold_names_its_source(tmp_path):
     worlds = {"C6a": C6_GOOD, "C6b": C6B_GOOD, "C9": C9_GOOD, "C11": C11_GOOD,
               "C3": {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}}
     for cid, world in worlds.items():
-        for p in CLAIMS[cid](Fake(tmp_path, **world)).predictions:
+        for p in CLAIMS[cid](FakeStudy(tmp_path, **world)).predictions:
             assert p["threshold_source"], (cid, p["subject"])
     assert all(p.threshold_source for p in c10_predictions(
         _acc(random.Random(0), **C10_GOOD), MAJORITY))
@@ -626,7 +524,7 @@ LONG_NOTE = ("the study provided no matched pre/post models for C12 because ever
 
 
 def _table_claims(tmp_path) -> list[dict[str, Any]]:
-    c6b = CLAIMS["C6b"](Fake(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3}))).to_dict()
+    c6b = CLAIMS["C6b"](FakeStudy(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3}))).to_dict()
     c6b["calibration"] = "passed"
     return [c6b, {"id": "C12", "title": "Deep Pre-LN layers are removable",
                   "verdict": "not run", "note": LONG_NOTE, "predictions": []}]
@@ -662,7 +560,7 @@ def test_terminal_summary_wraps_and_never_cuts(tmp_path):
 
 
 def test_the_claims_effect_is_the_prediction_that_decides_it(tmp_path):
-    result = CLAIMS["C6b"](Fake(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3})))
+    result = CLAIMS["C6b"](FakeStudy(tmp_path, **(C6B_GOOD | {"val_pre_nowarmup": 2.3})))
     assert result.verdict == "not supported"
     assert result.effect.name == result.predictions[1]["quantity"]
     assert result.effect.estimate == result.predictions[1]["effect"]["estimate"]  # pre's
@@ -676,7 +574,7 @@ WORDS = {"C3": C3_GOOD, "C6a": C6_GOOD, "C6b": C6B_GOOD, "C9": C9_GOOD, "C11": C
 
 @pytest.mark.parametrize("cid", sorted(WORDS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
-    recorded_words(f"empirical_{cid}", CLAIMS[cid](Fake(tmp_path, **WORDS[cid])), figure_calls)
+    recorded_words(f"empirical_{cid}", CLAIMS[cid](FakeStudy(tmp_path, **WORDS[cid])), figure_calls)
 
 
 @pytest.mark.parametrize(("name", "cid", "profile", "world"), [
@@ -694,7 +592,7 @@ def test_the_words_of_stalled_unbracketed_noisy_and_short_runs(name, cid, profil
     world = dict(world)
     noise = world.pop("noise", 0.01)
     recorded_words(f"empirical_{name}",
-                   CLAIMS[cid](Fake(tmp_path, noise=noise, profile=profile, **world)),
+                   CLAIMS[cid](FakeStudy(tmp_path, noise=noise, profile=profile, **world)),
                    figure_calls)
 
 
@@ -710,7 +608,7 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
     def mean(ci):
         return ci["mean"]
 
-    c6a = CLAIMS["C6a"](Fake(tmp_path, noise=0.0, **C6_GOOD)).numbers
+    c6a = CLAIMS["C6a"](FakeStudy(tmp_path, noise=0.0, **C6_GOOD)).numbers
     assert c6a["common_lrs"] == [1e-3, 2e-3]  # post's tuned lr (the first of equals) first
     at = c6a["lr 0.001"]
     assert mean(at["cost"]["post"]) == pytest.approx(0.8)
@@ -719,10 +617,11 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
     assert at["outcomes_without_warmup"] == {pl: ["completed"] * SEEDS for pl in ("pre", "post")}
     assert c6a["tuning"]["post"] == {
         "lrs": list(LRS), "best_lr": 1e-3, "bracketed": True, "extensions": [],
-        "mean_val_loss": {}, "outcomes": {f"{lr:g}": ["completed"] * SEEDS for lr in LRS}}
+        "mean_val_loss": {f"{lr:g}": C6_GOOD["val_post"] for lr in LRS},
+        "outcomes": {f"{lr:g}": ["completed"] * SEEDS for lr in LRS}}
 
-    c6b = CLAIMS["C6b"](Fake(tmp_path, noise=0.0, **(C6_GOOD | {"val_pre_nowarmup@0.002": 1.9}))
-                        ).numbers
+    c6b = CLAIMS["C6b"](FakeStudy(tmp_path, noise=0.0,
+                                  **(C6_GOOD | {"val_pre_nowarmup@0.002": 1.9}))).numbers
     assert mean(c6b["cost"]["post"]) == pytest.approx(0.8)
     assert mean(c6b["cost"]["pre"]) == pytest.approx(1.9 - 2.2)  # its best cell, 2e-3
     assert c6b["tuning_without_warmup"]["pre"]["best_lr"] == 2e-3
@@ -730,18 +629,18 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
     assert c6b["post_without_warmup_at_its_best_lr"] == {
         "lr": c6b["tuning_with_warmup"]["post"]["best_lr"], "outcomes": ["completed"] * SEEDS}
 
-    c9 = CLAIMS["C9"](Fake(tmp_path, noise=0.0, **C9_GOOD)).numbers
+    c9 = CLAIMS["C9"](FakeStudy(tmp_path, noise=0.0, **C9_GOOD)).numbers
     assert mean(c9["paper_inits_context"]["pre (GPT-2 scaled) - post (Xavier)"]) == \
         pytest.approx(2.3 - 2.2)
     assert set(c9["tuning"]) == {"pre", "post", "pre_xavier", "post_gpt2"}
 
-    c11 = CLAIMS["C11"](Fake(tmp_path, noise=0.0, **C11_GOOD)).numbers
+    c11 = CLAIMS["C11"](FakeStudy(tmp_path, noise=0.0, **C11_GOOD)).numbers
     assert mean(c11["final_norm_dropped_6_blocks"]) == pytest.approx(0.5)
     assert mean(c11["final_norm_dropped_12_blocks"]) == pytest.approx(1.0)
     assert c11["deep_lr"] == 2e-3
     assert set(c11["tuning"]) == {"with", "without"}
 
-    c3 = CLAIMS["C3"](Fake(tmp_path, noise=0.0, **C3_GOOD)).numbers
+    c3 = CLAIMS["C3"](FakeStudy(tmp_path, noise=0.0, **C3_GOOD)).numbers
     assert mean(c3["late_merge_per_drop"]["pre"]) == pytest.approx(math.exp(-3.0))
     assert mean(c3["late_merge_per_drop"]["post"]) == pytest.approx(1.0)
     assert mean(c3["late_merge_kl"]["pre"]) == pytest.approx(math.exp(-3.0))
@@ -751,30 +650,27 @@ def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):
 
 
 def test_c6a_trains_the_no_warmup_runs_of_both_placements_in_one_go(tmp_path):
-    ctx = Fake(tmp_path, noise=0.0, **C6_GOOD)  # post's tuned lr: the first of equals, 1e-3
+    ctx = FakeStudy(tmp_path, noise=0.0, **C6_GOOD)  # post's tuned lr: the first of equals, 1e-3
     CLAIMS["C6a"](ctx)
     assert ctx.prefetched == [[("pre", [1e-3, 2e-3], 0), ("post", [1e-3, 2e-3], 0)]]
-    stalled = Fake(tmp_path, **C6_GOOD, stalled_post=1.0)
+    stalled = FakeStudy(tmp_path, **C6_GOOD, stalled_post=1.0)
     CLAIMS["C6a"](stalled)
     assert stalled.prefetched == []
 
 
 @pytest.mark.parametrize(("claims", "prefetched"), [(None, ["deep"]), (["C11", "C12"], ["deep"]),
-                                                    (["C11"], []), ("absent", ["deep"])])
+                                                    (["C11"], [])])
 def test_c11_trains_both_placements_deep_models_only_when_c12_reads_them(claims, prefetched,
                                                                          tmp_path):
-    ctx = Fake(tmp_path, **C11_GOOD)
-    if claims == "absent":  # a context that does not say which claims run: all of them
-        del ctx.claims
-    else:
-        ctx.claims = claims
+    ctx = FakeStudy(tmp_path, **C11_GOOD)
+    ctx.claims = claims
     CLAIMS["C11"](ctx)
     assert ctx.prefetched == prefetched
     assert ctx.deep_asked == ["pre"]
 
 
 def test_c11_compares_the_seeds_both_depths_have(tmp_path):
-    result = CLAIMS["C11"](Fake(tmp_path, noise=0.0, **C11_GOOD, deep_seeds=3))
+    result = CLAIMS["C11"](FakeStudy(tmp_path, noise=0.0, **C11_GOOD, deep_seeds=3))
     deep = next(p for p in result.predictions if p["subject"] == "pre, 12 vs 6 blocks")
     assert deep["effect"]["n"] == 3 and deep["effect"]["estimate"] == pytest.approx(0.5)
     assert result.numbers["final_norm_dropped_12_blocks"]["n"] == 3
@@ -783,26 +679,27 @@ def test_c11_compares_the_seeds_both_depths_have(tmp_path):
 def test_c11_says_when_the_profile_s_deep_pre_model_did_not_train(tmp_path, recorded_words,
                                                                   figure_calls):
     world = {k: v for k, v in C11_GOOD.items() if k != "fn12"}  # standard: 12 blocks, none
-    result = CLAIMS["C11"](Fake(tmp_path, **world))
+    result = CLAIMS["C11"](FakeStudy(tmp_path, **world))
     assert "No 12-block pre model trained: the cost of dropping the final norm is measured at " \
         "6 blocks only" in result.note
     recorded_words("empirical_C11_no_deep_model_trained", result, figure_calls)
 
 
-class _Probes(Fake):
-    """Fake with trained probes given block by block: `probes[pl]` is one per-block dict per
-    seed."""
+class _Probes(FakeStudy):
+    """The fake study with trained probes given block by block: `probes[pl]` is one per-block
+    dict per seed."""
 
     def __init__(self, tmp: Path, probes: dict[str, list[dict[str, list[float]]]]) -> None:
         super().__init__(tmp)
         self.probes = probes
 
-    def trained_probes(self) -> dict[str, Any]:
-        pair = {"matched": True, "tolerance": 0.05, "pre_lr": 2e-3, "post_lr": 2e-3,
-                "pre_val_loss": 2.2, "post_val_loss": 2.21, "gap": -0.01}
-        return {"pair": pair} | {pl: {"lr": 2e-3, "seeds": [
-            {"per_block": pb, "summary": {"effective_depth_kl": 3.0}} for pb in seeds]}
-            for pl, seeds in self.probes.items()}
+    def trained_probes(self) -> ProbedPair:
+        pair = MatchedPair(True, tolerance=0.05, pre_lr=2e-3, post_lr=2e-3, pre_val_loss=2.2,
+                           post_val_loss=2.21, gap=-0.01)
+        return ProbedPair(pair, {pl: tuple(ProbedRun(f"{pl}-{i}", pb,
+                                                     {"effective_depth_kl": 3.0})
+                                           for i, pb in enumerate(seeds))
+                                 for pl, seeds in self.probes.items()})
 
 
 def _blocks(merge: list[float], drop: list[float]) -> dict[str, list[float]]:
@@ -826,13 +723,13 @@ def test_c3_pairs_the_seeds_both_placements_have_and_skips_a_ratio_it_cannot_tak
     assert zero_pre.predictions[0]["effect"]["n"] == 1  # seed 2's pre ratio is 0
 
 
-class _NoCommonLr(Fake):
+class _NoCommonLr(FakeStudy):
     """Pre's seeds fail at 1e-3, post's at 2e-3: no lr where both trained with warmup."""
 
-    def _records(self, family: str, lr: float, warmup: int) -> list[dict[str, Any]]:
+    def _records(self, family: str, lr: float, warmup: int) -> list[RunRecord]:
         out = super()._records(family, lr, warmup)
         if warmup and (family, lr) in (("pre", 1e-3), ("post", 2e-3)):
-            out[0] = out[0] | {"outcome": "diverged", "failed": True}
+            out[0] = replace(out[0], outcome="diverged", failed=True)
         return out
 
 
@@ -856,15 +753,13 @@ def test_c6a_says_when_no_lr_of_the_grid_has_both_placements_trained(tmp_path, r
 
 def _tuning_context(tmp_path, monkeypatch, trains_at_or_below: float, extensions: int = 2,
                     least_bad_stall: float = 0.0):
-    """A StudyContext whose runs are planted: every seed of a cell above
+    """A StudyFolder whose runs are planted: every seed of a cell above
     `trains_at_or_below` stalls (near the unigram loss, 3.3, least bad at `least_bad_stall`);
     a cell at or below it trains, its loss lowest at 5e-4."""
-    from dataclasses import replace
-
-    from normlab.study.experiments import StudyContext
+    from normlab.study.experiments import StudyFolder
 
     p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3, 4e-3), max_lr_extensions=extensions)
-    ctx = StudyContext(tmp_path, p, log=lambda _m: None)
+    ctx = StudyFolder(tmp_path, p, log=lambda _m: None)
     asked: list[tuple[float, ...]] = []
 
     def planted_runs(self, family, lrs, warmup, blocks=None):
@@ -873,14 +768,13 @@ def _tuning_context(tmp_path, monkeypatch, trains_at_or_below: float, extensions
         for lr in lrs:
             stalled = lr > trains_at_or_below
             loss = 3.3 + abs(lr - least_bad_stall) if stalled else 2.0 + abs(lr - 5e-4) * 100
-            out[lr] = [{"run_id": f"{family}-{lr:g}-{s}", "seed": s, "score": loss,
-                        "val_loss": loss, "failed": stalled,
-                        "outcome": "stalled" if stalled else "completed"}
-                       for s in range(p.seeds)]
+            out[lr] = [RunRecord(f"{family}-{lr:g}-{s}", s,
+                                 "stalled" if stalled else "completed", loss, stalled,
+                                 val_loss=loss) for s in range(p.seeds)]
         return out
 
-    monkeypatch.setattr(StudyContext, "runs", planted_runs)
-    monkeypatch.setattr(StudyContext, "prefetch", lambda self, specs: None)
+    monkeypatch.setattr(StudyFolder, "runs", planted_runs)
+    monkeypatch.setattr(StudyFolder, "prefetch", lambda self, specs: None)
     return ctx, asked
 
 
@@ -891,55 +785,55 @@ def test_tuned_extends_an_all_stalled_grid_downward_and_never_calls_it_bracketed
     ctx, asked = _tuning_context(tmp_path, monkeypatch, trains_at_or_below=0.0)
     t = ctx.tuned("post")
     assert asked == [(1e-3, 2e-3, 4e-3), (5e-4,), (2.5e-4,)]
-    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
-    assert t["extensions"] == ["every cell stalled or diverged: added 0.0005 below",
+    assert list(t.lrs) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert list(t.extensions) == ["every cell stalled or diverged: added 0.0005 below",
                                "every cell stalled or diverged: added 0.00025 below"]
-    assert t["all_stalled"] and not t["bracketed"]
-    assert t["best_lr"] == 2.5e-4  # the least bad, reported, not an optimum
+    assert t.all_stalled and not t.bracketed
+    assert t.best_lr == 2.5e-4  # the least bad, reported, not an optimum
     # the least bad stall inside the grid is no bracketed optimum either
     ctx, asked = _tuning_context(tmp_path / "a", monkeypatch, trains_at_or_below=0.0,
                                  least_bad_stall=2e-3)
     t = ctx.tuned("post")
-    assert t["best_lr"] == 2e-3 and len(t["extensions"]) == 2
-    assert t["lrs"][:2] == [2.5e-4, 5e-4] and t["all_stalled"] and not t["bracketed"]
+    assert t.best_lr == 2e-3 and len(t.extensions) == 2
+    assert list(t.lrs)[:2] == [2.5e-4, 5e-4] and t.all_stalled and not t.bracketed
     # the first extension finds a cell that trains, at the low edge: extended once more below,
     # and the trained optimum (5e-4) is then inside the grid
     ctx, asked = _tuning_context(tmp_path / "b", monkeypatch, trains_at_or_below=5e-4)
     t = ctx.tuned("post")
-    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3] and t["best_lr"] == 5e-4
-    assert t["extensions"] == ["every cell stalled or diverged: added 0.0005 below",
+    assert list(t.lrs) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3] and t.best_lr == 5e-4
+    assert list(t.extensions) == ["every cell stalled or diverged: added 0.0005 below",
                                "best lr 0.0005 at the low edge: added 0.00025"]
-    assert t["bracketed"] and not t["all_stalled"]
+    assert t.bracketed and not t.all_stalled
     # the extensions run out with the only trained cell at the low edge: not bracketed
     ctx, _ = _tuning_context(tmp_path / "c", monkeypatch, trains_at_or_below=5e-4, extensions=1)
     t = ctx.tuned("post")
-    assert t["lrs"] == [5e-4, 1e-3, 2e-3, 4e-3] and t["best_lr"] == 5e-4
-    assert not t["bracketed"] and not t["all_stalled"]
+    assert list(t.lrs) == [5e-4, 1e-3, 2e-3, 4e-3] and t.best_lr == 5e-4
+    assert not t.bracketed and not t.all_stalled
     # with a single extension and nothing trained: still all stalled, still not bracketed
     ctx, _ = _tuning_context(tmp_path / "d", monkeypatch, trains_at_or_below=0.0, extensions=1)
     t = ctx.tuned("post")
-    assert t["lrs"] == [5e-4, 1e-3, 2e-3, 4e-3] and t["all_stalled"] and not t["bracketed"]
+    assert list(t.lrs) == [5e-4, 1e-3, 2e-3, 4e-3] and t.all_stalled and not t.bracketed
 
 
 def test_tuned_never_takes_a_failed_cell_for_the_optimum(tmp_path, monkeypatch):
     # trains at or below 2e-3; the stalled 4e-3 cell is planted with a loss (1.0) lower than
     # every trained cell's
     ctx, _ = _tuning_context(tmp_path, monkeypatch, trains_at_or_below=2e-3)
-    from normlab.study.experiments import StudyContext
+    from normlab.study.experiments import StudyFolder
 
-    planted = StudyContext.runs
+    planted = StudyFolder.runs
 
     def with_a_cheap_stall(self, family, lrs, warmup, blocks=None):
         out = planted(self, family, lrs, warmup, blocks)
         for lr, recs in out.items():
-            if recs[0]["failed"]:
-                out[lr] = [r | {"score": 1.0, "val_loss": 1.0} for r in recs]
+            if recs[0].failed:
+                out[lr] = [replace(r, score=1.0, val_loss=1.0) for r in recs]
         return out
 
-    monkeypatch.setattr(StudyContext, "runs", with_a_cheap_stall)
+    monkeypatch.setattr(StudyFolder, "runs", with_a_cheap_stall)
     t = ctx.tuned("post")
     # 1e-3 (the best trained cell) sits at the low edge: 5e-4 added below, the optimum there;
     # then 2.5e-4 below it; the stalled 4e-3 (score 1.0) is never the best, nor extended
-    assert t["best_lr"] == 5e-4 and t["bracketed"]
-    assert t["lrs"] == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
-    assert not any("high edge" in e for e in t["extensions"])
+    assert t.best_lr == 5e-4 and t.bracketed
+    assert list(t.lrs) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert not any("high edge" in e for e in t.extensions)

@@ -4,15 +4,18 @@ measurements, the pairing at matched loss, and the drop-cost statistic."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from fake_study import FakeStudy
 
 from normlab.study.claims import c10_transfer, c12_removable_layers
 from normlab.study.claims.c12_removable_layers import decide_c12, drop_cost_profile
 from normlab.study.claims.common import matched_pairs
+from normlab.study.context import RunRecord, TunedGrid
 from normlab.study.schema import Pretrained
 
 SEEDS = 5
@@ -144,11 +147,11 @@ def tiny_pairs(tmp_path_factory):
 
 
 def _ctx(tmp_path, **extra):
-    from normlab.study.experiments import StudyContext
+    from normlab.study.experiments import StudyFolder
     from normlab.study.profiles import PROFILES
 
     profile = SimpleNamespace(**(PROFILES["tiny"].to_dict() | extra))
-    return StudyContext(tmp_path, profile, log=lambda _: None)
+    return StudyFolder(tmp_path, profile, log=lambda _: None)
 
 
 def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path):
@@ -223,12 +226,7 @@ def test_tune_lr_extends_the_grid_past_a_winning_edge():
 # -- the words C10 and C12 show, on planted measurements -----------------------------------------
 
 def _planted_ctx(tmp_path, **profile):
-    from normlab.study.profiles import PROFILES
-
-    fig_dir = tmp_path / "figures"
-    fig_dir.mkdir(exist_ok=True)
-    return SimpleNamespace(out=tmp_path, fig_dir=fig_dir, log=lambda _m: None,
-                           profile=SimpleNamespace(**(PROFILES["standard"].to_dict() | profile)))
+    return FakeStudy(tmp_path, settings=profile)
 
 
 def _pretrained(outcome_post: str = "completed", seeds: int = 4) -> list[Pretrained]:
@@ -274,11 +272,14 @@ def test_c12_s_words_are_the_recorded_ones(planted_c12, tmp_path, recorded_words
 
 def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path):
     ctx = _planted_ctx(tmp_path)
-    ctx.deep_runs = lambda pl: {"lr": 1e-3 if pl == "pre" else 2e-3, "bracketed": True,
-                                "records": ["not reported"]}
+    ctx.deep_grid = lambda pl: TunedGrid(pl, 100, (1e-3, 2e-3), {
+        lr: (RunRecord("not reported", 0, "completed", 2.0 + lr, False),) for lr in (1e-3, 2e-3)},
+        1e-3 if pl == "pre" else 2e-3, False, ("best lr at the edge",))
     res = planted_c12.measure(ctx, _pretrained(seeds=3))
-    assert res.numbers["deep_tuned"] == {"pre": {"lr": 1e-3, "bracketed": True},
-                                         "post": {"lr": 2e-3, "bracketed": True}}
+    assert res.numbers["deep_tuned"] == {
+        pl: {"lr": lr, "bracketed": False, "extensions": ["best lr at the edge"],
+             "all_stalled": False, "mean_score": {"0.001": 2.001, "0.002": 2.002}}
+        for pl, lr in (("pre", 1e-3), ("post", 2e-3))}
     assert res.numbers["pairs"] == 3
     assert res.verdict == "supported" and res.stalled == []
     assert res.note == "pre's deep blocks are cheaper; post's are not; real checkpoints not " \
@@ -289,7 +290,7 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
     assert res.numbers["own_models"]["slopes"]["pre"] == pytest.approx(
         (-1.0 + _noise(0.1)[:3]).tolist())
     assert res.effect.name == "depth slope of the drop cost: post - pre"
-    ctx.profile.c12_min_pairs = 4
+    ctx.profile = replace(ctx.profile, c12_min_pairs=4)
     assert "3 matched pair(s) along the trajectories, fewer than the 4" in \
         planted_c12.measure(ctx, _pretrained(seeds=3)).note
 
@@ -379,16 +380,15 @@ def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words
     recorded_words("external_C10_not_run", planted_c10.measure(ctx, []))
 
 
-def test_c10_settings_come_from_the_profile_with_defaults_and_refuse_short_passages(tmp_path):
+def test_c10_settings_come_from_the_profile_and_refuse_short_passages(tmp_path):
     from normlab.study.claims.c10_transfer import c10_settings
 
-    bare = SimpleNamespace(profile=SimpleNamespace())
-    assert c10_settings(bare) == {
-        "steps": 200, "batch_size": 32, "warmup": 20, "passage_bytes": 256, "test_max": None,
+    assert c10_settings(FakeStudy(tmp_path)) == {
+        "steps": 150, "batch_size": 16, "warmup": 15, "passage_bytes": 256, "test_max": 512,
         "val_fraction": 0.1, "val_max": 512, "train_eval_max": 256, "standardize": 512}
-    ctx = SimpleNamespace(profile=SimpleNamespace(finetune_steps=30, finetune_passage_bytes=512))
+    ctx = FakeStudy(tmp_path, settings={"finetune_steps": 30, "finetune_passage_bytes": 512})
     assert c10_settings(ctx)["warmup"] == 3 and c10_settings(ctx)["passage_bytes"] == 512
-    short = SimpleNamespace(profile=SimpleNamespace(finetune_passage_bytes=128))
+    short = FakeStudy(tmp_path, settings={"finetune_passage_bytes": 128})
     with pytest.raises(ValueError, match="at least 256 bytes, got 128"):
         c10_settings(short)
 
@@ -542,7 +542,7 @@ def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
 
 def test_pairs_refuse_a_placement_c10_and_c12_do_not_compare():
     with pytest.raises(ValueError, match=r"one of \('pre', 'post'\), got 'sandwich' \(x\)"):
-        matched_pairs([Pretrained("sandwich", 0, Path("x"), 2.0)])
+        matched_pairs([Pretrained("sandwich", 0, Path("x"), 2.0)], 0.05)
 
 
 def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monkeypatch):
@@ -641,11 +641,14 @@ def planted_finetuning(monkeypatch):
     return c10_transfer, calls
 
 
+# the fine-tuning settings these tests start from (each test changes some)
+FINETUNE = {"finetune_steps": 200, "finetune_batch_size": 32, "finetune_test_max": None,
+            "finetune_lrs": (3e-4, 1e-3, 3e-3), "finetune_lr_extensions": 2, "workers": 1}
+
+
 def _finetune_ctx(tmp_path, **profile):
-    logged, cached = [], []
-    ctx = SimpleNamespace(out=tmp_path, profile=SimpleNamespace(**profile), log=logged.append,
-                          cached=lambda name, compute: cached.append(name) or compute())
-    return ctx, logged, cached
+    ctx = FakeStudy(tmp_path, settings=FINETUNE | profile)
+    return ctx, ctx.logged, ctx.cached_names
 
 
 def _pairs_at(gap: float) -> list[Pretrained]:
@@ -797,17 +800,15 @@ def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
     assert res.numbers["real_models_illustration"] == {"minilm": {"n_blocks": 6}}
 
 
-def test_c12_names_both_sides_when_both_stalled_and_runs_on_a_bare_profile(planted_c12,
-                                                                           tmp_path):
+def test_c12_names_both_sides_when_both_stalled_and_says_when_no_models_came(planted_c12,
+                                                                            tmp_path):
     ctx = _planted_ctx(tmp_path)
     both = planted_c12.measure(ctx, [dataclasses_replace(c, outcome="stalled")
                                  for c in _pretrained()])
     assert both.stalled == ["pre", "post"]
     assert "pre and post stalled or diverged in every seed at its tuned lr" in both.note
-    # a context with neither checkpoints nor a profile that says whether it trains deep models
-    bare = SimpleNamespace(out=tmp_path, fig_dir=tmp_path, log=lambda _m: None,
-                           profile=SimpleNamespace())
-    res = planted_c12.measure(bare)
+    # a study whose profile trains deep models but that provided none
+    res = planted_c12.measure(_planted_ctx(tmp_path))
     assert res.verdict == "not run"
     assert res.note == ("real checkpoints not probed: minilm is not in the local cache "
                         "(planted); the study provided no matched pre/post models for C12")
@@ -820,12 +821,11 @@ def test_c10_settings_reads_every_fine_tuning_setting_the_profile_gives(tmp_path
              "finetune_passage_bytes": 384, "finetune_test_max": 50,
              "finetune_val_fraction": 0.2, "finetune_val_max": 128,
              "finetune_train_eval_max": 64, "finetune_standardize": 0}
-    assert c10_settings(SimpleNamespace(profile=SimpleNamespace(**given))) == {
+    assert c10_settings(FakeStudy(tmp_path, settings=given)) == {
         "steps": 40, "batch_size": 8, "warmup": 7, "passage_bytes": 384, "test_max": 50,
         "val_fraction": 0.2, "val_max": 128, "train_eval_max": 64, "standardize": 0}
     # a run shorter than 10 steps still warms up for one step, not more
-    assert c10_settings(SimpleNamespace(profile=SimpleNamespace(finetune_steps=5)))[
-        "warmup"] == 1
+    assert c10_settings(FakeStudy(tmp_path, settings={"finetune_steps": 5}))["warmup"] == 1
 
 
 def test_drop_cost_profile_s_ends_keys_and_half_median_edge():
@@ -841,11 +841,11 @@ def test_drop_cost_profile_s_ends_keys_and_half_median_edge():
 
 def test_pairs_go_on_past_a_left_out_seed_and_name_both_untrained_sides():
     ok = [Pretrained(pl, 1, Path(f"{pl}-1"), 2.0) for pl in ("pre", "post")]
-    pairs, left_out = matched_pairs([Pretrained("pre", 0, Path("pre-0"), 2.0), *ok])
+    pairs, left_out = matched_pairs([Pretrained("pre", 0, Path("pre-0"), 2.0), *ok], 0.05)
     assert sorted(pairs) == [1] and left_out == ["seed 0: no post checkpoint"]
     both = [Pretrained("pre", 2, Path("pre-2"), 2.0, outcome="stalled"),
             Pretrained("post", 2, Path("post-2"), 2.0, outcome="diverged")]
-    assert matched_pairs(both)[1] == ["seed 2: pre stalled, post diverged"]
+    assert matched_pairs(both, 0.05)[1] == ["seed 2: pre stalled, post diverged"]
     # a gap of exactly the tolerance is within it (0.25 and the losses are exact in binary)
     edge = [Pretrained("pre", 3, Path("pre-3"), 2.0), Pretrained("post", 3, Path("post-3"), 2.25)]
     assert sorted(matched_pairs(edge, 0.25)[0]) == [3]

@@ -13,11 +13,12 @@ rule is tested without building a model.
 from __future__ import annotations
 
 import math
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_study import DEEPNET, LADDER_SEEDS, FakeStudy, Planted
+from fake_study import SEEDS as PROBE_SEEDS
 
 from normlab.probe.fits import loglog_fit
 from normlab.study.claims import c01_stream_growth as c01
@@ -26,247 +27,21 @@ from normlab.study.claims import c05_gradient_by_layer as c05
 from normlab.study.claims import c07_deepnet_update as c07
 from normlab.study.claims import c08_admin_sensitivity as c08
 from normlab.study.claims import ladder
+from normlab.study.context import MatchedPair, ProbedPair
 from normlab.study.ladders import fairseq_ladder, xiong_ladder
 from normlab.study.profiles import PROFILES
 
-SEEDS = 6
-
-# What the sources state, per placement, in the planted parameters' terms. Lemma 2's world: each
-# block adds its branches' energy (units of d): uniform attention d/2, the ReLU FFN d/2 (Lemma 1),
-# so pre's stream grows by `pre_inc` = attn_sq + mlp_sq per block, linearly (`pre_power` 1), and
-# post's FFN norm input is 1 + mlp_sq at every block (`post_norm_slope` 0).
-XIONG = {"pre_inc": 1.0, "attn_sq": 0.5, "mlp_sq": 0.5, "pre_power": 1.0,
-         "post_norm_slope": 0.0, "pre_mech": 0.0, "post_slope": 0.0,
-         "post_trend": 1.0, "pre_trend": 0.0}
-# Curse of Depth: a trained Pre-LN stream grows faster than at init (log growth over the model).
-TRAINED = {"pre_growth": 0.5, "post_growth": 0.0}
-ADMIN = {"post": "n", "pre": "log", "admin": "log", "admin_o1": "const"}
-# Admin's laws of the output change against n (and of the sum of branch over input energies,
-# `<placement>_mech`); each is 0 at n = 0, so a sublayer i adds law(i) - law(i - 1) to the sum.
-LAWS = {"n": float, "log": lambda n: math.log(n) if n > 0 else 0.0,
-        "const": lambda n: 1.0 if n > 0 else 0.0, "sqrt": math.sqrt,
-        "n1.5": lambda n: float(n) ** 1.5}
-DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
+SEEDS = LADDER_SEEDS
 
 
-class Planted:
-    """Per rung key, parameters overriding the source-consistent defaults; noise per value."""
-
-    def __init__(self, noise: float = 0.005, **by_rung: dict[str, Any]) -> None:
-        self.noise, self.by_rung = noise, by_rung
-        self.rng = random.Random(0)
-
-    def param(self, rung: str, key: str, default: Any) -> Any:
-        return self.by_rung.get(rung, {}).get(key, default)
-
-    def jitter(self, value: float) -> float:
-        return value * math.exp(self.noise * self.rng.gauss(0.0, 1.0))
-
-
-class FakeContext:
-    """Serves the ladders a claim asks `init_ladder` / `update_ladder` for, made for exactly the
-    rungs, placements, depths and measurements asked (a claim that asks for the wrong ones reads
-    data that is not there), and records each request in `requests`."""
-
-    def __init__(self, tmp: Path, world: Planted, failing_lrs: tuple[float, ...] = ()) -> None:
-        self.out, self.world, self.failing_lrs = tmp, world, failing_lrs
-        self.fig_dir = tmp / "figures"
-        self.fig_dir.mkdir(exist_ok=True)
-        self.profile = PROFILES["quick"]
-        self.log = lambda _m: None
-        self.requests: list[dict[str, Any]] = []
-
-    def cached(self, name: str, compute) -> Any:
-        raise AssertionError(f"the theory claims read their ladders through init_ladder and "
-                             f"update_ladder, not ctx.cached ({name})")
-
-    def init_ladder(self, name: str, rungs, placements, depths, perturb: bool = False,
-                    stats: bool = True) -> dict[str, Any]:
-        self.requests.append({"kind": "init", "name": name, "rungs": list(rungs),
-                              "placements": list(placements), "depths": list(depths),
-                              "perturb": perturb, "stats": stats})
-        if name.startswith("ladder_admin"):
-            return self._admin(rungs, placements, depths, perturb, stats)
-        return self._xiong(rungs, placements, depths, stats)
-
-    def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
-                      ) -> dict[str, Any]:
-        self.requests.append({"kind": "update", "name": name,
-                              "rungs": [(r.key, r.fields, lr) for r, lr in rungs],
-                              "depths": list(depths),
-                              "steps": steps, "warmup": warmup})
-        return self._deepnet([r.key for r, _ in rungs], depths)
-
-    def depths(self) -> list[int]:
-        return sorted(set(self.profile.init_depths) | {ladder.FIG3_DEPTH})
-
-    # -- Xiong's ladder: C1, C4, C5 ------------------------------------------------------------
-    def _pre_stream(self, rung: str, L: int) -> dict[str, list[float]]:
-        """Pre-LN's stream and its branches, in units of d. The stream grows by `pre_inc` per
-        block on average, as `l^pre_power`, to reach `pre_inc L` at the last block (so the
-        power alone changes its shape, not the increment); block l's attention and MLP add
-        `attn_sq` and `mlp_sq` times that block's share of the growth (the cross terms vanish,
-        Lemma 2's mechanism, when attn_sq + mlp_sq = pre_inc). Each block's stream and each
-        model's branches carry their own jitter (one per value, median-preserving)."""
-        w = self.world
-        ffn_only = rung == "source_a"
-        inc = w.param(rung, "pre_inc", 0.5 if ffn_only else XIONG["pre_inc"])
-        attn = w.param(rung, "attn_sq", 0.0 if ffn_only else XIONG["attn_sq"])
-        mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
-        p = w.param(rung, "pre_power", XIONG["pre_power"])
-        grown = [inc * L * (l / L) ** p for l in range(L + 1)]
-        share = [(b - a) / inc for a, b in zip(grown, grown[1:], strict=False)]
-        sq = [1 + w.jitter(g) for g in grown[1:]]
-        j = w.jitter(1.0)
-        attn_b, mlp_b = [attn * s * j for s in share], [mlp * s * j for s in share]
-        attn_in = [1.0, *sq[:-1]]
-        return {"sq_norm": sq, "attn_branch_sq": attn_b, "mlp_branch_sq": mlp_b,
-                "attn_in_sq": attn_in,
-                "mlp_in_sq": [x + a for x, a in zip(attn_in, attn_b, strict=True)]}
-
-    def _stats(self, rung: str, placement: str, L: int) -> dict[str, Any]:
-        w, d = self.world, 64.0
-        if placement == "pre":
-            units = self._pre_stream(rung, L)
-            # the mechanism: grad ~ E||x_L||^-1/2-power, times L^(planted departure)
-            grad = units["sq_norm"][-1] ** -0.5 * L ** w.param(rung, "pre_mech",
-                                                                XIONG["pre_mech"])
-            trend = w.param(rung, "pre_trend", XIONG["pre_trend"])
-            units["mlp_norm_input_sq"] = [3.0] * L
-        else:
-            # Post-LN: each sublayer reads the normalized stream (E||z||^2 = d); the FFN norm's
-            # input is z + FFN(z), 1 + E||FFN(z)||^2 / d (Lemma 2's 3/2 with Lemma 1's d/2)
-            ffn_only = rung == "source_a"
-            mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
-            grad = L ** w.param(rung, "post_slope", XIONG["post_slope"])
-            trend = w.param(rung, "post_trend", XIONG["post_trend"])
-            # (one jitter per model for its level and its FFN's energy; a symmetric one per
-            # block about the planted tilt, which leaves the mean over blocks unbiased)
-            level = w.jitter(w.param(rung, "post_norm_in", 1 + mlp))
-            tilt = w.param(rung, "post_norm_slope", XIONG["post_norm_slope"])
-            ffn = w.jitter(mlp)
-            units = {"sq_norm": [1.0] * L,
-                     "mlp_norm_input_sq": [level + tilt * (i / max(1, L - 1) - 0.5)
-                                           + level * w.noise * w.rng.gauss(0.0, 1.0)
-                                           for i in range(L)],
-                     "attn_branch_sq": [0.0 if ffn_only else XIONG["attn_sq"]] * L,
-                     "mlp_branch_sq": [ffn] * L,
-                     "attn_in_sq": [1.0] * L, "mlp_in_sq": [1.0] * L}
-        trend = w.param(rung, f"{placement}_trend@{L}", trend)  # a trend at one depth only
-        trend = trend + w.noise * 20 * w.rng.gauss(0.0, 1.0)
-        fc = [math.exp(trend * i / max(1, L - 1)) for i in range(L)]
-        per_block = {k: [d * v for v in vs] for k, vs in units.items()} | {"fc_out_grad": fc}
-        return {"per_block": per_block,
-                "summary": {"embed_sq": d, "final_in_sq": per_block["sq_norm"][-1],
-                            "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
-
-    def _xiong(self, rungs, placements, depths, stats: bool) -> dict[str, Any]:
-        return {r.key: {pl: [{"n_blocks": L, "seed": s}
-                             | ({"stats": self._stats(r.key, pl, L)} if stats else {})
-                             for s in range(SEEDS) for L in depths]
-                        for pl in placements} for r in rungs}
-
-    # -- the matched-loss checkpoints and their own models at step 0: C1's diagnostic ----------
-    def _probes(self, trained: bool) -> dict[str, Any]:
-        """Per placement and seed, the stream's per-block norm: at init the Pre-LN stream's
-        sqrt(d (1 + l)); trained, that times exp(growth l / (L - 1)) (planted under `trained`)."""
-        w, L, d = self.world, self.profile.train_blocks, 64.0
-        pair = {"matched": True, "runs": {pl: [f"{pl}-{s}" for s in range(SEEDS)]
-                                          for pl in ("pre", "post")}}
-        out: dict[str, Any] = {"pair": pair}
-        for pl in ("pre", "post"):
-            seeds = []
-            for s in range(SEEDS):
-                g = w.param("trained", f"{pl}_growth", TRAINED[f"{pl}_growth"])
-                g = g + w.noise * 20 * w.rng.gauss(0.0, 1.0) if trained else 0.0
-                norm = [math.sqrt(d * (1 + (l + 1 if pl == "pre" else 0)))
-                        * math.exp(g * l / (L - 1)) for l in range(L)]
-                seeds.append({"run_id": f"{pl}-{s}", "per_block": {"norm": norm},
-                              "summary": {"n_blocks": L}})
-            out[pl] = {"lr": 3e-3, "seeds": seeds}
-        return out
-
-    def trained_probes(self) -> dict[str, Any]:
-        return self._probes(trained=True)
-
-    def init_probes(self) -> dict[str, Any]:
-        return self._probes(trained=False)
-
-    # -- Admin's ladder: C8 ----------------------------------------------------------------------
-    def _admin_stats(self, law: str, L: int) -> dict[str, Any]:
-        """Per sublayer i = 1..2L (attention 2l + 1, MLP 2l + 2), an input stream of i d and a
-        branch of i d (F(i) - F(i - 1)): Admin's sum of branch over input energies is F(2L) (one
-        jitter per model), F the planted law."""
-        d, f, j = 64.0, LAWS[law], self.world.jitter(1.0)
-
-        def branch(i: int) -> float:
-            return d * i * (f(i) - f(i - 1)) * j
-
-        return {"per_block": {"attn_in_sq": [d * (2 * l + 1) for l in range(L)],
-                              "mlp_in_sq": [d * (2 * l + 2) for l in range(L)],
-                              "attn_branch_sq": [branch(2 * l + 1) for l in range(L)],
-                              "mlp_branch_sq": [branch(2 * l + 2) for l in range(L)]},
-                "summary": {"d_model": 64, "n_blocks": L}}
-
-    def _admin(self, rungs, placements, depths, perturb: bool, stats: bool) -> dict[str, Any]:
-        out = {}
-        for r in rungs:
-            out[r.key] = {}
-            for pl in placements:
-                f = LAWS[self.world.param(r.key, pl, ADMIN[pl])]
-                mech = self.world.param(r.key, f"{pl}_mech", ADMIN[pl])
-                out[r.key][pl] = [{"n_blocks": L, "seed": s}
-                                  | ({"perturb_change": self.world.jitter(f(2 * L))}
-                                     if perturb else {})
-                                  | ({"stats": self._admin_stats(mech, L)} if stats else {})
-                                  for s in range(SEEDS) for L in depths]
-        return out
-
-    # -- DeepNet's ladder: C7 --------------------------------------------------------------------
-    def _deepnet(self, keys: list[str], depths) -> dict[str, Any]:
-        w = self.world
-        out = {}
-        for key in keys:
-            def series(name: str, depth_key: str | None, key=key) -> list[dict[str, Any]]:
-                size = w.param(key, name, DEEPNET.get(name, 0.01))
-                slope = w.param(key, depth_key, DEEPNET[depth_key]) if depth_key else 0.0
-                return [{"n_blocks": L, "seed": s,  # `<name>@L`: a size at one depth only
-                         "update": [0.0, w.jitter(w.param(key, f"{name}@{L}", size)
-                                                  * (L / 24) ** slope)]}
-                        for L in depths for s in range(SEEDS)]
-            out[key] = {"lr": 1e-3, "series": {
-                "post, no warmup": series("post", "post_depth"),
-                "post, warmup": series("post_warmup", None),
-                "deepnorm, no warmup": series("deepnorm", "deepnorm_depth"),
-                "pre, no warmup": series("pre", None)},
-                "init_distance": [{"n_blocks": L, "seed": s,
-                                   "distance": w.param(key, f"distance@{L}", 10.0)}
-                                  for L in depths for s in range(SEEDS)]}
-        return out
-
-    def runs(self, family: str, lrs: list[float], warmup: int) -> dict[float, Any]:
-        self.requests.append({"kind": "runs", "family": family, "lrs": list(lrs),
-                              "warmup": warmup})
-        if family != "post" or warmup != 0:
-            raise AssertionError(f"C7 reads C6's post runs without warmup, not {family} "
-                                 f"with warmup {warmup}")
-        outcomes = self.world.param("runs", "outcomes", ["stalled"] * SEEDS)
-        return {lr: [{"seed": s, "failed": lr in self.failing_lrs,
-                      "outcome": outcomes[s] if lr in self.failing_lrs else "completed"}
-                     for s in range(SEEDS)] for lr in lrs}
+def planted_study(tmp: Path, world: Planted, failing_lrs: tuple[float, ...] = ()) -> FakeStudy:
+    """The fake study serving `world`'s ladders (and C6's post runs failing at `failing_lrs`)."""
+    return FakeStudy(tmp, profile="quick", world=world, failing_lrs=failing_lrs)
 
 
 @pytest.fixture(autouse=True)
 def figure_calls(stub_figures):
     return stub_figures(ladder, ["plot_ladder"])
-
-
-@pytest.fixture(autouse=True)
-def _ladders_from_the_fake_context(monkeypatch):
-    """The claims' ladder requests go to the fake context, which serves what they ask for."""
-    for module in (ladder, c08):
-        monkeypatch.setattr(module, "init_ladder", lambda ctx, *a, **k: ctx.init_ladder(*a, **k))
-    monkeypatch.setattr(c07, "update_ladder", lambda ctx, *a, **k: ctx.update_ladder(*a, **k))
 
 
 CLAIMS = {"C1": c01.measure, "C4": c04.measure, "C5": c05.measure, "C7": c07.measure,
@@ -335,7 +110,7 @@ def _roles(result) -> dict[str, str]:
 @pytest.mark.draws
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
 def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid, tmp_path):
-    result = CLAIMS[cid](FakeContext(tmp_path, Planted()))
+    result = CLAIMS[cid](planted_study(tmp_path, Planted()))
     assert result.calibration == "passed", [(r["rung"], r["verdict"]) for r in result.ladder]
     assert all(p["verdict"] == "supported" for r in result.ladder for p in r["predictions"]), [
         (r["rung"], [(p["subject"], p["verdict"]) for p in r["predictions"]])
@@ -351,7 +126,7 @@ def test_source_statements_everywhere_support_every_prediction_on_every_rung(cid
 def test_every_claim_prediction_has_a_break_and_every_diagnostic_a_break(tmp_path):
     """BREAKS and DIAGNOSTICS cover each claim's predictions on normlab's block, by role."""
     for cid, measure in CLAIMS.items():
-        roles = _roles(measure(FakeContext(tmp_path, Planted())))
+        roles = _roles(measure(planted_study(tmp_path, Planted())))
         assert set(BREAKS[cid]) == {s for s, r in roles.items() if r == "claim"}, cid
         assert set(DIAGNOSTICS.get(cid, {})) == {s for s, r in roles.items()
                                                  if r == "diagnostic"}, cid
@@ -360,7 +135,7 @@ def test_every_claim_prediction_has_a_break_and_every_diagnostic_a_break(tmp_pat
 @pytest.mark.parametrize(("cid", "subject"), [(c, s) for c in BREAKS for s in BREAKS[c]])
 def test_each_prediction_broken_in_turn_on_normlab_s_block(cid, subject, tmp_path):
     key = _final_key(cid)
-    result = CLAIMS[cid](FakeContext(tmp_path, Planted(**{key: BREAKS[cid][subject]})))
+    result = CLAIMS[cid](planted_study(tmp_path, Planted(**{key: BREAKS[cid][subject]})))
     verdicts = _verdicts(result)
     expected = {s: "not supported" if s == subject else "supported" for s in verdicts}
     assert verdicts == expected
@@ -375,7 +150,7 @@ def test_each_prediction_broken_in_turn_on_normlab_s_block(cid, subject, tmp_pat
 def test_each_prediction_broken_in_turn_in_the_source_setting_fails_the_calibration(
         cid, subject, tmp_path):
     world = Planted(**{k: BREAKS[cid][subject] for k in _source_keys(cid) + ["lr"]})
-    result = CLAIMS[cid](FakeContext(tmp_path, world))
+    result = CLAIMS[cid](planted_study(tmp_path, world))
     broken = SOURCE_COUPLED.get((cid, subject), (subject,))
     for row in (r for r in result.ladder if r["calibration"]):
         verdicts = _rung_verdicts(row)
@@ -390,7 +165,7 @@ def test_each_prediction_broken_in_turn_in_the_source_setting_fails_the_calibrat
                          [(c, s) for c in DIAGNOSTICS for s in DIAGNOSTICS[c]])
 def test_a_broken_diagnostic_is_reported_and_leaves_the_verdict_unchanged(cid, subject,
                                                                           tmp_path):
-    result = CLAIMS[cid](FakeContext(tmp_path, Planted(**DIAGNOSTICS[cid][subject])))
+    result = CLAIMS[cid](planted_study(tmp_path, Planted(**DIAGNOSTICS[cid][subject])))
     verdicts = _verdicts(result)
     assert verdicts == {s: "not supported" if s == subject else "supported" for s in verdicts}
     assert _roles(result)[subject] == "diagnostic"
@@ -400,7 +175,7 @@ def test_a_broken_diagnostic_is_reported_and_leaves_the_verdict_unchanged(cid, s
 
 def test_admin_s_diagnostics_broken_in_the_source_setting_leave_the_calibration(tmp_path):
     world = Planted(source={"admin": "const", "admin_o1": "log"})
-    result = c08.measure(FakeContext(tmp_path, world))
+    result = c08.measure(planted_study(tmp_path, world))
     source = _rung_verdicts(result.ladder[0])
     assert source["admin"] == source["admin O(1)"] == "not supported"
     assert result.ladder[0]["verdict"] == "supported"
@@ -408,8 +183,8 @@ def test_admin_s_diagnostics_broken_in_the_source_setting_leave_the_calibration(
 
 
 def test_c1_s_diagnostic_without_a_trained_pair_is_inconclusive_and_decides_nothing(tmp_path):
-    ctx = FakeContext(tmp_path, Planted())
-    ctx.trained_probes = lambda: {"pair": {"matched": False, "reason": "not trained"}}
+    ctx = planted_study(tmp_path, Planted())
+    ctx.trained_probes = lambda: ProbedPair(MatchedPair(False, reason="not trained"))
     result = c01.measure(ctx)
     assert _verdicts(result)["pre trained grows faster"] == "inconclusive"
     assert result.verdict == "supported"
@@ -417,9 +192,9 @@ def test_c1_s_diagnostic_without_a_trained_pair_is_inconclusive_and_decides_noth
 
 def test_c1_trained_growth_is_the_trained_stream_s_growth_minus_its_own_at_init(tmp_path):
     world = Planted(noise=0.0, trained={"pre_growth": 0.7})
-    result = c01.measure(FakeContext(tmp_path, world))
+    result = c01.measure(planted_study(tmp_path, world))
     pred = next(p for p in result.predictions if p["subject"] == "pre trained grows faster")
-    assert pred["values"] == pytest.approx([0.7] * SEEDS)
+    assert pred["values"] == pytest.approx([0.7] * PROBE_SEEDS)
     assert next(r for r in result.ladder if r["key"] == "init")["predictions"][-1] == pred
     assert all(p["subject"] != pred["subject"] for r in result.ladder[:-1]
                for p in r["predictions"])  # on normlab's block only
@@ -433,7 +208,7 @@ def test_c1_s_mechanism_off_the_source_is_the_rung_s_own_branch_energies(tmp_pat
     though their sum is not Lemma 2's source value."""
     def at_gelu(attn: float, mlp: float) -> tuple[dict[str, Any], dict[str, Any], Any]:
         world = Planted(noise=0.0, gelu={"pre_inc": 1.2, "attn_sq": attn, "mlp_sq": mlp})
-        result = c01.measure(FakeContext(tmp_path, world))
+        result = c01.measure(planted_study(tmp_path, world))
         row = next(r for r in result.ladder if r["key"] == "gelu")
         pred = next(p for p in row["predictions"] if p["subject"] == "pre")
         return row, pred, result
@@ -452,7 +227,7 @@ def test_c1_s_mechanism_off_the_source_is_the_rung_s_own_branch_energies(tmp_pat
     assert pred["values"] == pytest.approx([0.75] * SEEDS) and pred["verdict"] == "supported"
     # the source rungs judge the increment itself, not the branches: 1.2 is in Lemma 2's bounds
     world = Planted(noise=0.0, source_b={"pre_inc": 1.2, "attn_sq": 0.2, "mlp_sq": 0.4})
-    source_b = c01.measure(FakeContext(tmp_path, world)).ladder[1]
+    source_b = c01.measure(planted_study(tmp_path, world)).ladder[1]
     assert _rung_verdicts(source_b)["pre"] == "supported"
 
 
@@ -460,10 +235,10 @@ def test_c1_s_post_mechanism_off_the_source_is_the_rung_s_own_ffn_energy(tmp_pat
     """An FFN adding d (not Lemma 1's d/2) on the GELU rung: a norm input of 2d is what the
     mechanism predicts there (supported), Lemma 2's 3d/2 is not."""
     own = Planted(noise=0.0, gelu={"mlp_sq": 1.0})
-    row = next(r for r in c01.measure(FakeContext(tmp_path, own)).ladder if r["key"] == "gelu")
+    row = next(r for r in c01.measure(planted_study(tmp_path, own)).ladder if r["key"] == "gelu")
     assert _rung_verdicts(row)["post"] == "supported"
     lemma = Planted(noise=0.0, gelu={"mlp_sq": 1.0, "post_norm_in": 1.5})
-    result = c01.measure(FakeContext(tmp_path, lemma))
+    result = c01.measure(planted_study(tmp_path, lemma))
     row = next(r for r in result.ladder if r["key"] == "gelu")
     post = next(p for p in row["predictions"] if p["subject"] == "post")
     assert post["verdict"] == "not supported"
@@ -474,22 +249,22 @@ def test_c8_s_mechanism_off_the_source_is_the_rung_s_own_branch_over_input_energ
     """On normlab's block an output change growing like n is what the mechanism predicts when
     the rung's own branch-over-input sum grows like n too (supported), not when that sum grows
     like log n."""
-    own = c08.measure(FakeContext(tmp_path, Planted(init={"pre": "n", "pre_mech": "n"})))
+    own = c08.measure(planted_study(tmp_path, Planted(init={"pre": "n", "pre_mech": "n"})))
     assert _verdicts(own)["pre"] == "supported"
     assert own.numbers["mechanism_slopes"][own.ladder[-1]["rung"]]["pre"]["mean"] == \
         pytest.approx(1.0, abs=0.01)
-    log = c08.measure(FakeContext(tmp_path, Planted(init={"pre": "n"})))
+    log = c08.measure(planted_study(tmp_path, Planted(init={"pre": "n"})))
     assert _verdicts(log)["pre"] == "not supported"
 
 
 def test_one_reading_that_holds_passes_the_calibration_and_names_the_departure(tmp_path):
-    result = c01.measure(FakeContext(tmp_path, Planted(source_b={"pre_inc": 2.0})))
+    result = c01.measure(planted_study(tmp_path, Planted(source_b={"pre_inc": 2.0})))
     assert result.calibration == "passed (source, reading A: FFN only)"
     assert "pre departs when uniform attention added" in result.departure
 
 
 def test_a_planted_departure_is_attributed_to_its_rung(tmp_path):
-    result = c04.measure(FakeContext(tmp_path, Planted(gelu={"post_slope": 0.6},
+    result = c04.measure(planted_study(tmp_path, Planted(gelu={"post_slope": 0.6},
                                                      tied={"post_slope": 0.6},
                                                      init={"post_slope": 0.6})))
     assert "post departs when a 4d GELU MLP" in result.departure
@@ -497,17 +272,17 @@ def test_a_planted_departure_is_attributed_to_its_rung(tmp_path):
 
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
 def test_noise_leaves_the_calibration_inconclusive(cid, tmp_path):
-    result = CLAIMS[cid](FakeContext(tmp_path, Planted(noise=3.0)))
+    result = CLAIMS[cid](planted_study(tmp_path, Planted(noise=3.0)))
     assert result.calibration in ("inconclusive", "failed") or result.verdict != "supported"
     assert result.verdict in ("inconclusive", "calibration failed", "not supported")
 
 
 def test_c7_runs_at_the_smallest_lr_where_post_without_warmup_failed(tmp_path):
     grid = sorted(PROFILES["quick"].lrs)
-    result = c07.measure(FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:])))
+    result = c07.measure(planted_study(tmp_path, Planted(), failing_lrs=tuple(grid[1:])))
     assert result.numbers["lr"]["C6"] == grid[1]
     assert "failed (stalled)" in result.numbers["lr"]["why"]
-    never = c07.measure(FakeContext(tmp_path, Planted()))
+    never = c07.measure(planted_study(tmp_path, Planted()))
     assert never.numbers["lr"]["C6"] == grid[-1] and "at no lr" in never.numbers["lr"]["why"]
 
 
@@ -515,22 +290,22 @@ def test_c7_runs_at_the_smallest_lr_where_post_without_warmup_failed(tmp_path):
 
 @pytest.mark.parametrize("cid", sorted(CLAIMS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
-    recorded_words(f"theory_{cid}", CLAIMS[cid](FakeContext(tmp_path, Planted())),
+    recorded_words(f"theory_{cid}", CLAIMS[cid](planted_study(tmp_path, Planted())),
                    figure_calls)
 
 
 def test_the_calibration_s_failed_and_inconclusive_words_are_the_recorded_ones(tmp_path,
                                                                                 recorded_words):
     broken = Planted(source_a={"pre_inc": 2.0}, source_b={"pre_inc": 2.0})
-    recorded_words("theory_C1_calibration_failed", c01.measure(FakeContext(tmp_path, broken)))
-    recorded_words("theory_C1_noise", c01.measure(FakeContext(tmp_path, Planted(noise=3.0))))
+    recorded_words("theory_C1_calibration_failed", c01.measure(planted_study(tmp_path, broken)))
+    recorded_words("theory_C1_noise", c01.measure(planted_study(tmp_path, Planted(noise=3.0))))
 
 
 def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
     p = PROFILES["quick"]
     asked = []
     for cid in ("C1", "C4", "C5"):
-        ctx = FakeContext(tmp_path, Planted())
+        ctx = planted_study(tmp_path, Planted())
         CLAIMS[cid](ctx)
         asked += ctx.requests
     sweep = {"kind": "init", "name": f"ladder_xiong_{ladder.CACHE_VERSION}",
@@ -543,7 +318,7 @@ def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
 
 def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp_path):
     p = PROFILES["quick"]
-    ctx = FakeContext(tmp_path, Planted())
+    ctx = planted_study(tmp_path, Planted())
     c08.measure(ctx)
     assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{ladder.CACHE_VERSION}",
                              "rungs": fairseq_ladder(p.width, p.heads),
@@ -554,7 +329,7 @@ def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp
 def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
     p = PROFILES["quick"]
     grid = sorted(p.lrs)
-    ctx = FakeContext(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
+    ctx = planted_study(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
     c07.measure(ctx)
     source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
     assert ctx.requests[0] == {"kind": "runs", "family": "post", "lrs": grid, "warmup": 0}
@@ -575,7 +350,7 @@ def _fit(xs, ys) -> float:
 
 def test_c1_reports_the_growth_exponent_and_the_range_the_bounds_allow(tmp_path):
     L = max(PROFILES["quick"].init_depths)
-    result = c01.measure(FakeContext(tmp_path, Planted()))
+    result = c01.measure(planted_study(tmp_path, Planted()))
     allowed = result.numbers["exponent_range_the_bounds_allow"]
     assert allowed == pytest.approx([1 - math.log(3) / math.log(L), 1 + math.log(3) / math.log(L)])
     # planted: E||x_l||^2 - E||x_0||^2 = d inc l, an exponent of 1 on every rung
@@ -587,7 +362,7 @@ def test_c1_reports_the_growth_exponent_and_the_range_the_bounds_allow(tmp_path)
 
 def test_c4_reports_each_placement_s_planted_slope(tmp_path):
     depths = PROFILES["quick"].init_depths
-    result = c04.measure(FakeContext(tmp_path, Planted(init={"post_slope": 0.35,
+    result = c04.measure(planted_study(tmp_path, Planted(init={"post_slope": 0.35,
                                                            "pre_mech": 0.1})))
     last = result.numbers["slopes"][result.ladder[-1]["rung"]]
     stream = _fit(depths, [1 + L for L in depths])  # planted E||x_L||^2 / d = 1 + L
@@ -599,7 +374,7 @@ def test_c4_reports_each_placement_s_planted_slope(tmp_path):
 
 
 def test_c5_reports_each_placement_s_planted_trend(tmp_path):
-    result = c05.measure(FakeContext(tmp_path, Planted(noise=0.0, init={"pre_trend": 0.4})))
+    result = c05.measure(planted_study(tmp_path, Planted(noise=0.0, init={"pre_trend": 0.4})))
     init = next(r["rung"] for r in result.ladder if r["key"] == "init")
     assert result.numbers["pre_trend"][init]["mean"] == pytest.approx(0.4, abs=1e-9)
     assert result.numbers["post_trend"][init]["mean"] == pytest.approx(1.0, abs=1e-9)
@@ -607,7 +382,7 @@ def test_c5_reports_each_placement_s_planted_trend(tmp_path):
 
 def test_c8_reports_the_law_bands_and_each_placement_s_slope(tmp_path):
     depths = PROFILES["quick"].init_depths
-    result = c08.measure(FakeContext(tmp_path, Planted()))
+    result = c08.measure(planted_study(tmp_path, Planted()))
     s_log = c08.log_law_slope([2 * L for L in depths])
     assert result.numbers["slope_of_ln_n_over_these_depths"] == pytest.approx(s_log)
     assert result.numbers["law_bands"] == {k: list(v) for k, v in
@@ -623,7 +398,7 @@ def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_st
     p = PROFILES["quick"]
     scale = p.update_blocks / 24  # planted: post's first update is 1.0 (L / 24) without warmup
     world = Planted(noise=0.0, **{k: {"post_warmup": 0.02} for k in ("source", "lr")})
-    result = c07.measure(FakeContext(tmp_path, world))
+    result = c07.measure(planted_study(tmp_path, world))
     source, lr = result.ladder[0]["rung"], result.ladder[1]["rung"]
     warm = result.numbers["log_ratio_no_warmup_over_warmup"]
     assert warm[source]["mean"] == pytest.approx(math.log(scale / 0.02))
@@ -636,19 +411,19 @@ def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_st
     assert sat["saturated"] is (scale > 5.0)
     assert result.numbers["lr"]["source"] == c07.SOURCE_LR
     big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
-    assert c07.measure(FakeContext(tmp_path, big)).numbers["saturation_at_the_first_step"][
+    assert c07.measure(planted_study(tmp_path, big)).numbers["saturation_at_the_first_step"][
         source]["saturated"] is True
 
 
 def test_c7_names_every_way_post_failed_at_c6_s_lr(tmp_path):
     grid = sorted(PROFILES["quick"].lrs)
     mixed = Planted(runs={"outcomes": ["stalled", "diverged"] * (SEEDS // 2)})
-    result = c07.measure(FakeContext(tmp_path, mixed, failing_lrs=(grid[2],)))
+    result = c07.measure(planted_study(tmp_path, mixed, failing_lrs=(grid[2],)))
     assert result.numbers["lr"] == {
         "source": c07.SOURCE_LR, "C6": grid[2],
         "why": "the smallest lr of C6's grid at which post without warmup failed (diverged, "
                "stalled)"}
-    never = c07.measure(FakeContext(tmp_path, Planted())).numbers["lr"]["why"]
+    never = c07.measure(planted_study(tmp_path, Planted())).numbers["lr"]["why"]
     assert never == "post without warmup failed at no lr of C6's grid: its largest lr"
 
 
@@ -658,17 +433,18 @@ def test_c7_reads_the_init_distance_at_each_depth_and_saturates_strictly_past_ha
     # post's first update 15 (L / 24): 7.5 at 12 blocks, below half a distance of 100 there only
     far = Planted(noise=0.0, **{k: {"post": 15.0, "post_depth": 1.0, "distance@12": 100.0}
                                 for k in rungs})
-    assert set(c07.measure(FakeContext(tmp_path, far)).numbers["depth_of_the_ratios"].values()
+    assert set(c07.measure(planted_study(tmp_path, far)).numbers["depth_of_the_ratios"].values()
                ) == {12}
     # exactly half the distance is saturated already: no depth to read the ratio at
     half = Planted(noise=0.0, **{k: {"post": 5.0, "post_depth": 0.0} for k in rungs})
-    result = c07.measure(FakeContext(tmp_path, half))
+    result = c07.measure(planted_study(tmp_path, half))
     assert set(result.numbers["depth_of_the_ratios"].values()) == {None}
     source = result.ladder[0]["rung"]
     assert result.numbers["saturation_at_the_first_step"][source]["saturated"] is False
     above = Planted(noise=0.0, source={"post": 8.0, "post_depth": 0.0,
                                        f"distance@{p.update_blocks}": 10.0, "distance@3": 1.0})
-    sat = c07.measure(FakeContext(tmp_path, above)).numbers["saturation_at_the_first_step"][source]
+    sat = c07.measure(planted_study(tmp_path, above)).numbers[
+        "saturation_at_the_first_step"][source]
     assert sat["saturated"] is True and sat["init_distance"]["mean"] == pytest.approx(10.0)
 
 
@@ -752,7 +528,7 @@ def test_the_lemma_bounds_a_planted_increment_and_reject_a_violation(tmp_path):
     moves the verdict)."""
     def source_b(inc: float) -> str:
         world = Planted(source_b={"pre_inc": inc, "attn_sq": inc / 2, "mlp_sq": inc / 2})
-        row = c01.measure(FakeContext(tmp_path, world)).ladder[1]
+        row = c01.measure(planted_study(tmp_path, world)).ladder[1]
         assert row["key"] == "source_b"
         return _rung_verdicts(row)["pre"]
 
@@ -778,11 +554,11 @@ def test_c7_reads_its_ratio_at_the_deepest_depth_where_post_is_unsaturated(tmp_p
     # post's first update, 15 (L / 24), passes half the init-to-init distance (5) beyond 6 blocks
     world = Planted(**{k: {"post": 15.0, "post_depth": 1.0} for k in ("source", "lr", "gelu",
                                                                       "tied")})
-    result = c07.measure(FakeContext(tmp_path, world))
+    result = c07.measure(planted_study(tmp_path, world))
     assert set(result.numbers["depth_of_the_ratios"].values()) == {6}
     flat = Planted(**{k: {"post": 30.0, "post_depth": 0.0} for k in ("source", "lr", "gelu",
                                                                      "tied")})
-    saturated = c07.measure(FakeContext(tmp_path, flat))
+    saturated = c07.measure(planted_study(tmp_path, flat))
     assert set(saturated.numbers["depth_of_the_ratios"].values()) == {None}
     assert _verdicts(saturated)["post vs deepnorm"] == "inconclusive"
 
@@ -792,11 +568,11 @@ def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_pa
     alone reads the profile's deepest. Planted: post's trend falls at every depth but 6 in the
     source setting (the calibration must still pass), and on normlab's block at the deepest
     depth only (only the depth rung may fail, and it is reported, not the verdict)."""
-    depths = FakeContext(tmp_path, Planted()).depths()
+    depths = planted_study(tmp_path, Planted()).depths()
     deepest = max(PROFILES["quick"].init_depths)
     away = {f"post_trend@{L}": -1.0 for L in depths if L != ladder.FIG3_DEPTH}
     world = Planted(source_a=away, source_b=away, init={f"post_trend@{deepest}": -1.0})
-    result = c05.measure(FakeContext(tmp_path, world))
+    result = c05.measure(planted_study(tmp_path, world))
     # the verdict is read at the figure's depth, where post's trend still rises
     assert result.calibration == "passed" and result.verdict == "supported"
     assert _verdicts(result) == {"post": "supported", "post vs pre": "supported"}
@@ -828,7 +604,7 @@ def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_pat
     verdict stands."""
     deepest = max(PROFILES["quick"].init_depths)
     at_six = Planted(init={f"post_trend@{ladder.FIG3_DEPTH}": -1.0})
-    result = c05.measure(FakeContext(tmp_path, at_six))
+    result = c05.measure(planted_study(tmp_path, at_six))
     *_, block, deep = result.ladder
     assert (block["key"], deep["key"]) == ("init", "deep")
     assert _rung_verdicts(block)["post"] == "not supported"
@@ -838,7 +614,7 @@ def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_pat
     assert result.verdict == "not supported" and result.calibration == "passed"
     assert f"post departs when {block['change']} ({block['rung']})" in result.departure
     at_deepest = Planted(init={f"post_trend@{deepest}": -1.0})
-    result = c05.measure(FakeContext(tmp_path, at_deepest))
+    result = c05.measure(planted_study(tmp_path, at_deepest))
     *_, block, deep = result.ladder
     assert deep["verdict"] == "not supported" and block["verdict"] == "supported"
     assert result.predictions == block["predictions"]
@@ -848,7 +624,7 @@ def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_pat
 
 def test_c7_s_ratio_is_decided_at_0_not_at_a_factor(tmp_path):
     """DeepNet gives no factor: post's first update 1.5 times DeepNorm's supports the claim."""
-    result = c07.measure(FakeContext(tmp_path, Planted(tied={"deepnorm": 1.0 / 1.5})))
+    result = c07.measure(planted_study(tmp_path, Planted(tied={"deepnorm": 1.0 / 1.5})))
     assert _verdicts(result)["post vs deepnorm"] == "supported"
     pred = next(p for p in result.predictions if p["subject"] == "post vs deepnorm")
     assert pred["effect"]["estimate"] == pytest.approx(math.log(1.5), abs=0.01)
@@ -860,7 +636,7 @@ def test_c7_s_depth_laws_are_fitted_over_the_unsaturated_depths_only(tmp_path):
     3-12 DeepNorm's law stays flat (supported); fitted over 24 too it would not be. With a
     single unsaturated depth there is no law to fit."""
     world = Planted(tied={"distance@24": 1.0, "deepnorm@24": 5.0})
-    result = c07.measure(FakeContext(tmp_path, world))
+    result = c07.measure(planted_study(tmp_path, world))
     tied = result.ladder[-1]["rung"]
     assert result.numbers["unsaturated_depths"][tied] == [3, 6, 12]
     assert result.numbers["depth_of_the_ratios"][tied] == 12
@@ -868,7 +644,7 @@ def test_c7_s_depth_laws_are_fitted_over_the_unsaturated_depths_only(tmp_path):
     dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
     assert dn["effect"]["estimate"] == pytest.approx(0.0, abs=0.02)
     one = Planted(tied={f"distance@{L}": 0.1 for L in (6, 12, 24)})
-    result = c07.measure(FakeContext(tmp_path, one))
+    result = c07.measure(planted_study(tmp_path, one))
     assert result.numbers["unsaturated_depths"][result.ladder[-1]["rung"]] == [3]
     verdicts = _verdicts(result)
     assert verdicts["post vs deepnorm"] == "supported"  # read at 3 blocks
@@ -881,7 +657,7 @@ def test_c4_s_gap_off_the_source_is_minus_half_the_rung_s_own_stream_slope(tmp_p
     """On a rung whose Pre-LN stream barely grows (E||x_L||^2 / d = 1 + 0.01 L, slope about
     0.02) the final norm's Jacobian barely moves pre's gradient: the mechanism predicts a gap
     near 0, not the theorem's -1/2, and pre and post level with each other are supported."""
-    result = c04.measure(FakeContext(tmp_path, Planted(gelu={"pre_inc": 0.01})))
+    result = c04.measure(planted_study(tmp_path, Planted(gelu={"pre_inc": 0.01})))
     row = next(r for r in result.ladder if r["key"] == "gelu")
     stream = result.numbers["slopes"][row["rung"]]["pre E||x_L||^2"]["mean"]
     assert stream == pytest.approx(_fit([3, 6, 12, 24], [1 + 0.01 * L for L in (3, 6, 12, 24)]),

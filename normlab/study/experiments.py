@@ -9,6 +9,9 @@
 - `matched_pair`: the pre and post grid cells whose validation losses are closest, so probes of
   trained models compare checkpoints that reached a comparable loss.
 - `trained_probes`: probes of those checkpoints; `init_probes`: the same runs' models at step 0.
+
+What a claim may read is the `StudyContext` protocol (`normlab.study.context`); `StudyFolder`
+is the context that computes it in a study's folder.
 """
 
 from __future__ import annotations
@@ -22,7 +25,17 @@ from typing import Any
 from normlab.config import ModelConfig, RunConfig, load_run_config, parse_config
 from normlab.probe import probe_model, text_batches
 from normlab.probe.suite import finite_or_none
+from normlab.study.context import (
+    Log,
+    MatchedPair,
+    ProbedPair,
+    ProbedRun,
+    RunRecord,
+    StudyContext,
+    TunedGrid,
+)
 from normlab.study.profiles import Profile
+from normlab.study.schema import Pretrained
 from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
 from normlab.train.trainer import FINISHED, train_many_step
@@ -30,10 +43,10 @@ from normlab.train.trainer import FINISHED, train_many_step
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
 
-Log = Callable[[str], None]
 
-class StudyContext:
-    """Caches shared measurements in the study folder; every claim reads from here."""
+class StudyFolder(StudyContext):
+    """The study context of one study folder: trains, probes and caches there (`runs/`,
+    `cache/`, `figures/`); every claim reads from here."""
 
     def __init__(self, out: Path, profile: Profile, log: Log, *, executor: str = "local",
                  address: str | None = None, claims: Sequence[str] | None = None) -> None:
@@ -78,7 +91,20 @@ class StudyContext:
                 "init": "xavier", "embedding": "unit", **fields}
         return parse_config(ModelConfig, data)
 
-    # -- shared measurements ------------------------------------------------------------------
+    # -- models at init ------------------------------------------------------------------------
+    def init_ladder(self, name: str, rungs: Sequence[Any], placements: Sequence[str],
+                    depths: Sequence[int], perturb: bool = False, stats: bool = True
+                    ) -> dict[str, Any]:
+        from normlab.study.ladder_runs import init_ladder
+
+        return init_ladder(self, name, rungs, placements, depths, perturb=perturb, stats=stats)
+
+    def update_ladder(self, name: str, rungs: Sequence[tuple[Any, float]],
+                      depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]:
+        from normlab.study.ladder_runs import update_ladder
+
+        return update_ladder(self, name, rungs, depths, steps=steps, warmup=warmup)
+
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
                    blocks: int | None = None, **model: Any) -> RunConfig:
@@ -143,14 +169,14 @@ class StudyContext:
                   on_start=lambda _run_id: None, on_finish=on_finish)
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
-             ) -> dict[float, list[dict[str, Any]]]:
+             ) -> dict[float, list[RunRecord]]:
         """Every seed of `family` at each lr (trained together), as records."""
         placement, model = FAMILIES[family]
         seeds = range(self.profile.seeds)
         configs = {(lr, s): self.run_config(placement, lr, warmup, s, blocks, **model)
                    for lr in lrs for s in seeds}
         summaries = self.train(list(configs.values()))
-        out: dict[float, list[dict[str, Any]]] = {lr: [] for lr in lrs}
+        out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
         for ((lr, s), cfg), summary in zip(configs.items(), summaries, strict=True):
             out[lr].append(record(cfg, summary, lr=lr, warmup=warmup, seed=s))
         return out
@@ -183,7 +209,7 @@ class StudyContext:
         return specs
 
     def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
-              ) -> dict[str, Any]:
+              ) -> TunedGrid:
         """`family` over the lr grid (with the profile's warmup unless `warmup` is given; at
         `blocks` blocks, the profile's depth unless given), extended by x2 at an edge that holds
         the best mean score among the cells where every seed trained, and halved below the
@@ -201,14 +227,14 @@ class StudyContext:
             self.prefetch([(f, list(p.lrs), w) for f, w in self.tuned_specs()])
         lrs = sorted(p.lrs)
         extensions: list[str] = []
-        table: dict[float, list[dict[str, Any]]] = {}
+        table: dict[float, list[RunRecord]] = {}
         low_ext = high_ext = 0
         while True:
             todo = [lr for lr in lrs if lr not in table]
             table.update(self.runs(family, todo, warmup, blocks))
-            means = {lr: sum(r["score"] for r in table[lr]) / len(table[lr]) for lr in lrs}
+            means = {lr: sum(r.score for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
-            trained = {lr: m for lr, m in means.items() if not any(r["failed"] for r in table[lr])}
+            trained = {lr: m for lr, m in means.items() if not any(r.failed for r in table[lr])}
             if not trained and low_ext < p.max_lr_extensions:
                 # every cell failed: the least bad cell is stall noise, not an optimum; a smaller
                 # lr is what a placement that fails to train needs
@@ -233,45 +259,39 @@ class StudyContext:
             break
         # bracketed: the optimum among the cells that trained lies inside the grid
         at_edge = not trained or best in (lrs[0], lrs[-1])
-        result = {"family": family, "warmup": warmup, "lrs": lrs,
-                  "mean_score": {str(k): v for k, v in means.items()},
-                  "best_lr": best, "bracketed": not at_edge, "extensions": extensions,
-                  "records": {str(lr): table[lr] for lr in lrs},
-                  "best": table[best],
-                  "best_stalled": [r["seed"] for r in table[best] if r["failed"]],
-                  "all_stalled": all(r["failed"] for lr in lrs for r in table[lr])}
+        result = TunedGrid(family, warmup, tuple(lrs), {lr: tuple(table[lr]) for lr in lrs},
+                           best, not at_edge, tuple(extensions))
         self._memo[key] = result
         return result
 
-    def matched_pair(self) -> dict[str, Any]:
+    def matched_pair(self) -> MatchedPair:
         """The tuned-grid lr of pre and of post whose mean validation losses are closest, among
         cells where no seed stalled or diverged: the checkpoints the trained probes compare
         (C1-C3, C13) and C10 fine-tunes, so that both placements reached a comparable loss."""
         pre, post = self.tuned("pre"), self.tuned("post")
 
-        def ok(t: dict[str, Any]) -> dict[float, float]:
-            return {float(lr): sum(r["val_loss"] for r in rs) / len(rs)
-                    for lr, rs in t["records"].items() if not any(r["failed"] for r in rs)}
+        def ok(t: TunedGrid) -> dict[float, float]:
+            return {lr: sum(r.val_loss for r in rs) / len(rs)  # type: ignore[misc]
+                    for lr, rs in t.records.items() if not any(r.failed for r in rs)}
 
         a, b = ok(pre), ok(post)
         if not a or not b:
             side = "pre" if not a else "post"
-            return {"matched": False, "reason": f"{side} stalled or diverged at every lr"}
+            return MatchedPair(False, reason=f"{side} stalled or diverged at every lr")
         lr_a, lr_b = min(((x, y) for x in a for y in b), key=lambda q: abs(a[q[0]] - b[q[1]]))
         gap = a[lr_a] - b[lr_b]
         tol = self.profile.match_tolerance
-        return {"matched": abs(gap) <= tol, "tolerance": tol,
-                "pre_lr": lr_a, "post_lr": lr_b, "pre_val_loss": a[lr_a],
-                "post_val_loss": b[lr_b], "gap": gap,
-                "runs": {"pre": [r["run_id"] for r in pre["records"][str(lr_a)]],
-                         "post": [r["run_id"] for r in post["records"][str(lr_b)]]}}
+        return MatchedPair(abs(gap) <= tol, tolerance=tol, pre_lr=lr_a, post_lr=lr_b,
+                           pre_val_loss=a[lr_a], post_val_loss=b[lr_b], gap=gap,
+                           runs={"pre": tuple(r.run_id for r in pre.cell(lr_a)),
+                                 "post": tuple(r.run_id for r in post.cell(lr_b))})
 
-    def trained_probes(self) -> dict[str, Any]:
+    def trained_probes(self) -> ProbedPair:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints."""
         return self._probe_matched("trained_probes", lambda run_dir: load_trained_model(run_dir)[1],
                                    ("stream", "merge", "drop", "lens"))
 
-    def init_probes(self) -> dict[str, Any]:
+    def init_probes(self) -> ProbedPair:
         """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
         seed, before any update): what training changed is trained minus these, per seed."""
         def at_init(run_dir: Path) -> Any:
@@ -283,84 +303,74 @@ class StudyContext:
         return self._probe_matched("init_probes", at_init, ("stream",))
 
     def _probe_matched(self, name: str, model_of: Callable[[Path], Any],
-                       probes: tuple[str, ...]) -> dict[str, Any]:
+                       probes: tuple[str, ...]) -> ProbedPair:
         """`probes` of the model `model_of(run_dir)` gives for each matched-loss run, cached as
-        `{"pair", placement: {"lr", "seeds": [{"run_id", "per_block", "summary"}]}}`."""
+        `ProbedPair.to_json`."""
         pair = self.matched_pair()
-        if "runs" not in pair:
-            return {"pair": pair}
+        if not pair.found:
+            return ProbedPair(pair)
 
         def compute() -> dict[str, Any]:
             p = self.profile
             batches = self.probe_batches(seq_len=min(p.probe_seq_len, p.seq_len))
-            out: dict[str, Any] = {"pair": pair}
+            seeds: dict[str, tuple[ProbedRun, ...]] = {}
             for placement in ("pre", "post"):
-                out[placement] = {"lr": pair[f"{placement}_lr"], "seeds": []}
-                for seed, run_id in enumerate(pair["runs"][placement]):
-                    res = probe_model(model_of(self.runs_root / run_id), batches, probes,
-                                      seed=seed)
-                    out[placement]["seeds"].append({"run_id": run_id,
-                                                    "per_block": res["per_block"],
-                                                    "summary": res["summary"]})
+                seeds[placement] = tuple(
+                    ProbedRun(run_id, res["per_block"], res["summary"])
+                    for seed, run_id in enumerate(pair.runs[placement])
+                    for res in [probe_model(model_of(self.runs_root / run_id), batches, probes,
+                                            seed=seed)])
             self.log(f"{name}: probed the matched-loss pre and post runs")
-            return out
-        return self.cached(f"{name}_{pair['pre_lr']:g}_{pair['post_lr']:g}", compute)
+            return ProbedPair(pair, seeds).to_json()
+        return ProbedPair.from_json(
+            self.cached(f"{name}_{pair.pre_lr:g}_{pair.post_lr:g}", compute))
 
-    def c10_checkpoints(self) -> list[Any]:
+    def c10_checkpoints(self) -> list[Pretrained]:
         """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""
-        from normlab.study.schema import Pretrained
-
         pair = self.matched_pair()
-        if "runs" not in pair:
+        if not pair.found:
             return []
-        tuned = {pl: self.tuned(pl) for pl in ("pre", "post")}
         out = []
         for pl in ("pre", "post"):
-            for r in tuned[pl]["records"][str(pair[f"{pl}_lr"])]:
-                out.append(Pretrained(pl, r["seed"], self.runs_root / r["run_id"],
-                                      r["val_loss"] if r["val_loss"] is not None else math.nan,
-                                      r["outcome"]))
+            for r in self.tuned(pl).cell(pair.lr(pl)):  # type: ignore[arg-type]
+                out.append(Pretrained(pl, r.seed, self.runs_root / r.run_id,
+                                      r.val_loss if r.val_loss is not None else math.nan,
+                                      r.outcome))
         return out
 
-    def deep_runs(self, placement: str) -> dict[str, Any]:
+    def deep_grid(self, placement: str) -> TunedGrid | None:
         """`placement` at `deep_blocks` blocks, tuned on its own lr grid like the 6-block
         families (`tuned`), one run per seed and lr, each keeping its weights along the way;
-        the records of its best cell. None-valued when the profile trains no deep models.
-        The deep models are tuned, not trained at the 6-block matched lr: a depth changes the
-        lr a placement trains at (docs/study.md, C12)."""
+        None when the profile trains no deep models. The deep models are tuned, not trained
+        at the 6-block matched lr: a depth changes the lr a placement trains at
+        (docs/study.md, C12)."""
         p = self.profile
-        if not p.deep_blocks:
-            return {"lr": None, "records": []}
-        t = self.tuned(placement, blocks=p.deep_blocks)
-        return {"lr": t["best_lr"], "records": t["best"], "bracketed": t["bracketed"],
-                "extensions": t["extensions"], "all_stalled": t["all_stalled"],
-                "mean_score": t["mean_score"]}
+        return self.tuned(placement, blocks=p.deep_blocks) if p.deep_blocks else None
 
-    def c12_checkpoints(self) -> list[Any]:
+    def c12_checkpoints(self) -> list[Pretrained]:
         """Deeper pre and post models (`deep_blocks`, each at its own tuned lr: `deep_runs`),
         one pair per seed, taken along their training trajectories (`trajectory_pair`): the
         kept checkpoints of the two runs whose validation losses are closest, preferring the
         most trained pair within tolerance."""
-        from normlab.study.schema import Pretrained
-
-        if not self.profile.deep_blocks:
+        grids = {pl: self.deep_grid(pl) for pl in PLACEMENTS}
+        if any(g is None for g in grids.values()):
             return []
-        runs = {pl: {r["seed"]: r for r in self.deep_runs(pl)["records"]} for pl in PLACEMENTS}
+        runs = {pl: {r.seed: r for r in g.best} for pl, g in grids.items()}  # type: ignore
         out = []
         for seed in sorted(set(runs["pre"]) & set(runs["post"])):
             pre, post = runs["pre"][seed], runs["post"][seed]
-            if pre["failed"] or post["failed"] or pre["outcome"] != "completed" \
-                    or post["outcome"] != "completed":
+            if pre.failed or post.failed or pre.outcome != "completed" \
+                    or post.outcome != "completed":
                 for pl, r in (("pre", pre), ("post", post)):
-                    out.append(Pretrained(pl, seed, self.runs_root / r["run_id"],
-                                          r["val_loss"] if r["val_loss"] is not None
-                                          else math.nan, r["outcome"]))
+                    out.append(Pretrained(pl, seed, self.runs_root / r.run_id,
+                                          r.val_loss if r.val_loss is not None
+                                          else math.nan, r.outcome))
                 continue
-            pick = trajectory_pair(trajectory(self.runs_root / pre["run_id"]),
-                                   trajectory(self.runs_root / post["run_id"]),
+            pick = trajectory_pair(trajectory(self.runs_root / pre.run_id),
+                                   trajectory(self.runs_root / post.run_id),
                                    self.profile.match_tolerance)
             for pl, r, (step, loss) in (("pre", pre, pick[0]), ("post", post, pick[1])):
-                out.append(Pretrained(pl, seed, self.runs_root / r["run_id"], loss, "completed",
+                out.append(Pretrained(pl, seed, self.runs_root / r.run_id, loss, "completed",
                                       step=step))
         return out
 
@@ -372,7 +382,8 @@ class StudyContext:
             self.train([self.run_config(pl, lr, p.warmup, s, p.deep_blocks)
                         for pl in PLACEMENTS for lr in p.lrs for s in range(p.seeds)])
 
-    def late_improvement(self, records: list[dict[str, Any]], frac: float = 0.25) -> list[float]:
+    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25
+                         ) -> list[float]:
         """Per run (one per seed): how much its validation loss still fell over the last `frac`
         of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
         the final loss); nan for a run that failed or has no such evaluation. A run near
@@ -382,25 +393,25 @@ class StudyContext:
         out = []
         cut = (1 - frac) * self.profile.steps
         for r in records:
-            rows = [m for m in read_metrics(self.runs_root / r["run_id"] / "metrics.jsonl")
+            rows = [m for m in read_metrics(self.runs_root / r.run_id / "metrics.jsonl")
                     if isinstance(m.get("val_loss"), float)]
             before = [m["val_loss"] for m in rows if m["step"] <= cut]
-            final = r.get("val_loss")
-            ok = before and isinstance(final, float) and not r["failed"]
+            final = r.val_loss
+            ok = before and isinstance(final, float) and not r.failed
             out.append(before[-1] - final if ok else math.nan)
         return out
 
-    def final_norm_costs(self, records: list[dict[str, Any]]) -> list[float]:
+    def final_norm_costs(self, records: Sequence[RunRecord]) -> list[float]:
         """Per run (one per seed): validation loss with the final norm replaced by the identity
         minus the loss with it, on the study's probe batches (C11's mechanism)."""
         out = []
         batches = self.probe_batches(seq_len=min(self.profile.probe_seq_len,
                                                  self.profile.seq_len))
         for r in records:
-            if r["failed"]:
+            if r.failed:
                 continue
-            out.append(self.cached(f"final_norm_cost_{r['run_id']}",
-                                   lambda r=r: final_norm_cost(self.runs_root / r["run_id"],
+            out.append(self.cached(f"final_norm_cost_{r.run_id}",
+                                   lambda r=r: final_norm_cost(self.runs_root / r.run_id,
                                                                batches)))
         return [c["cost"] for c in out]
 
@@ -479,14 +490,15 @@ SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
 
 
 
-def record(cfg: RunConfig, summary: dict[str, Any], **keys: Any) -> dict[str, Any]:
-    """What the claims read of one run: outcome, losses, score, and whether it failed (stalled
-    or diverged: a result to report, never a trained model to compare)."""
+def record(cfg: RunConfig, summary: dict[str, Any], *, seed: int, lr: float | None = None,
+           warmup: int | None = None) -> RunRecord:
+    """What the claims read of one run (`RunRecord`) from its summary."""
     outcome = summary.get("outcome")
-    return {"run_id": cfg.run_id(), **keys, "outcome": outcome, "reason": summary.get("reason"),
-            "step": summary.get("step"), "val_loss": summary.get("val_loss"),
-            "train_loss": summary.get("train_loss"), "token_share": summary.get("token_share"),
-            "score": score(summary), "failed": outcome in ("stalled", "diverged")}
+    return RunRecord(cfg.run_id(), seed, outcome, score(summary),
+                     outcome in ("stalled", "diverged"), val_loss=summary.get("val_loss"),
+                     train_loss=summary.get("train_loss"), reason=summary.get("reason"),
+                     step=summary.get("step"), token_share=summary.get("token_share"),
+                     lr=lr, warmup=warmup)
 
 
 def output_distance(a: Any, b: Any, idx: Any) -> float:

@@ -20,7 +20,8 @@ import normlab
 from normlab.config import ConfigError
 from normlab.machine import cpu_model, git_commit
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, measures
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
+from normlab.study.experiments import StudyFolder
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
 from normlab.train.logging import write_json_atomic
@@ -59,7 +60,7 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
                           "Ray cluster); add --executor ray or drop --address")
     selected = parse_claims(claims)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StudyContext(out, PROFILES[profile], log, executor=executor, address=address,
+    ctx = StudyFolder(out, PROFILES[profile], log, executor=executor, address=address,
                        claims=selected)
     if profile != "tiny":
         log(f"estimated time: {format_duration(estimate_seconds(ctx.profile))} on this machine "

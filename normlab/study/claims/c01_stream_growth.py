@@ -10,7 +10,7 @@ from normlab.probe.fits import loglog_fit, mean_ci
 from normlab.study.claims.common import SCALE, slope_over_depth
 from normlab.study.claims.ladder import _at_depth, ladder_claim, xiong_sweep
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import ProbedRun, StudyContext
 from normlab.study.ladders import Rung
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -135,14 +135,14 @@ def trained_growth(ctx: StudyContext) -> list[float]:
     """Per seed, log(||x_L|| / ||x_1||) of the matched-loss pre checkpoint minus the same of its
     own model at step 0 (empty when no pair trained)."""
     tp, at_init = ctx.trained_probes(), ctx.init_probes()
-    if "pre" not in tp or "pre" not in at_init:
+    if not tp.found or not at_init.found:
         return []
 
-    def growth(entry: dict[str, Any]) -> float:
-        norm = entry["per_block"]["norm"]
+    def growth(entry: ProbedRun) -> float:
+        norm = entry.per_block["norm"]
         return math.log(norm[-1] / norm[0]) if norm[0] > 0 and norm[-1] > 0 else math.nan
 
-    return [growth(a) - growth(b) for a, b in zip(tp["pre"]["seeds"], at_init["pre"]["seeds"],
+    return [growth(a) - growth(b) for a, b in zip(tp.seeds["pre"], at_init.seeds["pre"],
                                                   strict=True)]
 
 

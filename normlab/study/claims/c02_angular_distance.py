@@ -8,7 +8,6 @@ from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
     NO_SIZE,
     _late_mean,
-    _pair_note,
     _rel,
     _seed_mean_curves,
     _trained,
@@ -16,7 +15,7 @@ from normlab.study.claims.common import (
     slope_over_depth,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 CLAIM = Claim(
@@ -50,7 +49,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     tp, missing = _trained(ctx, CLAIM.id, CLAIM.title)
     if missing:
         return missing
-    ang = {p: [s["per_block"]["ang_prev"][1:] for s in tp[p]["seeds"]] for p in ("pre", "post")}
+    ang = {p: [s.per_block["ang_prev"][1:] for s in tp.seeds[p]] for p in ("pre", "post")}
     slope_pre = [slope_over_depth(a) for a in ang["pre"]]
     late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
     predictions = [
@@ -59,7 +58,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
                       [b - a for a, b in zip(late["pre"], late["post"], strict=True)]),
     ]
     at_init = ctx.init_probes()
-    init = {p: [_late_mean(s["per_block"]["ang_prev"][1:]) for s in at_init[p]["seeds"]]
+    init = {p: [_late_mean(s.per_block["ang_prev"][1:]) for s in at_init.seeds[p]]
             for p in ("pre", "post")}
     change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
     curves = _seed_mean_curves(ctx, tp, ("ang_prev",))
@@ -73,9 +72,9 @@ def measure(ctx: StudyContext) -> ClaimResult:
         {"late_angle_trained": {p: mean_ci(v) for p, v in late.items()},
          "late_angle_trained_minus_init": {p: mean_ci(v) for p, v in change.items()},
          "late_angle_init": {p: mean_ci(v) for p, v in init.items()},
-         "matched_pair": tp["pair"]},
+         "matched_pair": tp.pair.to_json()},
         _rel(ctx, probe_figures.plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.svg")),
-        note=_pair_note(tp["pair"]))
+        note=tp.pair.note())
 
 
 CLAIM = CLAIM.bind(measure)

@@ -11,14 +11,13 @@ from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
     NO_SIZE,
     _late_mean,
-    _pair_note,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 CLAIM = Claim(
@@ -57,13 +56,13 @@ def measure(ctx: StudyContext) -> ClaimResult:
     tp, missing = _trained(ctx, CLAIM.id, CLAIM.title)
     if missing:
         return missing
-    n = min(len(tp["pre"]["seeds"]), len(tp["post"]["seeds"]))
-    seeds = {p: tp[p]["seeds"][:n] for p in ("pre", "post")}
-    kl = {p: [_late_mean(s["per_block"]["merge_kl"]) for s in v] for p, v in seeds.items()}
-    drop_kl = {p: [_late_mean(s["per_block"]["drop_kl"][1:]) for s in v]
+    n = min(len(tp.seeds["pre"]), len(tp.seeds["post"]))
+    seeds = {p: tp.seeds[p][:n] for p in ("pre", "post")}
+    kl = {p: [_late_mean(s.per_block["merge_kl"]) for s in v] for p, v in seeds.items()}
+    drop_kl = {p: [_late_mean(s.per_block["drop_kl"][1:]) for s in v]
                for p, v in seeds.items()}
-    drop = {p: [_late_mean(s["per_block"]["drop_dloss"]) for s in v] for p, v in seeds.items()}
-    ratio = {p: [merge_per_drop(s["per_block"]) for s in v] for p, v in seeds.items()}
+    drop = {p: [_late_mean(s.per_block["drop_dloss"]) for s in v] for p, v in seeds.items()}
+    ratio = {p: [merge_per_drop(s.per_block) for s in v] for p, v in seeds.items()}
     values = [math.log(b / a) for a, b in zip(ratio["pre"], ratio["post"], strict=True)
               if a > 0 and b > 0]
     predictions = [CLAIM.predict("post vs pre", values)]
@@ -85,10 +84,10 @@ def measure(ctx: StudyContext) -> ClaimResult:
          "late_merge_kl": {p: mean_ci(v) for p, v in kl.items()},
          "late_drop_kl": {p: mean_ci(v) for p, v in drop_kl.items()},
          "late_drop_dloss": {p: mean_ci(v) for p, v in drop.items()},
-         "effective_depth": {p: mean_ci([s["summary"].get("effective_depth_kl") for s in
-                                         tp[p]["seeds"]]) for p in ("pre", "post")},
-         "matched_pair": tp["pair"]},
-        figs, note=_pair_note(tp["pair"]))
+         "effective_depth": {p: mean_ci([s.summary.get("effective_depth_kl") for s in
+                                         tp.seeds[p]]) for p in ("pre", "post")},
+         "matched_pair": tp.pair.to_json()},
+        figs, note=tp.pair.note())
 
 
 CLAIM = CLAIM.bind(measure)

@@ -8,7 +8,7 @@ from typing import Any
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.ladder import Rows, _slopes, ladder_claim, xiong_sweep
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.ladders import Rung
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction

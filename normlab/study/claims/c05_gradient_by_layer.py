@@ -11,7 +11,7 @@ from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import slope_over_depth
 from normlab.study.claims.ladder import FIG3_DEPTH, _at_depth, ladder_claim, xiong_sweep
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.ladders import Rung, with_depth_rung
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction

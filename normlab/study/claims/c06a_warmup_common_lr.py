@@ -3,8 +3,6 @@ Sec. 3.1 and Fig. 1)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
@@ -17,11 +15,10 @@ from normlab.study.claims.common import (
     _rel,
     _stalled,
     _trains,
-    _tuning_numbers,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext, TunedGrid
 from normlab.study.schema import ClaimResult
 
 _COST = "val loss without warmup - with warmup"
@@ -60,12 +57,12 @@ CLAIM = Claim(
 )
 
 
-def common_lrs(pre: dict[str, Any], post: dict[str, Any]) -> list[float]:
+def common_lrs(pre: TunedGrid, post: TunedGrid) -> list[float]:
     """The lrs of both placements' warmup grids where every seed of both trained, post's tuned
     lr first: C6a's common peak lrs."""
-    shared = [float(lr) for lr in post["records"] if lr in pre["records"]
-              and _trains(pre["records"][lr]) and _trains(post["records"][lr])]
-    best = float(post["best_lr"])
+    shared = [lr for lr in post.records if lr in pre.records
+              and _trains(pre.cell(lr)) and _trains(post.cell(lr))]
+    best = post.best_lr
     return sorted(shared, key=lambda lr: (lr != best, lr))
 
 
@@ -79,9 +76,9 @@ def measure(ctx: StudyContext) -> ClaimResult:
     without = {pl: ctx.runs(pl, lrs, 0) if lrs else {} for pl in tuned}
     predictions, numbers = [], {}
     for lr in lrs:
-        w = {pl: tuned[pl]["records"][str(lr)] for pl in tuned}
+        w = {pl: tuned[pl].cell(lr) for pl in tuned}
         wo = {pl: without[pl][lr] for pl in tuned}
-        tag = f"lr {lr:g}" + (" (post's tuned)" if lr == float(tuned["post"]["best_lr"]) else "")
+        tag = f"lr {lr:g}" + (" (post's tuned)" if lr == tuned["post"].best_lr else "")
         cost = {pl: _per_seed(wo[pl], w[pl]) for pl in tuned}
         vs = _per_seed(wo["pre"], w["post"])
         predictions += [
@@ -91,16 +88,15 @@ def measure(ctx: StudyContext) -> ClaimResult:
                           subject=f"pre without vs post with warmup, {tag}")]
         numbers[f"lr {lr:g}"] = {"cost": {pl: mean_ci(v) for pl, v in cost.items()},
                                  "pre without - post with": mean_ci(vs),
-                                 "outcomes_without_warmup": {pl: [r["outcome"] for r in rs]
+                                 "outcomes_without_warmup": {pl: [r.outcome for r in rs]
                                                              for pl, rs in wo.items()}}
     numbers["common_lrs"] = lrs
-    numbers["tuning"] = {pl: _tuning_numbers(t) for pl, t in tuned.items()}
+    numbers["tuning"] = {pl: t.numbers() for pl, t in tuned.items()}
     fig = None
     if lrs:
         lr = lrs[0]
         curves = {f"{pl}, {'warmup ' + str(p.warmup) if w else 'no warmup'}":
-                  [r["run_id"] for r in (tuned[pl]["records"][str(lr)] if w
-                                         else without[pl][lr])]
+                  [r.run_id for r in (tuned[pl].cell(lr) if w else without[pl][lr])]
                   for pl in tuned for w in (1, 0)}
         fig = figures.plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6a_warmup_curves.svg",
                                   title=f"both placements at lr {lr:g} (post's tuned), all seeds")

@@ -13,12 +13,11 @@ from normlab.study.claims.common import (
     _per_seed,
     _rel,
     _stalled,
-    _tuning_numbers,
     _val,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 _LESSON = "the warmup lesson (docs/reference.md, section 2): "
@@ -64,17 +63,17 @@ def measure(ctx: StudyContext) -> ClaimResult:
     no_w = {pl: ctx.tuned(pl, 0) for pl in ("pre", "post")}
     # no-warmup grids that fail everywhere are the claim's result for post, not a stall
     stalled = _stalled(*tuned.values())
-    cost = {pl: _per_seed(no_w[pl]["best"], tuned[pl]["best"]) for pl in tuned}
-    best = float(tuned["post"]["best_lr"])
+    cost = {pl: _per_seed(no_w[pl].best, tuned[pl].best) for pl in tuned}
+    best = tuned["post"].best_lr
     at_best = ctx.runs("post", [best], 0)[best]  # without warmup at post's own best lr
     predictions = [
-        CLAIM.predict("post diverges", [r["failed"] for r in at_best]),
+        CLAIM.predict("post diverges", [r.failed for r in at_best]),
         CLAIM.predict("pre", cost["pre"]),
         CLAIM.predict("post vs pre", [a - b for a, b in zip(cost["post"], cost["pre"],
                                                             strict=True)]),
         CLAIM.predict("post", cost["post"])]
-    bars = {f"{pl}, {'warmup' if w else 'no warmup'} (best lr {t['best_lr']:g})":
-            mean_ci(_val(t["best"])) for pl in tuned
+    bars = {f"{pl}, {'warmup' if w else 'no warmup'} (best lr {t.best_lr:g})":
+            mean_ci(_val(t.best)) for pl in tuned
             for w, t in ((1, tuned[pl]), (0, no_w[pl]))}
     fig = figures.plot_bars(bars, ctx.fig_dir / "c6b_best_over_lr.svg",
                             ylabel="final validation loss (nats)",
@@ -91,9 +90,9 @@ def measure(ctx: StudyContext) -> ClaimResult:
         predictions,
         {"cost": {pl: mean_ci(v) for pl, v in cost.items()},
          "post_without_warmup_at_its_best_lr": {
-             "lr": best, "outcomes": [r["outcome"] for r in at_best]},
-         "tuning_with_warmup": {pl: _tuning_numbers(t) for pl, t in tuned.items()},
-         "tuning_without_warmup": {pl: _tuning_numbers(t) for pl, t in no_w.items()}},
+             "lr": best, "outcomes": [r.outcome for r in at_best]},
+         "tuning_with_warmup": {pl: t.numbers() for pl, t in tuned.items()},
+         "tuning_without_warmup": {pl: t.numbers() for pl, t in no_w.items()}},
         _rel(ctx, fig), stalled=stalled, note=_bracket_note(*tuned.values(), *no_w.values()))
 
 

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.ladder import Rows, _slopes, ladder_claim
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
-from normlab.study.ladder_runs import update_ladder
+from normlab.study.context import StudyContext
 from normlab.study.ladders import Rung, fairseq_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -70,8 +69,8 @@ def c6_failing_lr(ctx: StudyContext) -> tuple[float, str]:
     lrs = sorted(ctx.profile.lrs)
     runs = ctx.runs("post", lrs, 0)
     for lr in lrs:
-        if any(r["failed"] for r in runs[lr]):
-            outcomes = ", ".join(sorted({r["outcome"] for r in runs[lr]}))
+        if any(r.failed for r in runs[lr]):
+            outcomes = ", ".join(sorted({str(r.outcome) for r in runs[lr]}))
             return lr, ("the smallest lr of C6's grid at which post without warmup failed "
                         f"({outcomes})")
     return lrs[-1], "post without warmup failed at no lr of C6's grid: its largest lr"
@@ -87,7 +86,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     rungs = [source, at_lr, *base[1:]]
     lrs = [(source, SOURCE_LR)] + [(r, lr) for r in rungs[1:]]
     depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
-    data = update_ladder(ctx, f"ladder_deepnet_{DEEPNET_CACHE}", lrs, depths, steps=1,
+    data = ctx.update_ladder(f"ladder_deepnet_{DEEPNET_CACHE}", lrs, depths, steps=1,
                          warmup=p.update_steps)
 
     def first(rung: Rung, label: str, depth: int | None = None) -> Rows:

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from normlab.probe.fits import loglog_fit, mean_ci
 from normlab.study.claims.ladder import CACHE_VERSION, _slopes, ladder_claim
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
-from normlab.study.ladder_runs import init_ladder
+from normlab.study.context import StudyContext
 from normlab.study.ladders import Rung, fairseq_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -101,7 +100,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     rungs = fairseq_ladder(p.width, p.heads)
     depths = list(p.init_depths)
     placements = ["post", "pre", "admin", "admin_o1"]
-    data = init_ladder(ctx, f"ladder_admin_{CACHE_VERSION}", rungs, placements, depths,
+    data = ctx.init_ladder(f"ladder_admin_{CACHE_VERSION}", rungs, placements, depths,
                        perturb=True, stats=True)
     s_log = log_law_slope([2 * L for L in depths])
     bands = nearest_law_bands(s_log)

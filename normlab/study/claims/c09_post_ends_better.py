@@ -15,12 +15,11 @@ from normlab.study.claims.common import (
     _per_seed,
     _rel,
     _stalled,
-    _tuning_numbers,
     _val,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 # C9's pairings under one init: (label, pre family, post family, profile.same_inits key)
@@ -80,7 +79,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     tuned = {f: ctx.tuned(f) for f in families}
     predictions = []
     if "xavier" in p.same_inits:
-        pre_x, post_x = tuned["pre_xavier"]["best"], tuned["post"]["best"]
+        pre_x, post_x = tuned["pre_xavier"].best, tuned["post"].best
         late = [max(a, b) for a, b in zip(ctx.late_improvement(pre_x),
                                           ctx.late_improvement(post_x), strict=True)]
         predictions += [
@@ -89,15 +88,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
             CLAIM.predict("post better (both Xavier)", _per_seed(pre_x, post_x))]
     if "gpt2_scaled" in p.same_inits:
         predictions.append(CLAIM.predict("post vs pre (both GPT-2 scaled)",
-                                         _per_seed(tuned["post_gpt2"]["best"],
-                                                   tuned["pre"]["best"])))
-    paper_inits = _per_seed(tuned["pre"]["best"], tuned["post"]["best"])
+                                         _per_seed(tuned["post_gpt2"].best, tuned["pre"].best)))
+    paper_inits = _per_seed(tuned["pre"].best, tuned["post"].best)
     numbers: dict[str, Any] = {
-        "tuning": {f: _tuning_numbers(t) for f, t in tuned.items()},
+        "tuning": {f: t.numbers() for f, t in tuned.items()},
         "paper_inits_context": {"pre (GPT-2 scaled) - post (Xavier)": mean_ci(paper_inits),
                                 "note": "each placement at its own paper's init: reported, not "
                                 "decided (two things differ)"}}
-    bars = {f"{f} lr {t['best_lr']:g}": mean_ci(_val(t["best"])) for f, t in tuned.items()}
+    bars = {f"{f} lr {t.best_lr:g}": mean_ci(_val(t.best)) for f, t in tuned.items()}
     fig = figures.plot_bars(bars, ctx.fig_dir / "c9_val_loss.svg",
                             ylabel="final validation loss (nats)",
                             title=f"{p.train_blocks} blocks, warmup {p.warmup}, {p.seeds} seeds, "

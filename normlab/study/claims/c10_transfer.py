@@ -37,15 +37,12 @@ from typing import Any
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
-    MATCH_TOLERANCE,
     PLACEMENTS,
-    _checkpoints,
-    _setting,
     claim_result,
     matched_pairs,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult, Pretrained
 
 _NONE = "the source gives no size: decided at 0, the size reported"
@@ -92,19 +89,17 @@ def _warmup(given: int | None, steps: int) -> int:
 
 
 def c10_settings(ctx: StudyContext) -> dict[str, Any]:
-    """The fine-tuning settings C10 reads from the profile (defaults where it has none)."""
-    steps = _setting(ctx, "finetune_steps", 200)
-    passage = _setting(ctx, "finetune_passage_bytes", 256)
+    """The fine-tuning settings C10 reads from the profile."""
+    p = ctx.profile
+    steps, passage = p.finetune_steps, p.finetune_passage_bytes
     if passage < 256:
         raise ValueError(f"profile.finetune_passage_bytes: C10 needs passages of at least 256 "
                          f"bytes, got {passage}")
-    return {"steps": steps, "batch_size": _setting(ctx, "finetune_batch_size", 32),
-            "warmup": _warmup(_setting(ctx, "finetune_warmup", None), steps),
-            "passage_bytes": passage, "test_max": _setting(ctx, "finetune_test_max", None),
-            "val_fraction": _setting(ctx, "finetune_val_fraction", 0.1),
-            "val_max": _setting(ctx, "finetune_val_max", 512),
-            "train_eval_max": _setting(ctx, "finetune_train_eval_max", 256),
-            "standardize": _setting(ctx, "finetune_standardize", 512)}
+    return {"steps": steps, "batch_size": p.finetune_batch_size,
+            "warmup": _warmup(p.finetune_warmup, steps),
+            "passage_bytes": passage, "test_max": p.finetune_test_max,
+            "val_fraction": p.finetune_val_fraction, "val_max": p.finetune_val_max,
+            "train_eval_max": p.finetune_train_eval_max, "standardize": p.finetune_standardize}
 
 
 def tune_lr(score: Callable[[float], tuple[float, float]], grid: Sequence[float],
@@ -151,7 +146,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     from normlab.data.genre import genre_task, naive_bayes_baseline
     from normlab.finetune import finetune, finetune_many
 
-    tol = _setting(ctx, "match_tolerance", MATCH_TOLERANCE) if tolerance is None else tolerance
+    tol = ctx.profile.match_tolerance if tolerance is None else tolerance
     s = c10_settings(ctx)
     pairs, left_out = matched_pairs(checkpoints, tol)
     seeds = sorted(pairs)
@@ -183,9 +178,9 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     tuned: dict[str, dict[str, Any]] = {arm: {} for arm in arms}
     accuracy: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
     if seeds:
-        grid = _setting(ctx, "finetune_lrs", (3e-4, 1e-3, 3e-3))
-        extensions = _setting(ctx, "finetune_lr_extensions", 2)
-        workers = _setting(ctx, "workers", 1)
+        grid = ctx.profile.finetune_lrs
+        extensions = ctx.profile.finetune_lr_extensions
+        workers = ctx.profile.workers
         ctx.log(f"C10: fine-tuning {len(seeds)} pair(s), pretrained and from init, at lrs "
                 f"{list(grid)} on {workers} worker(s)")
         finetune_many([(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in arms
@@ -228,10 +223,10 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
 def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
             ) -> ClaimResult:
     title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
-    given = _checkpoints(ctx, "c10_checkpoints", checkpoints)
+    given = list(ctx.c10_checkpoints() if checkpoints is None else checkpoints)
     s = c10_settings(ctx)
     method = (f"Pre and post runs pretrained to matched validation loss (within "
-              f"{_setting(ctx, 'match_tolerance', MATCH_TOLERANCE):g} nats), paired by seed, "
+              f"{ctx.profile.match_tolerance:g} nats), paired by seed, "
               f"fine-tuned on the Shakespeare genre task (comedy/history/tragedy of a "
               f"{s['passage_bytes']}-byte passage, read in windows of the pretraining context; "
               f"speaker headings and stage directions stripped; per play: first 70% train, "

@@ -12,12 +12,11 @@ from normlab.study.claims.common import (
     _per_seed,
     _rel,
     _stalled,
-    _tuning_numbers,
     _val,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 _SRC = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
@@ -58,14 +57,13 @@ def measure(ctx: StudyContext) -> ClaimResult:
     predictions = []
     if off is not None:
         predictions.append(CLAIM.predict("pre, trained without vs with",
-                                         _per_seed(off["best"], on["best"])))
-    shallow = ctx.final_norm_costs(on["best"])
+                                         _per_seed(off.best, on.best)))
+    shallow = ctx.final_norm_costs(on.best)
     predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
                                      subject=f"pre, {p.train_blocks} blocks"))
     tuned = [on] if off is None else [on, off]
     numbers: dict[str, Any] = {
-        "tuning": {"with": _tuning_numbers(on)} | (
-            {} if off is None else {"without": _tuning_numbers(off)}),
+        "tuning": {"with": on.numbers()} | ({} if off is None else {"without": off.numbers()}),
         f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
     note = _bracket_note(*tuned)
     if off is None:
@@ -73,10 +71,10 @@ def measure(ctx: StudyContext) -> ClaimResult:
                 "standard profile does), so nothing decides the claim: the ablation of the "
                 "trained norm is a diagnostic (removing a trained part cannot fail to cost). "
                 + note).strip()
-    if getattr(ctx, "claims", None) is None or "C12" in ctx.claims:
+    if ctx.claims is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
-    deep = ctx.deep_runs("pre")
-    deep_cost = ctx.final_norm_costs(deep["records"]) if deep["records"] else []
+    deep = ctx.deep_grid("pre")
+    deep_cost = ctx.final_norm_costs(deep.best) if deep is not None else []
     if deep_cost:
         n = min(len(deep_cost), len(shallow))
         predictions.append(CLAIM.predict(
@@ -84,15 +82,15 @@ def measure(ctx: StudyContext) -> ClaimResult:
             [a - b for a, b in zip(deep_cost[:n], shallow[:n], strict=True)],
             subject=f"pre, {p.deep_blocks} vs {p.train_blocks} blocks"))
         numbers[f"final_norm_dropped_{p.deep_blocks}_blocks"] = mean_ci(deep_cost)
-        numbers["deep_lr"] = deep["lr"]
+        numbers["deep_lr"] = deep.best_lr  # type: ignore[union-attr]
     else:
         why = ("No deeper model in this profile" if not p.deep_blocks else
                f"No {p.deep_blocks}-block pre model trained")
         note = (note + " " if note else "") + (
             f"{why}: the cost of dropping the final norm is measured at {p.train_blocks} blocks "
             "only (the standard profile adds 12 blocks).")
-    bars = {"with final norm": mean_ci(_val(on["best"]))} | (
-        {} if off is None else {"without final norm": mean_ci(_val(off["best"]))})
+    bars = {"with final norm": mean_ci(_val(on.best))} | (
+        {} if off is None else {"without final norm": mean_ci(_val(off.best))})
     fig = figures.plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
                             ylabel="final validation loss (nats)",
                             title=f"pre, each at its tuned lr, {p.seeds} seeds")

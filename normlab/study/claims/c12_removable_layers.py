@@ -48,17 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from normlab.study.claims.common import (
-    MATCH_TOLERANCE,
     PLACEMENTS,
     _below,
-    _checkpoints,
     _detectable,
     _interval,
-    _setting,
     matched_pairs,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult, Pretrained
 from normlab.study.verdict import combine, decide
 
@@ -156,9 +153,6 @@ def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
                      "blocks; seeds as units)")}
 
 
-C12_MIN_PAIRS = 3  # matched pairs the design asks for (of the standard profile's 4 seeds)
-
-
 def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
     """C12's predictions as rows of the verdict table, each with its own verdict: pre's depth
     slope < 0 and slope(post) - slope(pre) > 0 decide; post's own slope is a diagnostic."""
@@ -190,8 +184,7 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     drop-cost curve is measured on the study's probe batches (cached per run folder), the
     per-model numbers of :func:`drop_cost_profile` computed, and matched pairs decided by
     :func:`decide_c12`. Returns the decision with ``per_seed`` numbers and ``left_out``."""
-    tol = getattr(ctx.profile, "match_tolerance", MATCH_TOLERANCE) if tolerance is None \
-        else tolerance
+    tol = ctx.profile.match_tolerance if tolerance is None else tolerance
     pairs, left_out = matched_pairs(checkpoints, tol)
     batches = ctx.probe_batches()
     per_seed: dict[int, dict[str, Any]] = {}
@@ -270,11 +263,14 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
         figures += [str(fig.relative_to(ctx.out))] if fig else []
         numbers["real_models_illustration"] = {n: {k: v for k, v in r.items() if k != "_raw"}
                                                for n, r in real.items()}
-    own = _checkpoints(ctx, "c12_checkpoints", checkpoints)
-    deep_runs = getattr(ctx, "deep_runs", None)
-    if own and deep_runs is not None:  # the lr each placement's deep models were tuned to
-        numbers["deep_tuned"] = {pl: {k: v for k, v in deep_runs(pl).items() if k != "records"}
-                                 for pl in ("pre", "post")}
+    own = list(ctx.c12_checkpoints() if checkpoints is None else checkpoints)
+    grids = {pl: ctx.deep_grid(pl) for pl in ("pre", "post")} if own else {}
+    if own and all(grids.values()):  # the lr each placement's deep models were tuned to
+        numbers["deep_tuned"] = {
+            pl: {"lr": g.best_lr, "bracketed": g.bracketed, "extensions": list(g.extensions),
+                 "all_stalled": g.all_stalled,
+                 "mean_score": {str(k): v for k, v in g.mean_score.items()}}
+            for pl, g in grids.items() if g is not None}
     method = ("normlab's own pre and post models (12-24 blocks, each placement tuned on its "
               "own lr grid at that depth), paired by seed at matched "
               "validation loss along their training trajectories (each run keeps its weights "
@@ -287,7 +283,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
               "placement.")
     if not own:
         why = ("this profile trains no deep (12-24-block) models; the standard profile does"
-               if getattr(ctx.profile, "deep_blocks", 1) == 0
+               if ctx.profile.deep_blocks == 0
                else "the study provided no matched pre/post models for C12")
         note = "; ".join(notes + [why])
         return ClaimResult(id="C12", title=title, statement=statement, source=source,
@@ -298,7 +294,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
                                                    "intervals", "tolerance")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
                 "pairs": len(res["slopes"]["pre"])}
-    wanted = _setting(ctx, "c12_min_pairs", C12_MIN_PAIRS)
+    wanted = ctx.profile.c12_min_pairs
     outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PLACEMENTS}
     stalled = [pl for pl, out in outcomes.items()
                if out and all(o in ("stalled", "diverged") for o in out)]

@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
     NO_SIZE,
-    _pair_note,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
 
 CLAIM = Claim(
@@ -40,9 +39,9 @@ CLAIM = Claim(
 )
 
 
-def lens_gap(entry: dict[str, Any]) -> float:
+def lens_gap(per_block: Mapping[str, list[float]]) -> float:
     """Mean over blocks 1..L-1 of the lens loss raw minus through the final norm."""
-    raw, normed = entry["per_block"]["lens_raw"], entry["per_block"]["lens_normed"]
+    raw, normed = per_block["lens_raw"], per_block["lens_normed"]
     diffs = [r - n for r, n in zip(raw[:-1], normed[:-1], strict=True)] or [0.0]
     return sum(diffs) / len(diffs)
 
@@ -51,7 +50,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     tp, missing = _trained(ctx, CLAIM.id, CLAIM.title)
     if missing:
         return missing
-    gaps = {p: [lens_gap(s) for s in tp[p]["seeds"]] for p in ("pre", "post")}
+    gaps = {p: [lens_gap(s.per_block) for s in tp.seeds[p]] for p in ("pre", "post")}
     predictions = [CLAIM.predict("pre", gaps["pre"])]
     curves = _seed_mean_curves(ctx, tp, ("lens_raw", "lens_normed"))
     figs = _rel(ctx, probe_figures.plot_per_block(curves, "lens_raw",
@@ -66,8 +65,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "reported only: its block outputs end in a norm, "
         "so it is about 0 by construction.",
         predictions, {"lens_gap": {p: mean_ci(v) for p, v in gaps.items()},
-                      "matched_pair": tp["pair"]},
-        figs, note=_pair_note(tp["pair"]))
+                      "matched_pair": tp.pair.to_json()},
+        figs, note=tp.pair.note())
 
 
 CLAIM = CLAIM.bind(measure)

@@ -5,11 +5,11 @@ tuned grids, matched pairs, a slope over depth)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from normlab.probe.fits import mean_ci
-from normlab.study.experiments import StudyContext
+from normlab.study.context import ProbedPair, RunRecord, StudyContext, TunedGrid
 from normlab.study.schema import ClaimResult, Pretrained
 from normlab.study.verdict import NOT_TESTED, Prediction, combine
 
@@ -86,24 +86,18 @@ def _rel(ctx: StudyContext, path) -> list[str]:
 
 # -- claims on trained models --------------------------------------------------------------------
 
-def _val(records: Sequence[dict[str, Any]]) -> list[float]:
-    return [r["score"] for r in records]
+def _val(records: Sequence[RunRecord]) -> list[float]:
+    return [r.score for r in records]
 
 
-def _tuning_numbers(t: dict[str, Any]) -> dict[str, Any]:
-    return {"lrs": t["lrs"], "best_lr": t["best_lr"], "bracketed": t["bracketed"],
-            "extensions": t["extensions"], "mean_val_loss": t["mean_score"],
-            "outcomes": {lr: [r["outcome"] for r in rs] for lr, rs in t["records"].items()}}
+def _stalled(*tuned: TunedGrid) -> list[str]:
+    return [t.family for t in tuned if t.all_stalled]
 
 
-def _stalled(*tuned: dict[str, Any]) -> list[str]:
-    return [t["family"] for t in tuned if t["all_stalled"]]
-
-
-def _bracket_note(*tuned: dict[str, Any]) -> str:
+def _bracket_note(*tuned: TunedGrid) -> str:
     """Says which family's best lr still lies at an edge once the grid's extensions ran out."""
-    edge = [f"{t['family']} (best lr {t['best_lr']:g} of {[float(x) for x in t['lrs']]})"
-            for t in tuned if not t["bracketed"] and not t["all_stalled"]]
+    edge = [f"{t.family} (best lr {t.best_lr:g} of {list(t.lrs)})"
+            for t in tuned if not t.bracketed and not t.all_stalled]
     if not edge:
         return ""
     return ("Not bracketed: " + "; ".join(edge) + " sits at an edge of its grid after the "
@@ -119,21 +113,21 @@ COMPARABLE_WHY = ("no margin given: 0.02 nats, about 1% of the loss these models
 XIONG = "Xiong et al. 2020 (2002.04745), Sec. 3.1 and Fig. 1"
 
 
-def _per_seed(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> list[float]:
+def _per_seed(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[float]:
     """Per seed, score(a) - score(b) (seeds paired by index)."""
     return [x - y for x, y in zip(_val(a), _val(b), strict=True)]
 
 
-def _trains(records: Sequence[dict[str, Any]]) -> bool:
-    return bool(records) and not any(r["failed"] for r in records)
+def _trains(records: Sequence[RunRecord]) -> bool:
+    return bool(records) and not any(r.failed for r in records)
 
 
-def _seed_mean_curves(ctx: StudyContext, tp: dict[str, Any], metrics: Sequence[str]
+def _seed_mean_curves(ctx: StudyContext, tp: ProbedPair, metrics: Sequence[str]
                       ) -> dict[str, Any]:
     """Per-block curves of the trained probes, one list per seed, shaped for plot_per_block
     (drawn as the mean over seeds with a min-max band)."""
     return {p: {str(ctx.profile.train_blocks): {
-        m: [s["per_block"][m] for s in tp[p]["seeds"]] for m in metrics}}
+        m: [s.per_block[m] for s in tp.seeds[p]] for m in metrics}}
         for p in ("pre", "post")}
 
 
@@ -142,24 +136,14 @@ def _late_mean(values: list[float]) -> float:
     return sum(half) / len(half)
 
 
-def _pair_note(pair: dict[str, Any]) -> str:
-    if "gap" not in pair:
-        return pair.get("reason", "")
-    state = "matched" if pair["matched"] else "NOT matched"
-    return (f"Checkpoints at matched loss: pre at lr {pair['pre_lr']:g} (val "
-            f"{pair['pre_val_loss']:.3f}), post at lr {pair['post_lr']:g} (val "
-            f"{pair['post_val_loss']:.3f}): gap {pair['gap']:+.3f} nats, {state} (tolerance "
-            f"{pair['tolerance']:g}).")
-
-
-def _trained(ctx: StudyContext, cid: str, title: str) -> tuple[dict[str, Any] | None,
+def _trained(ctx: StudyContext, cid: str, title: str) -> tuple[ProbedPair | None,
                                                                 ClaimResult | None]:
     tp = ctx.trained_probes()
-    if "pre" not in tp:
+    if not tp.found:
         return None, ClaimResult(
             id=cid, title=title, statement="", source="", method="", verdict="inconclusive",
-            rule="", stalled=["pre" if "pre" in tp["pair"].get("reason", "") else "post"],
-            note=f"No checkpoints to compare: {tp['pair'].get('reason')}.")
+            rule="", stalled=["pre" if "pre" in tp.pair.reason else "post"],
+            note=f"No checkpoints to compare: {tp.pair.reason}.")
     return tp, None
 
 
@@ -175,13 +159,12 @@ def slope_over_depth(values: Sequence[float]) -> float:
 
 
 PLACEMENTS = ("pre", "post")
-MATCH_TOLERANCE = 0.05  # nats of validation loss between the two sides of a pair
 TRAINED = ("completed",)
 
 
 # -- pairing by seed at matched loss --------------------------------------------------------------
 
-def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float = MATCH_TOLERANCE
+def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float
                   ) -> tuple[dict[int, dict[str, Pretrained]], list[str]]:
     """Pre/post pairs by seed whose validation losses lie within ``tolerance`` and whose runs
     both trained; with the reasons each left-out seed was left out. The study hands C10 and C12
@@ -235,19 +218,6 @@ def _detectable(ci: Mapping[str, Any]) -> float | None:
     """The smallest effect this many units could have told from 0: the interval's half-width."""
     low, high = ci["ci95"]
     return (high - low) / 2 if ci["n"] >= 2 and math.isfinite(high - low) else None
-
-
-def _checkpoints(ctx: StudyContext, name: str, given: Sequence[Pretrained] | None
-                 ) -> list[Pretrained] | None:
-    if given is not None:
-        return list(given)
-    provider: Callable[[], Sequence[Pretrained]] | None = getattr(ctx, name, None)
-    return list(provider()) if provider is not None else None
-
-
-def _setting(ctx: StudyContext, name: str, default: Any) -> Any:
-    return getattr(ctx.profile, name, default)
-
 
 
 def claim_result(claim: Any, method: str, predictions: Sequence[Prediction],

@@ -25,9 +25,8 @@ from typing import Any
 
 from normlab.probe.fits import loglog_fit
 from normlab.study.claims.common import SCALE, _rel, make_claim
-from normlab.study.experiments import StudyContext
+from normlab.study.context import StudyContext
 from normlab.study.figures import plot_ladder
-from normlab.study.ladder_runs import init_ladder
 from normlab.study.ladders import Rung, xiong_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction, combine
@@ -157,7 +156,7 @@ def xiong_sweep(ctx: StudyContext) -> tuple[list[Rung], dict[str, Any]]:
     p = ctx.profile
     rungs = xiong_ladder(p.width, p.heads)
     depths = sorted(set(p.init_depths) | {FIG3_DEPTH})
-    data = init_ladder(ctx, f"ladder_xiong_{CACHE_VERSION}", rungs, ["pre", "post"], depths)
+    data = ctx.init_ladder(f"ladder_xiong_{CACHE_VERSION}", rungs, ["pre", "post"], depths)
     return rungs, data
 
 

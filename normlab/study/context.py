@@ -1,0 +1,188 @@
+"""What a claim reads from a study: the `StudyContext` protocol every claim module is written
+against, and the typed data it returns. `normlab.study.experiments.StudyFolder` is the context
+that trains, probes and caches in a study's folder; the claim tests use one planted fake
+(`tests/fake_study.py`). JSON appears only at the cache boundary (`cached`, `from_json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from normlab.study.profiles import Profile
+from normlab.study.schema import Pretrained
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the claims read of one training run. `score` is its final validation loss, or the
+    uniform predictor's for a run that diverged; `failed`: it stalled or diverged (a result to
+    report, never a trained model to compare)."""
+
+    run_id: str
+    seed: int
+    outcome: str | None
+    score: float
+    failed: bool
+    val_loss: float | None = None
+    train_loss: float | None = None
+    reason: str | None = None
+    step: int | None = None
+    token_share: float | None = None
+    lr: float | None = None
+    warmup: int | None = None
+
+
+@dataclass(frozen=True)
+class TunedGrid:
+    """One family over its lr grid (`StudyContext.tuned`): every seed at every lr, in grid order.
+    `best_lr` is the best mean score among the cells where every seed trained (among all cells
+    when none did); `bracketed`: that cell lies inside the grid."""
+
+    family: str
+    warmup: int
+    lrs: tuple[float, ...]
+    records: Mapping[float, tuple[RunRecord, ...]]
+    best_lr: float
+    bracketed: bool
+    extensions: tuple[str, ...] = ()
+
+    @property
+    def best(self) -> tuple[RunRecord, ...]:
+        return self.records[self.best_lr]
+
+    @property
+    def mean_score(self) -> dict[float, float]:
+        return {lr: sum(r.score for r in rs) / len(rs) for lr, rs in self.records.items()}
+
+    @property
+    def all_stalled(self) -> bool:
+        return all(r.failed for rs in self.records.values() for r in rs)
+
+    def cell(self, lr: float) -> tuple[RunRecord, ...]:
+        return self.records[float(lr)]
+
+    def numbers(self) -> dict[str, Any]:
+        """What study.json records of the grid."""
+        return {"lrs": list(self.lrs), "best_lr": self.best_lr, "bracketed": self.bracketed,
+                "extensions": list(self.extensions),
+                "mean_val_loss": {str(k): v for k, v in self.mean_score.items()},
+                "outcomes": {str(lr): [r.outcome for r in rs] for lr, rs in self.records.items()}}
+
+
+@dataclass(frozen=True)
+class MatchedPair:
+    """The pre and post grid cells whose mean validation losses are closest (`matched`: within
+    `tolerance`), and their runs by placement; `reason` when no pair exists."""
+
+    matched: bool
+    reason: str = ""
+    tolerance: float | None = None
+    pre_lr: float | None = None
+    post_lr: float | None = None
+    pre_val_loss: float | None = None
+    post_val_loss: float | None = None
+    gap: float | None = None
+    runs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.runs)
+
+    def lr(self, placement: str) -> float | None:
+        return self.pre_lr if placement == "pre" else self.post_lr
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["runs"] = {k: list(v) for k, v in self.runs.items()}
+        return {k: v for k, v in d.items() if v not in (None, "", {})} | {"matched": self.matched}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> MatchedPair:
+        return cls(**{**d, "runs": {k: tuple(v) for k, v in d.get("runs", {}).items()}})
+
+    def note(self) -> str:
+        if self.gap is None:
+            return self.reason
+        state = "matched" if self.matched else "NOT matched"
+        return (f"Checkpoints at matched loss: pre at lr {self.pre_lr:g} (val "
+                f"{self.pre_val_loss:.3f}), post at lr {self.post_lr:g} (val "
+                f"{self.post_val_loss:.3f}): gap {self.gap:+.3f} nats, {state} (tolerance "
+                f"{self.tolerance:g}).")
+
+
+@dataclass(frozen=True)
+class ProbedRun:
+    """One probed model: per-block curves and summary numbers (`normlab.probe.probe_model`)."""
+
+    run_id: str
+    per_block: Mapping[str, list[float]]
+    summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ProbedPair:
+    """Probes of the matched pair's models, per placement one per seed (`seeds`), at the lr of
+    `pair`; no seeds when no pair was found."""
+
+    pair: MatchedPair
+    seeds: Mapping[str, tuple[ProbedRun, ...]] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.seeds)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pair": self.pair.to_json()}
+        for pl, runs in self.seeds.items():
+            out[pl] = {"lr": self.pair.lr(pl), "seeds": [asdict(r) for r in runs]}
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProbedPair:
+        seeds = {pl: tuple(ProbedRun(**s) for s in d[pl]["seeds"])
+                 for pl in ("pre", "post") if pl in d}
+        return cls(MatchedPair.from_json(d["pair"]), seeds)
+
+
+class StudyContext(Protocol):
+    """Everything a claim's `measure(ctx)` may read. Measurements are computed once per study
+    and cached; a claim never trains or probes outside these methods."""
+
+    out: Path
+    fig_dir: Path
+    runs_root: Path
+    profile: Profile
+    log: Log
+    claims: list[str] | None  # the claims this study runs (None: every claim)
+
+    def cached(self, name: str, compute: Callable[[], Any]) -> Any: ...
+    def probe_batches(self, seq_len: int | None = None) -> list: ...
+
+    # models at init (the theory claims' ladders: `normlab.study.ladder_runs`)
+    def init_ladder(self, name: str, rungs: Sequence[Any], placements: Sequence[str],
+                    depths: Sequence[int], perturb: bool = False, stats: bool = True
+                    ) -> dict[str, Any]: ...
+    def update_ladder(self, name: str, rungs: Sequence[tuple[Any, float]],
+                      depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]: ...
+
+    # training runs
+    def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
+              ) -> TunedGrid: ...
+    def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
+             ) -> dict[float, list[RunRecord]]: ...
+    def prefetch(self, specs: list[tuple[str, list[float], int]]) -> None: ...
+    def prefetch_deep(self) -> None: ...
+    def deep_grid(self, placement: str) -> TunedGrid | None: ...
+    def late_improvement(self, records: Sequence[RunRecord]) -> list[float]: ...
+    def final_norm_costs(self, records: Sequence[RunRecord]) -> list[float]: ...
+
+    # trained models
+    def trained_probes(self) -> ProbedPair: ...
+    def init_probes(self) -> ProbedPair: ...
+    def c10_checkpoints(self) -> list[Pretrained]: ...
+    def c12_checkpoints(self) -> list[Pretrained]: ...

@@ -1,0 +1,360 @@
+"""The one fake `StudyContext` every claim test uses: it serves planted measurements, so each
+claim's rule is tested without training or building a model.
+
+- **Training runs** (`tuned`, `runs`, `late_improvement`, `final_norm_costs`, `deep_grid`):
+  planted numbers `numbers[key]` plus `noise * N(0, 1)` per seed. Keys: `val_<family>` (with
+  warmup) and `val_<family>_nowarmup`, each optionally `@<lr>` for one lr; `fails_<family>
+  [_nowarmup][@<lr>]` how many seeds (the first ones) diverge there (scored ln 256, as the study
+  scores a diverged run); `best_lr_<family>[_nowarmup]` a grid's best lr, whatever the losses
+  say; `late_<family>` how much a run's loss still fell over its last quarter (spread 0.001 of
+  its own); `stalled_<family>` every seed stalled; `unbracketed_<family>` its best at an edge;
+  `fn<blocks>` the cost of dropping the final norm; `deep_seeds` the deep runs' seeds.
+- **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
+  `ang_slope_<pl>` the slope of the angle to the previous block, `merge_<pl>` / `drop_<pl>` the
+  log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap (each drawn only when
+  planted, so a world's draws do not depend on keys it does not plant); the stream's norm from
+  the ladders' world (`Planted`, Curse of Depth's trained growth).
+- **Ladders at init** (`init_ladder`, `update_ladder`): the theory claims' worlds, from a few
+  planted parameters per rung (`Planted`), made for exactly the rungs, placements, depths and
+  measurements asked (a claim that asks for the wrong ones reads data that is not there); each
+  request is recorded in `requests`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from normlab.study.context import MatchedPair, ProbedPair, ProbedRun, RunRecord, TunedGrid
+from normlab.study.profiles import PROFILES
+
+SEEDS = 5  # training runs and probes
+LADDER_SEEDS = 6  # models at init
+LRS = (1e-3, 2e-3)
+
+# What the sources state, per placement, in the planted parameters' terms. Lemma 2's world: each
+# block adds its branches' energy (units of d): uniform attention d/2, the ReLU FFN d/2 (Lemma 1),
+# so pre's stream grows by `pre_inc` = attn_sq + mlp_sq per block, linearly (`pre_power` 1), and
+# post's FFN norm input is 1 + mlp_sq at every block (`post_norm_slope` 0).
+XIONG = {"pre_inc": 1.0, "attn_sq": 0.5, "mlp_sq": 0.5, "pre_power": 1.0,
+         "post_norm_slope": 0.0, "pre_mech": 0.0, "post_slope": 0.0,
+         "post_trend": 1.0, "pre_trend": 0.0}
+# Curse of Depth: a trained Pre-LN stream grows faster than at init (log growth over the model).
+TRAINED = {"pre_growth": 0.5, "post_growth": 0.0}
+ADMIN = {"post": "n", "pre": "log", "admin": "log", "admin_o1": "const"}
+# Admin's laws of the output change against n (and of the sum of branch over input energies,
+# `<placement>_mech`); each is 0 at n = 0, so a sublayer i adds law(i) - law(i - 1) to the sum.
+LAWS = {"n": float, "log": lambda n: math.log(n) if n > 0 else 0.0,
+        "const": lambda n: 1.0 if n > 0 else 0.0, "sqrt": math.sqrt,
+        "n1.5": lambda n: float(n) ** 1.5}
+DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
+FIG3_DEPTH = 6
+
+
+class Planted:
+    """The ladders' world: per rung key, parameters overriding the source-consistent defaults;
+    noise per value."""
+
+    def __init__(self, noise: float = 0.005, **by_rung: dict[str, Any]) -> None:
+        self.noise, self.by_rung = noise, by_rung
+        self.rng = random.Random(0)
+
+    def param(self, rung: str, key: str, default: Any) -> Any:
+        return self.by_rung.get(rung, {}).get(key, default)
+
+    def jitter(self, value: float) -> float:
+        return value * math.exp(self.noise * self.rng.gauss(0.0, 1.0))
+
+
+class FakeStudy:
+    """A `StudyContext` (normlab.study.context) serving planted numbers (module doc)."""
+
+    def __init__(self, tmp: Path, noise: float = 0.01, profile: str = "standard", *,
+                 world: Planted | None = None, failing_lrs: tuple[float, ...] = (),
+                 settings: dict[str, Any] | None = None, **numbers: Any) -> None:
+        self.out, self.p, self.noise = tmp, numbers, noise
+        self.world = world if world is not None else Planted()
+        self.failing_lrs = failing_lrs
+        self.rng = random.Random(0)
+        self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
+        self.fig_dir = tmp / "figures"
+        self.fig_dir.mkdir(exist_ok=True)
+        self.runs_root = tmp / "runs"
+        self.profile = replace(PROFILES[profile], **(settings or {}))
+        self.logged: list[str] = []
+        self.log = self.logged.append
+        self.claims: list[str] | None = None
+        self.stalled = tuple(k[len("stalled_"):] for k in numbers if k.startswith("stalled_"))
+        self.tuned_calls: list[tuple[str, int]] = []
+        self.prefetched: list[Any] = []
+        self.deep_asked: list[str] = []
+        self.requests: list[dict[str, Any]] = []
+        self.cached_names: list[str] = []
+        self._late: dict[int, float] = {}  # per record (by identity): its planted late fall
+
+    def cached(self, name: str, compute) -> Any:
+        """Computes every time, recording the name in `cached_names`."""
+        self.cached_names.append(name)
+        return compute()
+
+    def probe_batches(self, seq_len: int | None = None) -> list:
+        raise AssertionError("the fake study builds no model: no probe batches")
+
+    def draw(self, key: str, lr: float | None = None) -> float:
+        value = self.p.get(f"{key}@{lr:g}", self.p[key]) if lr is not None else self.p[key]
+        return value + self.noise * self.rng.gauss(0.0, 1.0)
+
+    # -- training runs -----------------------------------------------------------------------
+    def _records(self, family: str, lr: float, warmup: int) -> list[RunRecord]:
+        suffix = "_nowarmup" if warmup == 0 else ""
+        key = f"val_{family}{suffix}"
+        fails = f"fails_{family}{suffix}"
+        n_failed = int(self.p.get(f"{fails}@{lr:g}", self.p.get(fails, 0)))
+        outcomes = self.world.param("runs", "outcomes", ["stalled"] * SEEDS)
+        out = []
+        for s in range(SEEDS):
+            stalled = family in self.stalled
+            # drawn even for a diverged seed: the others keep theirs
+            v = self.draw(key, lr) if key in self.p else 2.5
+            late = self.p.get(f"late_{family}", 0.0) + 0.001 * self.late_rng.gauss(0.0, 1.0)
+            diverged = s < n_failed
+            failed = diverged or stalled or lr in self.failing_lrs
+            outcome = ("diverged" if diverged else "stalled" if stalled else
+                       outcomes[s] if lr in self.failing_lrs else "completed")
+            score = math.log(256) if diverged else 3.3 if stalled else v
+            out.append(RunRecord(f"{key}-{lr:g}-{s}", s, outcome, score, failed,
+                                 val_loss=None if diverged else score, lr=lr, warmup=warmup,
+                                 step=None))
+            self._late[id(out[-1])] = math.nan if failed else late
+        return out
+
+    def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
+              ) -> TunedGrid:
+        w = self.profile.warmup if warmup is None else warmup
+        self.tuned_calls.append((family, w))
+        recs = {lr: tuple(self._records(family, lr, w)) for lr in LRS}
+        # as the study's: a cell where a seed failed is no optimum unless every cell failed
+        trained = [lr for lr in LRS if not any(r.failed for r in recs[lr])]
+        best = self.p.get(f"best_lr_{family}" + ("_nowarmup" if w == 0 else "")) or min(
+            trained or LRS, key=lambda lr: sum(r.score for r in recs[lr]))
+        all_failed = not trained and all(r.failed for rs in recs.values() for r in rs)
+        return TunedGrid(family, w, LRS, recs, best,
+                         f"unbracketed_{family}" not in self.p and not all_failed)
+
+    def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
+             ) -> dict[float, list[RunRecord]]:
+        self.requests.append({"kind": "runs", "family": family, "lrs": list(lrs),
+                              "warmup": warmup})
+        return {lr: self._records(family, lr, warmup) for lr in lrs}
+
+    def late_improvement(self, records) -> list[float]:
+        return [self._late.get(id(r), math.nan) for r in records]
+
+    def prefetch(self, specs: list) -> None:
+        self.prefetched.append(specs)
+
+    def prefetch_deep(self) -> None:
+        self.prefetched.append("deep")
+
+    def deep_grid(self, placement: str) -> TunedGrid | None:
+        self.deep_asked.append(placement)
+        if "fn12" not in self.p:
+            return None
+        seeds = int(self.p.get("deep_seeds", SEEDS))
+        recs = tuple(RunRecord(f"deep-{s}", s, "completed", 2.5, False, val_loss=2.5)
+                     for s in range(seeds))
+        return TunedGrid(placement, self.profile.warmup, (2e-3,), {2e-3: recs}, 2e-3, True)
+
+    def final_norm_costs(self, records) -> list[float]:
+        key = "fn12" if records and records[0].run_id.startswith("deep") else "fn6"
+        return [self.draw(key) for _ in records]
+
+    # -- matched-loss probes -----------------------------------------------------------------
+    def _pair(self) -> MatchedPair:
+        return MatchedPair(True, tolerance=0.05, pre_lr=2e-3, post_lr=2e-3, pre_val_loss=2.2,
+                           post_val_loss=2.21, gap=-0.01,
+                           runs={pl: tuple(f"{pl}-{s}" for s in range(SEEDS))
+                                 for pl in ("pre", "post")})
+
+    def _norm(self, pl: str, trained: bool) -> list[float]:
+        """The stream's per-block norm: at init the Pre-LN stream's sqrt(d (1 + l)); trained,
+        that times exp(growth l / (L - 1)) (planted under the world's `trained`)."""
+        w, L, d = self.world, self.profile.train_blocks, 64.0
+        g = w.param("trained", f"{pl}_growth", TRAINED[f"{pl}_growth"])
+        g = g + w.noise * 20 * w.rng.gauss(0.0, 1.0) if trained else 0.0
+        return [math.sqrt(d * (1 + (l + 1 if pl == "pre" else 0))) * math.exp(g * l / (L - 1))
+                for l in range(L)]
+
+    def _planted(self, key: str, default: float) -> float:
+        return self.draw(key) if key in self.p else default
+
+    def trained_probes(self) -> ProbedPair:
+        L = self.profile.train_blocks
+        seeds: dict[str, tuple[ProbedRun, ...]] = {}
+        for pl in ("pre", "post"):
+            runs = []
+            for s in range(SEEDS):
+                slope = self._planted(f"ang_slope_{pl}", math.nan)
+                ang = [0.4] * L if math.isnan(slope) else \
+                    [0.5] + [0.4 + slope * i / (L - 2) for i in range(L - 1)]
+                merge = math.exp(self._planted(f"merge_{pl}", 0.0))
+                drop = math.exp(self._planted(f"drop_{pl}", math.log(0.1)))
+                gap = self._planted(f"lens_gap_{pl}", 0.0)
+                runs.append(ProbedRun(f"{pl}-{s}", {
+                    "ang_prev": ang, "merge_kl": [merge] * (L - 1), "drop_kl": [drop] * L,
+                    "drop_dloss": [drop] * L, "lens_raw": [3.0 + gap] * L,
+                    "lens_normed": [3.0] * L, "norm": self._norm(pl, trained=True)},
+                    {"effective_depth_kl": 3.0, "n_blocks": L}))
+            seeds[pl] = tuple(runs)
+        return ProbedPair(self._pair(), seeds)
+
+    def init_probes(self) -> ProbedPair:
+        L = self.profile.train_blocks
+        return ProbedPair(self._pair(), {pl: tuple(
+            ProbedRun(f"{pl}-{s}", {"ang_prev": [0.5] + [0.3] * (L - 1),
+                                    "norm": self._norm(pl, trained=False)}, {"n_blocks": L})
+            for s in range(SEEDS)) for pl in ("pre", "post")})
+
+    def c10_checkpoints(self) -> list:
+        return []
+
+    def c12_checkpoints(self) -> list:
+        return []
+
+    # -- ladders at init: C1, C4, C5 (Xiong), C8 (Admin), C7 (DeepNet) ----------------------
+    def init_ladder(self, name: str, rungs, placements, depths, perturb: bool = False,
+                    stats: bool = True) -> dict[str, Any]:
+        self.requests.append({"kind": "init", "name": name, "rungs": list(rungs),
+                              "placements": list(placements), "depths": list(depths),
+                              "perturb": perturb, "stats": stats})
+        if name.startswith("ladder_admin"):
+            return self._admin(rungs, placements, depths, perturb, stats)
+        return self._xiong(rungs, placements, depths, stats)
+
+    def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
+                      ) -> dict[str, Any]:
+        self.requests.append({"kind": "update", "name": name,
+                              "rungs": [(r.key, r.fields, lr) for r, lr in rungs],
+                              "depths": list(depths), "steps": steps, "warmup": warmup})
+        return self._deepnet([r.key for r, _ in rungs], depths)
+
+    def depths(self) -> list[int]:
+        return sorted(set(self.profile.init_depths) | {FIG3_DEPTH})
+
+    def _pre_stream(self, rung: str, L: int) -> dict[str, list[float]]:
+        """Pre-LN's stream and its branches, in units of d. The stream grows by `pre_inc` per
+        block on average, as `l^pre_power`, to reach `pre_inc L` at the last block (so the
+        power alone changes its shape, not the increment); block l's attention and MLP add
+        `attn_sq` and `mlp_sq` times that block's share of the growth (the cross terms vanish,
+        Lemma 2's mechanism, when attn_sq + mlp_sq = pre_inc). Each block's stream and each
+        model's branches carry their own jitter (one per value, median-preserving)."""
+        w = self.world
+        ffn_only = rung == "source_a"
+        inc = w.param(rung, "pre_inc", 0.5 if ffn_only else XIONG["pre_inc"])
+        attn = w.param(rung, "attn_sq", 0.0 if ffn_only else XIONG["attn_sq"])
+        mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
+        p = w.param(rung, "pre_power", XIONG["pre_power"])
+        grown = [inc * L * (l / L) ** p for l in range(L + 1)]
+        share = [(b - a) / inc for a, b in zip(grown, grown[1:], strict=False)]
+        sq = [1 + w.jitter(g) for g in grown[1:]]
+        j = w.jitter(1.0)
+        attn_b, mlp_b = [attn * s * j for s in share], [mlp * s * j for s in share]
+        attn_in = [1.0, *sq[:-1]]
+        return {"sq_norm": sq, "attn_branch_sq": attn_b, "mlp_branch_sq": mlp_b,
+                "attn_in_sq": attn_in,
+                "mlp_in_sq": [x + a for x, a in zip(attn_in, attn_b, strict=True)]}
+
+    def _stats(self, rung: str, placement: str, L: int) -> dict[str, Any]:
+        w, d = self.world, 64.0
+        if placement == "pre":
+            units = self._pre_stream(rung, L)
+            # the mechanism: grad ~ E||x_L||^-1/2-power, times L^(planted departure)
+            grad = units["sq_norm"][-1] ** -0.5 * L ** w.param(rung, "pre_mech",
+                                                                XIONG["pre_mech"])
+            trend = w.param(rung, "pre_trend", XIONG["pre_trend"])
+            units["mlp_norm_input_sq"] = [3.0] * L
+        else:
+            # Post-LN: each sublayer reads the normalized stream (E||z||^2 = d); the FFN norm's
+            # input is z + FFN(z), 1 + E||FFN(z)||^2 / d (Lemma 2's 3/2 with Lemma 1's d/2)
+            ffn_only = rung == "source_a"
+            mlp = w.param(rung, "mlp_sq", XIONG["mlp_sq"])
+            grad = L ** w.param(rung, "post_slope", XIONG["post_slope"])
+            trend = w.param(rung, "post_trend", XIONG["post_trend"])
+            # (one jitter per model for its level and its FFN's energy; a symmetric one per
+            # block about the planted tilt, which leaves the mean over blocks unbiased)
+            level = w.jitter(w.param(rung, "post_norm_in", 1 + mlp))
+            tilt = w.param(rung, "post_norm_slope", XIONG["post_norm_slope"])
+            ffn = w.jitter(mlp)
+            units = {"sq_norm": [1.0] * L,
+                     "mlp_norm_input_sq": [level + tilt * (i / max(1, L - 1) - 0.5)
+                                           + level * w.noise * w.rng.gauss(0.0, 1.0)
+                                           for i in range(L)],
+                     "attn_branch_sq": [0.0 if ffn_only else XIONG["attn_sq"]] * L,
+                     "mlp_branch_sq": [ffn] * L,
+                     "attn_in_sq": [1.0] * L, "mlp_in_sq": [1.0] * L}
+        trend = w.param(rung, f"{placement}_trend@{L}", trend)  # a trend at one depth only
+        trend = trend + w.noise * 20 * w.rng.gauss(0.0, 1.0)
+        fc = [math.exp(trend * i / max(1, L - 1)) for i in range(L)]
+        per_block = {k: [d * v for v in vs] for k, vs in units.items()} | {"fc_out_grad": fc}
+        return {"per_block": per_block,
+                "summary": {"embed_sq": d, "final_in_sq": per_block["sq_norm"][-1],
+                            "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
+
+    def _xiong(self, rungs, placements, depths, stats: bool) -> dict[str, Any]:
+        return {r.key: {pl: [{"n_blocks": L, "seed": s}
+                             | ({"stats": self._stats(r.key, pl, L)} if stats else {})
+                             for s in range(LADDER_SEEDS) for L in depths]
+                        for pl in placements} for r in rungs}
+
+    def _admin_stats(self, law: str, L: int) -> dict[str, Any]:
+        """Per sublayer i = 1..2L (attention 2l + 1, MLP 2l + 2), an input stream of i d and a
+        branch of i d (F(i) - F(i - 1)): Admin's sum of branch over input energies is F(2L) (one
+        jitter per model), F the planted law."""
+        d, f, j = 64.0, LAWS[law], self.world.jitter(1.0)
+
+        def branch(i: int) -> float:
+            return d * i * (f(i) - f(i - 1)) * j
+
+        return {"per_block": {"attn_in_sq": [d * (2 * l + 1) for l in range(L)],
+                              "mlp_in_sq": [d * (2 * l + 2) for l in range(L)],
+                              "attn_branch_sq": [branch(2 * l + 1) for l in range(L)],
+                              "mlp_branch_sq": [branch(2 * l + 2) for l in range(L)]},
+                "summary": {"d_model": 64, "n_blocks": L}}
+
+    def _admin(self, rungs, placements, depths, perturb: bool, stats: bool) -> dict[str, Any]:
+        out = {}
+        for r in rungs:
+            out[r.key] = {}
+            for pl in placements:
+                f = LAWS[self.world.param(r.key, pl, ADMIN[pl])]
+                mech = self.world.param(r.key, f"{pl}_mech", ADMIN[pl])
+                out[r.key][pl] = [{"n_blocks": L, "seed": s}
+                                  | ({"perturb_change": self.world.jitter(f(2 * L))}
+                                     if perturb else {})
+                                  | ({"stats": self._admin_stats(mech, L)} if stats else {})
+                                  for s in range(LADDER_SEEDS) for L in depths]
+        return out
+
+    def _deepnet(self, keys: list[str], depths) -> dict[str, Any]:
+        w = self.world
+        out = {}
+        for key in keys:
+            def series(name: str, depth_key: str | None, key=key) -> list[dict[str, Any]]:
+                size = w.param(key, name, DEEPNET.get(name, 0.01))
+                slope = w.param(key, depth_key, DEEPNET[depth_key]) if depth_key else 0.0
+                return [{"n_blocks": L, "seed": s,  # `<name>@L`: a size at one depth only
+                         "update": [0.0, w.jitter(w.param(key, f"{name}@{L}", size)
+                                                  * (L / 24) ** slope)]}
+                        for L in depths for s in range(LADDER_SEEDS)]
+            out[key] = {"lr": 1e-3, "series": {
+                "post, no warmup": series("post", "post_depth"),
+                "post, warmup": series("post_warmup", None),
+                "deepnorm, no warmup": series("deepnorm", "deepnorm_depth"),
+                "pre, no warmup": series("pre", None)},
+                "init_distance": [{"n_blocks": L, "seed": s,
+                                   "distance": w.param(key, f"distance@{L}", 10.0)}
+                                  for L in depths for s in range(LADDER_SEEDS)]}
+        return out
