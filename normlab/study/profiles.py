@@ -1,7 +1,8 @@
 """Study sizes, fixed before any run (docs/study.md says why each number is what it is).
 
 - `tiny`: seconds, for tests; its verdicts mean nothing.
-- `quick`: what `make demo` runs; at most 10 minutes on 2 CPU cores; 3 paired seeds, 320 steps.
+- `quick`: what `make demo` runs; at most 10 minutes on 2 CPU cores; 3 paired seeds, 240 steps;
+  C12's real checkpoints not probed (an illustration, and C12 is not run without deep models).
 - `standard`: at most an hour on 2 CPU cores; 4 paired seeds, 400 steps, pre and post compared
   under both inits (C9), and 12-block models (C11, C12).
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
@@ -60,7 +61,7 @@ class Profile:
     finetune_val_max: int = 512  # validation passages scored per lr
     finetune_train_eval_max: int = 256  # training passages scored for the training accuracy
     finetune_standardize: int = 512  # passages whose features set the standardization
-    # real checkpoints (C12): passages of text probed
+    # real checkpoints (C12's illustration): passages of text probed; 0: not probed
     real_passages: int = 4
     # C12 on normlab's own deep models
     deep_blocks: int = 12
@@ -93,11 +94,11 @@ PROFILES: dict[str, Profile] = {
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
         update_blocks=24, update_lr=5e-4,
-        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=320,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=240,
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=3, eval_batches=8,
         max_lr_extensions=1,
         finetune_steps=60, finetune_batch_size=16, finetune_test_max=384,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=4, deep_blocks=0,
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=0, deep_blocks=0,
         c11_trained_without=False),
     "standard": Profile(
         name="standard", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,

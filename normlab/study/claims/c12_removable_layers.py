@@ -250,11 +250,15 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     numbers: dict[str, Any] = {}
     figures: list[str] = []
     notes = []
-    try:
-        real = c12_real_models(ctx)
-    except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
-        real = None
-        notes.append(f"real checkpoints not probed: {e}")
+    real = None
+    if not ctx.profile.real_passages:
+        notes.append("real checkpoints not probed: this profile reads no passages of them "
+                     "(real_passages 0; the standard profile probes them)")
+    else:
+        try:
+            real = c12_real_models(ctx)
+        except (CheckpointNotFound, MissingDependency) as e:  # no checkpoint, or no hf extra
+            notes.append(f"real checkpoints not probed: {e}")
     if real is not None:
         from normlab.interop.figures import comparison_figure
 
