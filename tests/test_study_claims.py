@@ -332,8 +332,8 @@ def test_make_claim_joins_its_notes_and_names_every_stalled_side():
                      "paper", {}, [], note="First.", stalled=["pre", "post"],
                      calibration="passed")
     assert res.note == (
-        "First. Not decided: the test's premise does not hold (from init), so the comparison "
-        "it needs was not measured; the numbers are reported. Not compared: pre, post stalled "
+        "First. Not decided: a premise of the test fails (from init does not hold), so the "
+        "claim's own predictions are reported, not decided. Not compared: pre, post stalled "
         "or diverged at every setting tried, so the claim's premise (a model that trains) does "
         "not hold here.")
     assert res.calibration == "passed" and res.verdict == "inconclusive"
@@ -364,7 +364,7 @@ def test_make_claim_combines_by_role():
     open_ = claim([_direction("long enough", undecided, "premise", True), _direction("a", yes)],
                   needs="longer runs")
     assert open_.verdict == "inconclusive" and open_.needs == ""
-    assert "premise does not hold (long enough)" in open_.note
+    assert "(long enough is not decided)" in open_.note
     # a premise not about scale that fails: inconclusive, never refuted nor "not tested"
     assert claim([_direction("p", no, "premise"), _direction("a", no)]).verdict == "inconclusive"
     # a diagnostic never decides, and its rule is not among the claim's

@@ -238,7 +238,7 @@ def test_c9_is_not_tested_at_this_scale_when_the_runs_still_improve(tmp_path):
     at_line = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD, late_post=0.02))
     assert at_line.predictions[0]["verdict"] == "inconclusive"
     assert at_line.verdict == "inconclusive" and at_line.needs == ""
-    assert "premise does not hold (trained near convergence)" in at_line.note
+    assert "(trained near convergence is not decided)" in at_line.note
     near = CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD))
     assert near.verdict == "supported" and near.needs == ""
 
@@ -350,7 +350,7 @@ def test_c10_a_premise_with_no_spread_is_undecided():
     result = _c10(accuracy)
     assert verdicts(result) == ["inconclusive"] + ["supported"] * 4
     assert "interval of zero width" in result.predictions[0]["diagnosis"]
-    assert result.verdict == "inconclusive" and "premise does not hold (pre from init)" in \
+    assert result.verdict == "inconclusive" and "(pre from init is not decided)" in \
         result.note
 
 

@@ -207,7 +207,7 @@ def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(ti
     # 3 steps of fine-tuning teach neither arm the task: the premises are not decided (2 seeds),
     # so nothing is (a premise refuted outright would make it "not tested at this scale")
     assert result.verdict == "inconclusive"
-    assert "premise does not hold" in result.note
+    assert "a premise of the test fails" in result.note
     assert [p["role"] for p in result.predictions] == ["premise"] * 4 + ["claim"]
     assert [p["scale"] for p in result.predictions] == [True] * 4 + [False]
 
@@ -359,7 +359,7 @@ def test_c10_s_premises_are_about_scale_and_say_what_it_needs(planted_c10, tmp_p
     # from init at the 5-point line: the premise is undecided, the claim inconclusive
     line = run(scratch_post=(0.42, 0.02))  # 2 to 8 points above the majority
     assert line.verdict == "inconclusive" and line.needs == ""
-    assert "premise does not hold (post from init)" in line.note
+    assert "(post from init is not decided)" in line.note
     # every premise holds and post ends below pre: refuted
     worse = run(pretrained_post=(0.55, 0.015), pretrained_pre=(0.65, 0.01))
     assert worse.verdict == "not supported" and worse.needs == ""

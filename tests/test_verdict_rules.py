@@ -471,13 +471,13 @@ def test_needs_is_said_only_when_the_claim_is_not_tested_at_this_scale():
     undecided = _claim([_pred("not supported", "premise", subject="learns"),
                         _pred("supported")])
     assert undecided.verdict == "inconclusive" and undecided.needs == ""
-    assert undecided.note == ("Not decided: the test's premise does not hold (learns), so the "
-                              "comparison it needs was not measured; the numbers are reported.")
+    assert undecided.note == ("Not decided: a premise of the test fails (learns does not hold), "
+                              "so the claim's own predictions are reported, not decided.")
     # a scale premise only undecided: inconclusive, not "not tested"
     open_ = _claim([_pred("inconclusive", "premise", True, subject="long enough"),
                     _pred("supported")])
     assert open_.verdict == "inconclusive" and open_.needs == ""
-    assert "premise does not hold (long enough)" in open_.note
+    assert "a premise of the test fails (long enough is not decided)" in open_.note
     refuted = _claim([_pred("supported", "premise", True), _pred("not supported")])
     assert refuted.verdict == "not supported" and refuted.needs == ""
     # a side that stalled everywhere: inconclusive even where a scale premise failed, and the

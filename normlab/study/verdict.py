@@ -137,14 +137,14 @@ class Prediction:
         return asdict(self)
 
 
-def _diagnose(verdict: str, mde: float, meaningful: float) -> str:
+def _diagnose(verdict: str, mde: float, meaningful: float, threshold: float = 0.0) -> str:
     if verdict != "inconclusive":
         return ""
     if not math.isfinite(mde):
         return "too few values to decide (fewer than 2)"
     if meaningful <= 0:
-        return (f"too few seeds or steps to tell the effect from 0 (the source names no size, "
-                f"so any effect counts): this test detects {mde:.3g} or more")
+        return (f"too few seeds or steps to tell the quantity from {threshold:g} (the source "
+                f"names no size, so any effect counts): this test detects {mde:.3g} or more")
     if mde <= meaningful:
         return (f"the experiment was large enough (it could detect {mde:.3g}; the claim means "
                 f"{meaningful:.3g}), and the effect sits at the line: absent, or too close to "
@@ -160,8 +160,8 @@ def predict_direction(subject: str, quantity: str, paper: str, values: Sequence[
     verdict, effect = decide(vals, expected, threshold, name=quantity)
     mde = min_detectable(vals)
     return Prediction(subject, quantity, paper, rule_text(quantity, expected, threshold),
-                      verdict, effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful),
-                      threshold_source, role)
+                      verdict, effect, vals, meaningful, mde,
+                      _diagnose(verdict, mde, meaningful, threshold), threshold_source, role)
 
 
 def predict_band(subject: str, quantity: str, paper: str, values: Sequence[float],

@@ -36,9 +36,14 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
             "own predictions are reported, not decided." + (f" It needs {needs}." if needs
                                                             else ""))
     elif failed:
+        broken = [p.subject for p in predictions if p.role == "premise"
+                  and p.verdict == "not supported"]
+        open_ = [x for x in failed if x not in broken]
+        why = "; ".join([*(f"{x} does not hold" for x in broken),
+                         *(f"{x} is not decided" for x in open_)])
         note = (note + " " if note else "") + (
-            f"Not decided: the test's premise does not hold ({'; '.join(failed)}), so the "
-            "comparison it needs was not measured; the numbers are reported.")
+            f"Not decided: a premise of the test fails ({why}), so the claim's own predictions "
+            "are reported, not decided.")
     if stalled:
         verdict = "inconclusive"
         note = (note + " " if note else "") + (
