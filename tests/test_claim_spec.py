@@ -11,7 +11,7 @@ import pytest
 
 import normlab.study.claims as registry
 from normlab.study.claims.spec import ROLES, RULE_KINDS, Claim, PredictionSpec, Rule
-from normlab.study.verdict import predict_band, predict_direction
+from normlab.study.verdict import predict_band, predict_direction, predict_setting
 
 
 def test_every_claim_module_is_registered_once_in_claim_order():
@@ -70,6 +70,18 @@ def test_predict_decides_the_declared_rule_as_the_verdict_functions_do():
     rung = claim.predict("{lr}", [1.0, 2.0], threshold=0.25, subject="lr 1e-3")
     assert rung.role == "premise" and rung.effect.expected == "> 0.25"
     assert rung.subject == "lr 1e-3" and rung.threshold_source == "rung"
+    facts = _claim(PredictionSpec("large t", "q", "p", Rule("setting", ">", 6.0, origin="s"),
+                                  role="premise", scale=True),
+                   PredictionSpec("matched", "q", "p", Rule("setting", "<=", origin="m"),
+                                  role="premise"))
+    deep = facts.predict("large t", [7.0])
+    assert deep.to_dict() == predict_setting("large t", "q", "p", [7.0], ">", 6.0,
+                                             threshold_source="s").to_dict() | {"scale": True}
+    assert facts.predict("large t", [4.0]).verdict == "not supported"
+    gap = facts.predict("matched", [0.05], threshold=0.05)
+    assert (gap.verdict, gap.kind, gap.scale) == ("supported", "setting", False)
+    with pytest.raises(ValueError, match="C0 matched: a setting rule needs its threshold"):
+        facts.predict("matched", [0.05])
 
 
 def test_a_spec_refuses_what_it_does_not_declare():
@@ -82,6 +94,8 @@ def test_a_spec_refuses_what_it_does_not_declare():
         Rule("bound", origin="o")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="a direction rule needs expected '>' or '<'"):
         Rule("direction", threshold=0.0, origin="o")
+    with pytest.raises(ValueError, match="a setting rule needs expected one of >, <, >=, <="):
+        Rule("setting", "==", 6.0, origin="o")
     with pytest.raises(ValueError, match="role 'test' is not one of claim, premise, diagnostic"):
         PredictionSpec("pre", "q", "p", Rule("direction", ">", 0.0), role="test")  # type: ignore
     band = _claim(PredictionSpec("pre", "q", "p", Rule("band", low=0.0, origin="o")))

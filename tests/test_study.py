@@ -61,7 +61,9 @@ def test_every_claim_runs_at_tiny_size(tiny_study):
             assert "failed" not in c["note"], (c["id"], c["note"])
             continue
         if c["stalled"]:  # tiny runs end above the unigram entropy: reported, not compared
-            assert c["verdict"] == "inconclusive" and "stalled" in c["note"], c["id"]
+            # (C12's deep models that never train form no pair: its premise about scale)
+            want = "not tested at this scale" if c["id"] == "C12" else "inconclusive"
+            assert c["verdict"] == want and "stalled" in c["note"], c["id"]
             continue
         e = c["effect"]
         assert e["n"] >= 2 and e["ci_low"] <= e["estimate"] <= e["ci_high"], c["id"]

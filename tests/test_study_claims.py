@@ -46,6 +46,15 @@ WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
 NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/test_study_empirical.py
 
 
+# C2 reads the deeper half of a trained model: "large t" needs 12 blocks or more (its premise)
+DEEP = {"train_blocks": 12}
+
+
+def _study(cid: str, tmp: Path, noise: float, **world: float) -> FakeStudy:
+    """The planted study for a claim, trained at a depth where its premises hold."""
+    return FakeStudy(tmp, noise, "quick", settings=DEEP if cid == "C2" else None, **world)
+
+
 def _fill(params: dict[str, float]) -> dict[str, float]:
     """Defaults for the numbers a claim reads but the world does not plant."""
     base = {"ang_slope_pre": 0.0, "ang_slope_post": 0.0, "merge_pre": 0.0, "merge_post": 0.0,
@@ -57,17 +66,17 @@ def _fill(params: dict[str, float]) -> dict[str, float]:
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_planted_effect_supported_opposite_not(cid, tmp_path):
     yes, no = WORLDS[cid]
-    result = CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes)))
+    result = CLAIMS[cid](_study(cid, tmp_path, 0.01, **_fill(yes)))
     assert result.verdict == "supported"
     assert result.figures and all((tmp_path / f).read_text().startswith("<?xml")
                                   for f in result.figures)
-    assert CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(no))).verdict == "not supported"
+    assert CLAIMS[cid](_study(cid, tmp_path, 0.01, **_fill(no))).verdict == "not supported"
 
 
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
     yes, _ = WORLDS[cid]
-    result = CLAIMS[cid](FakeStudy(tmp_path, NOISE[cid], "quick", **_fill(yes)))
+    result = CLAIMS[cid](_study(cid, tmp_path, NOISE[cid], **_fill(yes)))
     assert result.verdict == "inconclusive", [(p["subject"], p["effect"]) for p in
                                               result.predictions]
     assert "too few seeds or steps" in result.diagnosis
@@ -75,7 +84,7 @@ def test_noise_is_inconclusive_and_says_why(cid, tmp_path):
 
 def test_every_prediction_cites_the_paper(tmp_path):
     for cid, (yes, _) in WORLDS.items():
-        result = CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes)))
+        result = CLAIMS[cid](_study(cid, tmp_path, 0.01, **_fill(yes)))
         assert result.paper, cid
         assert all(p["paper"] and p["rule"] for p in result.predictions), cid
 
@@ -98,12 +107,40 @@ def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
     # then pre's falling, post's falling more
     for k, slopes in enumerate([{"ang_slope_pre": 0.2, "ang_slope_post": 0.5},
                                 {"ang_slope_pre": -0.2, "ang_slope_post": -0.5}]):
-        result = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **_fill(slopes)))
-        expected = ["supported", "supported"]
-        expected[k] = "not supported"
+        result = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **_fill(slopes)))
+        expected = ["supported"] * 4
+        expected[2 + k] = "not supported"
         assert [p["verdict"] for p in result.predictions] == expected, k
-        assert [p["role"] for p in result.predictions] == ["claim", "claim"]
+        assert [p["role"] for p in result.predictions] == ["premise", "premise", "claim",
+                                                           "claim"]
         assert result.verdict == "not supported"
+
+
+def test_c2_at_6_blocks_is_not_tested_and_unmatched_checkpoints_decide_nothing(tmp_path):
+    """'When t is large': the deeper half of a 6-block model starts at block 4, not past block
+    6, so the claim is not tested at this scale, whatever its predictions say; checkpoints
+    whose losses are not matched leave it undecided, never refuted."""
+    world = _fill({"ang_slope_pre": 0.2, "ang_slope_post": -0.3})  # both predictions fail
+    shallow = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **world))
+    premise = shallow.predictions[0]
+    assert (premise["subject"], premise["verdict"], premise["values"]) == (
+        "large t", "not supported", [4.0])
+    assert shallow.verdict == "not tested at this scale"
+    assert shallow.needs.startswith("trained pre and post models of 12 blocks or more")
+    assert "Not tested at this scale: large t does not hold here" in shallow.note
+    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 13},
+                                  **world)).predictions[0]["values"] == [7.0]
+    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 11},
+                                  **world)).verdict == "not tested at this scale"
+    far = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
+           "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
+    unmatched = CLAIMS["C2"](_Unmatched(tmp_path, far, drop=False, settings=DEEP,
+                                        world=world))
+    assert [p["verdict"] for p in unmatched.predictions[:2]] == ["supported", "not supported"]
+    assert unmatched.verdict == "inconclusive"
+    edge = dict(far, gap=-0.05, post_val_loss=2.15, matched=True)  # |gap| = tolerance: matched
+    assert CLAIMS["C2"](_Unmatched(tmp_path, edge, drop=False, settings=DEEP, world=world)
+                        ).verdict == "not supported"
 
 
 def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
@@ -117,15 +154,17 @@ def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
     yes, _ = WORLDS[cid]
-    recorded_words(f"claims_{cid}", CLAIMS[cid](FakeStudy(tmp_path, 0.01, "quick", **_fill(yes))),
+    recorded_words(f"claims_{cid}", CLAIMS[cid](_study(cid, tmp_path, 0.01, **_fill(yes))),
                    figure_calls)
     recorded_words(f"claims_{cid}_noise",
-                   CLAIMS[cid](FakeStudy(tmp_path, NOISE[cid], "quick", **_fill(yes))))
+                   CLAIMS[cid](_study(cid, tmp_path, NOISE[cid], **_fill(yes))))
 
 
 class _Unmatched(FakeStudy):
-    def __init__(self, tmp: Path, pair: dict[str, Any], drop: bool) -> None:
-        super().__init__(tmp, 0.01, "quick", **_fill({}))
+    def __init__(self, tmp: Path, pair: dict[str, Any], drop: bool,
+                 settings: dict[str, Any] | None = None,
+                 world: dict[str, float] | None = None) -> None:
+        super().__init__(tmp, 0.01, "quick", settings=settings, **(world or _fill({})))
         self.pair, self.drop = MatchedPair.from_json(pair), drop
 
     def trained_probes(self) -> ProbedPair:
@@ -160,15 +199,16 @@ def test_the_note_says_whether_the_checkpoints_matched(cid, tmp_path):
     pair = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
             "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
     result = CLAIMS[cid](_Unmatched(tmp_path, pair, drop=False))
-    assert result.note == ("Checkpoints at matched loss: pre at lr 0.001 (val 2.200), post at "
-                           "lr 0.004 (val 2.400): gap +0.200 nats, NOT matched (tolerance "
-                           "0.05).")
+    line = ("Checkpoints at matched loss: pre at lr 0.001 (val 2.200), post at lr 0.004 (val "
+            "2.400): gap +0.200 nats, NOT matched (tolerance 0.05).")
+    # C2 and C3 at 6 blocks go on to say that they are not tested at this scale
+    assert result.note == line if cid == "C13" else result.note.startswith(line + " Not tested")
     assert result.numbers["matched_pair"] == pair
     reason = {"matched": False, "reason": "no pair within tolerance"}
     assert CLAIMS[cid](_Unmatched(tmp_path, reason, drop=False)
-                       ).note == "no pair within tolerance"
+                       ).note.startswith("no pair within tolerance")
     assert CLAIMS[cid](_Unmatched(tmp_path, {"matched": False},
-                                  drop=False)).note == ""
+                                  drop=False)).note.startswith("" if cid == "C13" else "Not")
 
 
 def test_c2_and_c13_report_the_planted_numbers(tmp_path):

@@ -280,20 +280,33 @@ def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
 
 # -- C3: the merge cost in units of the block's own drop cost --------------------------------
 
+# C3 reads the deeper half of a trained model: "large t" needs 12 blocks or more (its premise)
+DEEP = {"train_blocks": 12}
+
+
 def test_c3_normalised_merge(tmp_path):
     good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}
-    assert verdicts(CLAIMS["C3"](FakeStudy(tmp_path, **good))) == ["supported"]
+    result = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good))
+    assert verdicts(result) == ["supported"] * 3 and result.verdict == "supported"
+    assert roles(result) == ["premise", "premise", "claim"]
     opposite = {"merge_pre": 0.0, "drop_pre": 0.0, "merge_post": -3.0, "drop_post": 0.0}
-    assert verdicts(CLAIMS["C3"](FakeStudy(tmp_path, **opposite))) == ["not supported"]
+    refuted = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **opposite))
+    assert verdicts(refuted)[2] == "not supported" and refuted.verdict == "not supported"
+    # at 6 blocks t = 4..6 is not "large t": reported, not decided, whichever way it goes
+    for world in (good, opposite):
+        shallow = CLAIMS["C3"](FakeStudy(tmp_path, **world))
+        assert verdicts(shallow)[0] == "not supported"
+        assert shallow.verdict == "not tested at this scale"
     # pre's merges are cheap only because its blocks matter less: the raw merge ratio says
     # "supported", the normalised one does not
     confounded = {"merge_pre": -3.0, "drop_pre": -3.0, "merge_post": 0.0, "drop_post": 0.0}
-    result = CLAIMS["C3"](FakeStudy(tmp_path, noise=0.05, **confounded))
+    result = CLAIMS["C3"](FakeStudy(tmp_path, noise=0.05, settings=DEEP, **confounded))
     assert result.verdict != "supported"
     raw = result.numbers["late_merge_kl"]
     assert raw["post"]["mean"] / raw["pre"]["mean"] > 10  # both raw numbers reported
     assert "late_drop_kl" in result.numbers and "late_merge_per_drop" in result.numbers
-    assert CLAIMS["C3"](FakeStudy(tmp_path, noise=20.0, **good)).verdict == "inconclusive"
+    assert CLAIMS["C3"](FakeStudy(tmp_path, noise=20.0, settings=DEEP, **good)
+                        ).verdict == "inconclusive"
 
 
 # -- C10: transfer against the same architecture from init -----------------------------------
@@ -384,10 +397,10 @@ def test_c11_without_a_deeper_model_says_so(tmp_path):
     # is measured, and a diagnostic never decides
     assert [(p["subject"], p["role"]) for p in result.predictions] == [
         ("pre, 6 blocks", "diagnostic")]
-    assert verdicts(result) == ["supported"] and result.verdict == "inconclusive"
-    assert "No deeper model" in result.note and "nothing decides the claim" in result.note
+    assert verdicts(result) == ["supported"] and result.verdict == "not run"
+    assert "No deeper model" in result.note and "the claim is not run" in result.note
     broken = CLAIMS["C11"](FakeStudy(tmp_path, profile="quick", **{**world, "fn6": -0.1}))
-    assert verdicts(broken) == ["not supported"] and broken.verdict == "inconclusive"
+    assert verdicts(broken) == ["not supported"] and broken.verdict == "not run"
     assert CLAIMS["C11"](FakeStudy(tmp_path, noise=3.0, **C11_GOOD)).verdict == "inconclusive"
 
 
@@ -574,7 +587,9 @@ WORDS = {"C3": C3_GOOD, "C6a": C6_GOOD, "C6b": C6B_GOOD, "C9": C9_GOOD, "C11": C
 
 @pytest.mark.parametrize("cid", sorted(WORDS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
-    recorded_words(f"empirical_{cid}", CLAIMS[cid](FakeStudy(tmp_path, **WORDS[cid])), figure_calls)
+    settings = DEEP if cid == "C3" else None
+    recorded_words(f"empirical_{cid}", CLAIMS[cid](FakeStudy(tmp_path, settings=settings,
+                                                             **WORDS[cid])), figure_calls)
 
 
 @pytest.mark.parametrize(("name", "cid", "profile", "world"), [
@@ -715,12 +730,12 @@ def test_c3_pairs_the_seeds_both_placements_have_and_skips_a_ratio_it_cannot_tak
     result = CLAIMS["C3"](_Probes(tmp_path, {"pre": pre, "post": post}))
     # 4 seeds paired (post has 4); the 4th seed's post ratio is 0: left out of the effect
     assert result.numbers["late_merge_per_drop"]["pre"]["n"] == 4
-    assert result.predictions[0]["effect"]["n"] == 3
-    assert result.predictions[0]["effect"]["estimate"] == pytest.approx(math.log(2.0))
+    assert result.predictions[2]["effect"]["n"] == 3
+    assert result.predictions[2]["effect"]["estimate"] == pytest.approx(math.log(2.0))
     # drop KL of blocks 2..L (block 1 is compared with the embedding), deeper half: 4, 5, 6
     assert result.numbers["late_drop_kl"]["pre"]["mean"] == pytest.approx(5.0)
     zero_pre = CLAIMS["C3"](_Probes(tmp_path, {"pre": pre[3:], "post": post[:2]}))
-    assert zero_pre.predictions[0]["effect"]["n"] == 1  # seed 2's pre ratio is 0
+    assert zero_pre.predictions[2]["effect"]["n"] == 1  # seed 2's pre ratio is 0
 
 
 class _NoCommonLr(FakeStudy):

@@ -246,7 +246,7 @@ def planted_c12(monkeypatch):
     """C12 on planted per-seed depth slopes: its own models' decision is decide_c12's."""
     from normlab.study.claims import c12_removable_layers
 
-    def own(ctx, checkpoints, tolerance=None):
+    def own(ctx, checkpoints, tolerance=None, trained_from=0):
         pairs, left_out = matched_pairs(checkpoints, 0.05)
         n = len(pairs)
         slopes = {"pre": (-1.0 + _noise(0.1)[:n]).tolist(),
@@ -286,13 +286,26 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
                        "probed: minilm is not in the local cache (planted)"
     # post's own slope (planted above 0) is not below 0: a diagnostic, it leaves the verdict
     assert [(p["role"], p["verdict"]) for p in res.predictions] == [
+        ("premise", "supported"), ("premise", "supported"),
         ("claim", "supported"), ("claim", "supported"), ("diagnostic", "not supported")]
+    assert [p["values"] for p in res.predictions[:2]] == [[7.0], [3.0]]  # block 7 of 12; pairs
     assert res.numbers["own_models"]["slopes"]["pre"] == pytest.approx(
         (-1.0 + _noise(0.1)[:3]).tolist())
     assert res.effect.name == "depth slope of the drop cost: post - pre"
     ctx.profile = replace(ctx.profile, c12_min_pairs=4)
-    assert "3 matched pair(s) along the trajectories, fewer than the 4" in \
-        planted_c12.measure(ctx, _pretrained(seeds=3)).note
+    fewer = planted_c12.measure(ctx, _pretrained(seeds=3))
+    assert "3 matched pair(s) of trained checkpoints along the trajectories, fewer than the 4" \
+        in fewer.note
+    # fewer pairs than the design asks for: the claim is not tested, its predictions reported
+    assert fewer.verdict == "not tested at this scale" and fewer.needs.startswith(
+        "pre and post models of 12 blocks or more, both trained past their warmup")
+    assert fewer.predictions[1]["verdict"] == "not supported"
+    assert fewer.predictions[2]["verdict"] == "supported"
+    # models of 6 blocks: their deeper half is not "large t", whatever the slopes say
+    shallow = planted_c12.measure(_planted_ctx(tmp_path, deep_blocks=6), _pretrained(seeds=3))
+    assert shallow.predictions[0]["values"] == [4.0]
+    assert shallow.verdict == "not tested at this scale"
+    assert "Not tested at this scale: large t does not hold here" in shallow.note
 
 
 # per arm and placement: the accuracy of seed 0 and its step from seed to seed; the steps differ
@@ -528,10 +541,11 @@ def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
     says so, and compares nothing; a side with one trained seed is not called stalled."""
     ctx = _planted_ctx(tmp_path)
     res = planted_c12.measure(ctx, _pretrained(outcome_post="stalled"))
-    assert res.verdict == "inconclusive" and res.stalled == ["post"]
+    assert res.verdict == "not tested at this scale" and res.stalled == ["post"]
     assert "post stalled or diverged in every seed at its tuned lr: no pair to compare" in \
         res.note
-    assert "0 matched pair(s) along the trajectories, fewer than the 3" in res.note
+    assert "0 matched pair(s) of trained checkpoints along the trajectories, fewer than the 3" \
+        in res.note
     diverged = planted_c12.measure(ctx, _pretrained(outcome_post="diverged"))
     assert diverged.stalled == ["post"]
     one = [dataclasses_replace(c, outcome="stalled") if c.placement == "post" and c.seed == 0
@@ -586,6 +600,14 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     assert res["verdict"] == decide_c12(res["slopes"])["verdict"]
     strict = c12_removable_layers.c12_own_models(ctx, checkpoints, tolerance=0.05)
     assert strict["tolerance"] == 0.05 and strict["slopes"] == {"pre": [], "post": []}
+    # a pair matched only inside warmup (here before step 200) is no pair of trained models;
+    # a checkpoint at the warmup's last step, or at a run's end (step None), is
+    warm = c12_removable_layers.c12_own_models(ctx, checkpoints, trained_from=200)
+    assert warm["left_out"][0] == ("seed 1: matched only inside warmup (pre step 100, post "
+                                   "step 100; warmup 200 steps)")
+    assert sorted(warm["per_seed"]) == [0, 2] and warm["slopes"] == res["slopes"]
+    assert sorted(c12_removable_layers.c12_own_models(ctx, checkpoints, trained_from=201)[
+        "per_seed"]) == [0]
 
 
 def test_c10_reads_passages_in_the_pretraining_window_only_when_it_divides_them(tiny_pairs):
@@ -785,8 +807,9 @@ def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
     import normlab.interop.figures
 
     seen, own = [], c12_removable_layers.c12_own_models
-    monkeypatch.setattr(c12_removable_layers, "c12_own_models", lambda ctx, cps, tolerance=None:
-                        seen.append(("own", ctx)) or own(ctx, cps))
+    monkeypatch.setattr(c12_removable_layers, "c12_own_models",
+                        lambda ctx, cps, tolerance=None, trained_from=0:
+                        seen.append(("own", ctx, trained_from)) or own(ctx, cps))
     real = {"minilm": {"_raw": {"planted": True}, "n_blocks": 6}}
     monkeypatch.setattr(c12_removable_layers, "c12_real_models",
                         lambda ctx: seen.append(("real", ctx)) or real)
@@ -794,7 +817,7 @@ def test_c12_reads_the_study_s_checkpoints_and_keeps_the_real_models_figure(
     ctx = _planted_ctx(tmp_path)
     ctx.c12_checkpoints = lambda: _pretrained(seeds=3)
     res = c12_removable_layers.measure(ctx)
-    assert seen == [("real", ctx), ("own", ctx)]
+    assert seen == [("real", ctx), ("own", ctx, ctx.profile.warmup)]  # warmup: not trained
     assert res.numbers["pairs"] == 3 and res.verdict == "supported"
     assert res.figures == ["figures/c12_real_models.svg"]
     assert res.numbers["real_models_illustration"] == {"minilm": {"n_blocks": 6}}

@@ -3,8 +3,9 @@ number and verdict of `study.json` as it was (words are checked by tests/claim_w
 
 A change of a rule that is meant to move a number or a verdict is recorded again with
 `NORMLAB_RECORD_GOLDEN=1 pytest tests/test_study_golden.py`, and docs/study.md says why.
-Floats are compared to a relative 1e-4: the same code on another CPU's kernels differs in the
-last digits, a changed rule by far more.
+Floats are compared to a relative 1e-4 or an absolute 1e-5: the same code on another CPU's
+kernels differs in the last digits (a difference of two nearly equal losses, about 1e-3, by a
+few 1e-6 between an AMD EPYC and an Intel Xeon), a changed rule by far more.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def numbers_and_verdicts(value, path=""):
 def same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-4,
-                                                                  abs_tol=1e-9)
+                                                                  abs_tol=1e-5)
     return a == b
 
 
@@ -66,4 +67,5 @@ def test_the_comparison_sees_a_changed_number_and_a_changed_verdict():
     assert base == {".claims[0].id": "C1", ".claims[0].verdict": "supported",
                     ".claims[0].effect.estimate": 0.5}
     assert same(0.5, 0.5 * (1 + 1e-6)) and not same(0.5, 0.5 * (1 + 1e-3))
+    assert same(-6.358e-4, -6.325e-4) and not same(-6.358e-4, -6.158e-4)  # kernels, not rules
     assert same(math.nan, math.nan) and not same(math.nan, 0.0)

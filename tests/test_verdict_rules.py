@@ -26,6 +26,7 @@ from normlab.study.verdict import (
     predict_failure_rate,
     predict_non_inferiority,
     predict_order,
+    predict_setting,
     rule_text,
     wilson_interval,
     zero_width_undecided,
@@ -488,3 +489,49 @@ def test_needs_is_said_only_when_the_claim_is_not_tested_at_this_scale():
     assert stalled.note.endswith("Not compared: post stalled or diverged at every setting "
                                  "tried, so the claim's premise (a model that trains) does not "
                                  "hold here.")
+
+
+@pytest.mark.parametrize(("values", "side", "threshold", "verdict"), [
+    ([7.0], ">", 6.0, "supported"),
+    ([6.0], ">", 6.0, "not supported"),  # the edge itself is not past it
+    ([6.0], ">=", 6.0, "supported"),
+    ([5.999], ">=", 6.0, "not supported"),
+    ([0.05], "<=", 0.05, "supported"),  # a loss gap at the tolerance is matched
+    ([0.0500001], "<=", 0.05, "not supported"),
+    ([0.04], "<", 0.05, "supported"),
+    ([0.05], "<", 0.05, "not supported"),
+    ([7.0, 7.0, 5.0], ">", 6.0, "not supported"),  # every value must hold
+    ([7.0, 8.0], ">", 6.0, "supported"),
+    ([], ">", 6.0, "inconclusive"),
+    ([NAN], "<=", 0.05, "inconclusive"),  # no pair, no gap
+    ([7.0, INF], ">", 6.0, "inconclusive"),
+])
+def test_a_setting_is_checked_exactly(values, side, threshold, verdict):
+    p = predict_setting("large t", "first late block", "the seed", values, side, threshold)
+    assert (p.verdict, p.kind, p.role) == (verdict, "setting", "premise")
+    assert p.rule == (f"a setting, checked exactly: supported if every value of [first late "
+                      f"block] is {side} {threshold:g}; not supported otherwise")
+    assert p.effect.expected == f"{side} {threshold:g}"
+    assert p.diagnosis == ("no value to check" if verdict == "inconclusive" else "")
+
+
+def test_a_setting_reports_its_values_and_is_never_undecided_for_being_constant():
+    p = predict_setting("pairs", "matched pairs", "", [3.0, 3.0, 5.0], ">=", 3.0,
+                        threshold_source="the design", role="premise")
+    assert (p.effect.estimate, p.effect.ci_low, p.effect.ci_high, p.effect.n) == (
+        pytest.approx(11 / 3), 3.0, 5.0, 3)
+    assert p.threshold_source == "the design" and p.values == [3.0, 3.0, 5.0]
+    same = zero_width_undecided(predict_setting("pairs", "q", "", [4.0, 4.0], ">=", 3.0))
+    assert same.verdict == "supported"  # a fact, not an estimate: zero width is no reason
+    with pytest.raises(ValueError, match="one of >, <, >=, <="):
+        predict_setting("x", "q", "", [1.0], "==", 1.0)
+
+
+def test_a_failed_setting_about_scale_makes_the_claim_not_tested():
+    short = predict_setting("large t", "q", "", [4.0], ">", 6.0)
+    short.scale = True
+    good = predict_direction("post vs pre", "q", "", [1.0, 1.1, 0.9], ">", 0.0, 0.0)
+    bad = predict_direction("post vs pre", "q", "", [-1.0, -1.1, -0.9], ">", 0.0, 0.0)
+    assert combine([short, good]) == NOT_TESTED and combine([short, bad]) == NOT_TESTED
+    unmatched = predict_setting("matched loss", "q", "", [0.3], "<=", 0.05)
+    assert combine([unmatched, bad]) == "inconclusive"  # not about scale: never refuted

@@ -10,7 +10,10 @@ A prediction's rule is one of
   the interval's upper end below the margin supports, its lower end at or above refutes);
 - **equivalence**: a difference within `[-margin, margin]`;
 - a **failure rate**: the share of seeds that diverged or stalled, above (or below) a rate, on
-  its 95% Wilson interval.
+  its 95% Wilson interval;
+- a **setting**: a fact of the design or of the runs (the depth a probe reads, the loss gap of a
+  matched pair, the number of pairs that formed), not an estimate: checked exactly against the
+  source's setting, with no interval.
 
 With the mean and its 95% t-interval over seeds (or models):
 - direction, order, non-inferiority: `supported` if the whole interval lies on the predicted
@@ -202,9 +205,11 @@ NOT_TESTED = "not tested at this scale"
 
 
 def zero_width_undecided(pred: Prediction) -> Prediction:
-    """A premise whose values do not vary is undecided: its interval has zero width."""
+    """A premise whose values do not vary is undecided: its interval has zero width (a setting
+    is a fact, checked exactly, not an estimate: it is left as it is)."""
     vals = pred.values
-    if pred.role == "premise" and len(vals) >= 2 and max(vals) == min(vals):
+    if pred.role == "premise" and pred.kind != "setting" and len(vals) >= 2 and \
+            max(vals) == min(vals):
         pred.verdict = "inconclusive"
         pred.diagnosis = ("every value is the same (an interval of zero width): a constant, not "
                           "a measurement of the premise, so it is not decided")
@@ -287,3 +292,33 @@ def predict_failure_rate(subject: str, quantity: str, paper: str, failed: Sequen
     return Prediction(subject, quantity, paper, rule, verdict, effect,
                       [1.0 if f else 0.0 for f in failed], rate, math.nan, diagnosis,
                       threshold_source, role, "failure_rate")
+
+
+SETTING_SIDES = (">", "<", ">=", "<=")
+
+
+def predict_setting(subject: str, quantity: str, paper: str, values: Sequence[float],
+                    expected: str, threshold: float, *, threshold_source: str = "",
+                    role: str = "premise") -> Prediction:
+    """A fact of the design or of the runs, checked exactly (no interval: it is not estimated
+    from seeds): supported when every value lies on the `expected` side of `threshold` (one of
+    `>`, `<`, `>=`, `<=`), not supported when any does not; with no value, inconclusive."""
+    if expected not in SETTING_SIDES:
+        raise ValueError(f"a setting's side must be one of {', '.join(SETTING_SIDES)}, got "
+                         f"{expected!r}")
+    vals = [float(v) for v in values]
+    holds = {">": lambda v: v > threshold, "<": lambda v: v < threshold,
+             ">=": lambda v: v >= threshold, "<=": lambda v: v <= threshold}[expected]
+    if not vals or not all(math.isfinite(v) for v in vals):
+        verdict = "inconclusive"
+    else:
+        verdict = "supported" if all(holds(v) for v in vals) else "not supported"
+    finite = [v for v in vals if math.isfinite(v)]
+    effect = Effect(name=quantity, estimate=sum(finite) / len(finite) if finite else math.nan,
+                    ci_low=min(finite, default=math.nan), ci_high=max(finite, default=math.nan),
+                    n=len(vals), expected=f"{expected} {threshold:g}")
+    diagnosis = "" if verdict != "inconclusive" else "no value to check"
+    rule = (f"a setting, checked exactly: supported if every value of [{quantity}] is "
+            f"{expected} {threshold:g}; not supported otherwise")
+    return Prediction(subject, quantity, paper, rule, verdict, effect, vals, 0.0, math.nan,
+                      diagnosis, threshold_source, role, "setting")

@@ -6,12 +6,17 @@ from __future__ import annotations
 from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
+    LARGE_T_NEEDS,
+    MATCHED,
     NO_SIZE,
     _late_mean,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
+    first_late_block,
+    large_t_premise,
+    matched_gap,
     slope_over_depth,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
@@ -30,7 +35,10 @@ CLAIM = Claim(
     paper="Gromov et al. / Curse of Depth: in pre-LN LLMs the angular distance of deep "
           "consecutive layers falls below 0.2 (DeepSeek-7B after layer 18).",
     trains=(("pre", True), ("post", True)),
+    needs=LARGE_T_NEEDS,
     predictions=(
+        large_t_premise("the late angular distance reads"),
+        MATCHED,
         PredictionSpec(
             "pre", "slope of angular distance(x_l, x_{l+1}) over relative depth",
             "Curse of Depth: falls with depth (< 0.2 in deep layers of pre-LN LLMs)",
@@ -53,6 +61,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     slope_pre = [slope_over_depth(a) for a in ang["pre"]]
     late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
     predictions = [
+        CLAIM.predict("large t", [first_late_block(ctx.profile.train_blocks)]),
+        CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
         CLAIM.predict("pre", slope_pre),
         CLAIM.predict("post vs pre",
                       [b - a for a, b in zip(late["pre"], late["post"], strict=True)]),

@@ -9,12 +9,17 @@ from typing import Any
 from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
+    LARGE_T_NEEDS,
+    MATCHED,
     NO_SIZE,
     _late_mean,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
+    first_late_block,
+    large_t_premise,
+    matched_gap,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -32,7 +37,10 @@ CLAIM = Claim(
     paper="Curse of Depth: removing a deep layer of a pre-LN LLM costs little; no merge-test "
           "number is published.",
     trains=(("pre", True), ("post", True)),
+    needs=LARGE_T_NEEDS,
     predictions=(
+        large_t_premise("the late merge and drop costs read"),
+        MATCHED,
         PredictionSpec(
             "post vs pre", "log(late merge KL / drop KL, post) - log(same, pre)",
             "seed argument: block t+1 run on block t's input acts like a wider layer under pre "
@@ -65,7 +73,10 @@ def measure(ctx: StudyContext) -> ClaimResult:
     ratio = {p: [merge_per_drop(s.per_block) for s in v] for p, v in seeds.items()}
     values = [math.log(b / a) for a, b in zip(ratio["pre"], ratio["post"], strict=True)
               if a > 0 and b > 0]
-    predictions = [CLAIM.predict("post vs pre", values)]
+    predictions = [
+        CLAIM.predict("large t", [first_late_block(ctx.profile.train_blocks)]),
+        CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
+        CLAIM.predict("post vs pre", values)]
     curves = _seed_mean_curves(ctx, tp, ("merge_kl", "drop_dloss"))
     figs = _rel(ctx, probe_figures.plot_per_block(curves, "merge_kl",
                                                   ctx.fig_dir / "c3_merge.svg"))

@@ -28,8 +28,8 @@ SAME_INIT_PAIRS = (("both Xavier", "pre_xavier", "post", "xavier"),
 
 CLAIM = Claim(
     id="C9", title="Post-LN ends better when it trains (shallow models)",
-    statement="With warmup and a tuned learning rate, a shallow (L <= 12) Post-LN model "
-              "reaches a validation loss at least as good as Pre-LN's.",
+    statement="With warmup and a tuned learning rate, a shallow (6-layer, B2T's depth) Post-LN "
+              "model reaches a validation loss at least as good as Pre-LN's.",
     source="Seed argument; Takase et al. 2022, B2T (2206.00330)",
     quote="Post-LN ... once properly trained, ends better (the seed); Post-LN outperforms "
           "Pre-LN in shallow (6-layer) encoder-decoders (B2T)",

@@ -68,7 +68,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     note = _bracket_note(*tuned)
     if off is None:
         note = ("This profile does not train pre without a final norm on its own grid (the "
-                "standard profile does), so nothing decides the claim: the ablation of the "
+                "standard profile does), so the claim is not run: the ablation of the "
                 "trained norm is a diagnostic (removing a trained part cannot fail to cost). "
                 + note).strip()
     if ctx.claims is None or "C12" in ctx.claims:
@@ -94,7 +94,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     fig = figures.plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
                             ylabel="final validation loss (nats)",
                             title=f"pre, each at its tuned lr, {p.seeds} seeds")
-    return claim_result(
+    result = claim_result(
         CLAIM,
         f"Final validation loss of pre with and without the final norm, each at its own tuned "
         f"lr (bracketed grids), {p.train_blocks} blocks, decides; reported as diagnostics, the "
@@ -103,6 +103,9 @@ def measure(ctx: StudyContext) -> ClaimResult:
         f"{p.train_blocks} blocks and (where the profile trains them) at {p.deep_blocks or '-'} "
         "blocks, per seed.",
         predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned), note=note)
+    if off is None:  # the deciding experiment is not in this profile: its diagnostics only
+        result.verdict = "not run"
+    return result
 
 
 CLAIM = CLAIM.bind(measure)

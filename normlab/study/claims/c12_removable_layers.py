@@ -49,15 +49,18 @@ from typing import Any
 
 from normlab.study.claims.common import (
     PLACEMENTS,
+    SHALLOW_BLOCKS,
     _below,
     _detectable,
     _interval,
+    first_late_block,
+    large_t_premise,
     matched_pairs,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult, Pretrained
-from normlab.study.verdict import combine, decide
+from normlab.study.verdict import NOT_TESTED, combine, decide
 
 _SRC = ("Gromov et al. ('minimal degradation of performance until after a large fraction "
         "(up to half) of the layers are removed') and Curse of Depth: no size given: decided "
@@ -73,7 +76,19 @@ CLAIM = Claim(
     setting="trained Pre-LN LLMs of 30 layers and more (Llama-2, Qwen, Mistral); post-LN BERT",
     paper="",
     trains=(("pre", True), ("post", True)),
+    needs=(f"pre and post models of {2 * SHALLOW_BLOCKS} blocks or more, both trained past "
+           "their warmup to a matched loss in at least the design's number of seeds (at this "
+           "width, a deep Post-LN needs an lr grid below where it stalls and a longer run)"),
     predictions=(
+        large_t_premise("of the deep models"),
+        PredictionSpec("trained pairs", "matched pre/post pairs of trained checkpoints (both "
+                       "past warmup, within the match tolerance, drop slope defined)",
+                       "Gromov et al. and Curse of Depth prune trained models",
+                       Rule("setting", ">=", origin="the design's c12_min_pairs pairs of "
+                                                    "trained models: the sources prune trained "
+                                                    "models, and a checkpoint inside warmup is "
+                                                    "not one"),
+                       role="premise", scale=True),
         PredictionSpec("pre", "depth slope of drop cost / median interior drop cost",
                        "Curse of Depth: pre-LN LLMs lose little when deep layers are removed",
                        Rule("direction", "<", 0.0, origin=_SRC)),
@@ -177,15 +192,22 @@ def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = Non
 
 
 def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
-                   tolerance: float | None = None) -> dict[str, Any]:
+                   tolerance: float | None = None, trained_from: int = 0) -> dict[str, Any]:
     """C12's decision on normlab's own pre and post models (12-24 blocks) at matched loss.
 
     ``checkpoints``: one :class:`Pretrained` per placement and seed. Every checkpoint's
     drop-cost curve is measured on the study's probe batches (cached per run folder), the
     per-model numbers of :func:`drop_cost_profile` computed, and matched pairs decided by
-    :func:`decide_c12`. Returns the decision with ``per_seed`` numbers and ``left_out``."""
+    :func:`decide_c12`; a pair with a checkpoint taken before step ``trained_from`` (inside
+    warmup: not yet a trained model) is left out. Returns the decision with ``per_seed``
+    numbers and ``left_out``."""
     tol = ctx.profile.match_tolerance if tolerance is None else tolerance
     pairs, left_out = matched_pairs(checkpoints, tol)
+    for seed in [s for s, sides in pairs.items()
+                 if any(c.step is not None and c.step < trained_from for c in sides.values())]:
+        steps = ", ".join(f"{p} step {c.step}" for p, c in pairs.pop(seed).items())
+        left_out.append(f"seed {seed}: matched only inside warmup ({steps}; warmup "
+                        f"{trained_from} steps)")
     batches = ctx.probe_batches()
     per_seed: dict[int, dict[str, Any]] = {}
     slopes: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
@@ -293,7 +315,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
         return ClaimResult(id="C12", title=title, statement=statement, source=source,
                            method=method, verdict="not run", rule="", numbers=numbers,
                            figures=figures, note=note)
-    res = c12_own_models(ctx, own)
+    res = c12_own_models(ctx, own, trained_from=ctx.profile.warmup)
     numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
                                                    "intervals", "tolerance")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
@@ -305,13 +327,24 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     if stalled:  # a result to report: no model of that side trained, so nothing is compared
         notes.append(f"{' and '.join(stalled)} stalled or diverged in every seed at its tuned "
                      "lr: no pair to compare")
-    if len(res["slopes"]["pre"]) < wanted:
-        notes.append(f"{len(res['slopes']['pre'])} matched pair(s) along the trajectories, "
+    n_pairs = len(res["slopes"]["pre"])
+    if n_pairs < wanted:
+        notes.append(f"{n_pairs} matched pair(s) of trained checkpoints along the trajectories, "
                      f"fewer than the {wanted} the design asks for")
+    premises = [CLAIM.predict("large t", [first_late_block(ctx.profile.deep_blocks)]),
+                CLAIM.predict("trained pairs", [n_pairs], threshold=wanted)]
+    predictions = premises + list(res["predictions"])
+    verdict = combine(predictions)
+    if verdict == NOT_TESTED:
+        short = [q.subject for q in premises if q.verdict == "not supported"]
+        notes.append(f"Not tested at this scale: {'; '.join(short)} does not hold here, so the "
+                     f"claim's own predictions are reported, not decided. It needs "
+                     f"{CLAIM.needs}.")
     return ClaimResult(
         id="C12", title=title, statement=statement, source=source, method=method,
-        verdict=res["verdict"], rule=res["rule"], effect=res["effect"], numbers=numbers,
-        predictions=[p.to_dict() for p in res["predictions"]],
+        verdict=verdict, rule=res["rule"], effect=res["effect"], numbers=numbers,  # type: ignore
+        predictions=[q.to_dict() for q in predictions],
+        needs=CLAIM.needs if verdict == NOT_TESTED else "",
         figures=figures, note="; ".join([res["reason"], *notes]), stalled=stalled,
         caveat="Small byte-level models trained briefly on a CPU; the real checkpoints are "
                "one per placement and differ in size, objective, data and quantization.")

@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from normlab.probe.fits import mean_ci
-from normlab.study.context import ProbedPair, RunRecord, StudyContext, TunedGrid
+from normlab.study.claims.spec import PredictionSpec, Rule
+from normlab.study.context import MatchedPair, ProbedPair, RunRecord, StudyContext, TunedGrid
 from normlab.study.schema import ClaimResult, Pretrained
 from normlab.study.verdict import NOT_TESTED, Prediction, combine
 
@@ -116,6 +117,46 @@ COMPARABLE = 0.02
 COMPARABLE_WHY = ("no margin given: 0.02 nats, about 1% of the loss these models reach "
                   "(docs/study.md, Margins)")
 XIONG = "Xiong et al. 2020 (2002.04745), Sec. 3.1 and Fig. 1"
+
+
+# "When t is large" (the seed argument, C2, C3, C12): the sources give no number. A block is
+# "deep" beyond the deepest block of the 6-layer models the sources call shallow (B2T's 6 layers,
+# where Post-LN still trains best; Xiong's Fig. 3): the claims that read the deeper half of a
+# trained model need that half to start past block 6, i.e. models of 12 blocks or more.
+SHALLOW_BLOCKS = 6
+LARGE_T_WHY = ("the seed's 'when t is large' gives no number: t is large beyond the deepest "
+               f"block of the {SHALLOW_BLOCKS}-layer models the sources call shallow (B2T's "
+               f"{SHALLOW_BLOCKS} layers, Xiong's Fig. 3), so the deeper half must start past "
+               f"block {SHALLOW_BLOCKS}")
+LARGE_T_NEEDS = (f"trained pre and post models of {2 * SHALLOW_BLOCKS} blocks or more (the "
+                 f"deeper half past block {SHALLOW_BLOCKS}), at matched loss")
+
+
+def large_t_premise(reads: str) -> PredictionSpec:
+    """The premise about scale that the deep blocks a claim reads are deep (`reads`: what)."""
+    return PredictionSpec(
+        "large t", f"first block (1-based) of the deeper half {reads}: floor(L/2) + 1",
+        "the seed: 'when t is large, x_{t+1} and x_t are very close'",
+        Rule("setting", ">", float(SHALLOW_BLOCKS), origin=LARGE_T_WHY),
+        role="premise", scale=True)
+
+
+def first_late_block(n_blocks: int) -> int:
+    """The first (1-based) block of the deeper half of an `n_blocks` model (`_late_mean`)."""
+    return n_blocks // 2 + 1
+
+
+MATCHED = PredictionSpec(
+    "matched loss", "|val loss(post) - val loss(pre)| of the probed checkpoints",
+    "the comparison is of models trained to the same loss",
+    Rule("setting", "<=", origin="the design: checkpoints count as trained to the same loss "
+                                 "within the profile's match_tolerance"),
+    role="premise")
+
+
+def matched_gap(pair: MatchedPair) -> list[float]:
+    """The matched pair's loss gap as a setting's value (nan when no pair was found)."""
+    return [abs(pair.gap) if pair.gap is not None else math.nan]
 
 
 def _per_seed(a: Sequence[RunRecord], b: Sequence[RunRecord]) -> list[float]:

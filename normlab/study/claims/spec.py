@@ -16,7 +16,9 @@ Roles (docs/study.md, "How a verdict is decided"):
 Rule kinds (`normlab.study.verdict`): `direction` (`> t` or `< t`), `band` (a bound tested as a
 bound), `order` (a one-sided law of growth: a slope above or below a bound),
 `non_inferiority` (no worse than a margin stated before the run), `equivalence` (within +-
-margin), `failure_rate` (the share of seeds that diverged or stalled, above or below a rate).
+margin), `failure_rate` (the share of seeds that diverged or stalled, above or below a rate),
+`setting` (a fact of the design or the runs, such as the depth a probe reads, checked exactly
+against the source's setting: a premise, never estimated).
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ if TYPE_CHECKING:
 
 Role = Literal["claim", "premise", "diagnostic"]
 RuleKind = Literal["direction", "band", "order", "non_inferiority", "equivalence",
-                   "failure_rate"]
+                   "failure_rate", "setting"]
 ROLES: tuple[str, ...] = ("claim", "premise", "diagnostic")
 RULE_KINDS: tuple[str, ...] = ("direction", "band", "order", "non_inferiority", "equivalence",
-                               "failure_rate")
+                               "failure_rate", "setting")
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Rule:
     says (a rung's own branch variances, the depths measured)."""
 
     kind: RuleKind
-    expected: rules.Direction | None = None
+    expected: str | None = None  # ">" or "<"; a setting also ">=" or "<="
     threshold: float | None = None
     low: float | None = None
     high: float | None = None
@@ -63,6 +65,9 @@ class Rule:
         if self.kind in ("direction", "order", "failure_rate", "non_inferiority") and \
                 self.expected not in (">", "<"):
             raise ValueError(f"a {self.kind} rule needs expected '>' or '<'")
+        if self.kind == "setting" and self.expected not in rules.SETTING_SIDES:
+            raise ValueError(f"a setting rule needs expected one of "
+                             f"{', '.join(rules.SETTING_SIDES)}")
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,10 @@ class Claim:
             t = need(r.threshold if threshold is None else threshold, "threshold")
             pred = rules.predict_failure_rate(subj, qty, text, [bool(v) for v in values],
                                               r.expected or ">", t, **kw)
+        elif r.kind == "setting":
+            t = need(r.threshold if threshold is None else threshold, "threshold")
+            pred = rules.predict_setting(subj, qty, text, values, r.expected or ">", t,
+                                         role=role, **kw)
         elif r.kind == "order":
             t = need(r.threshold if threshold is None else threshold, "threshold")
             pred = rules.predict_order(subj, qty, text, values, r.expected or ">", t, **kw)
