@@ -138,6 +138,11 @@ def test_each_finding_is_one_plain_line_from_the_claim_s_numbers():
     open_ = held | {"verdict": "inconclusive", "predictions": [pred("post", "inconclusive",
                                                                     0.05)]}
     assert finding(open_).startswith("**C9** t: undecided: post +0.05")
+    premise = pred("large t", "not supported", 4.0, role="premise", expected="> 6")
+    premise |= {"kind": "setting", "values": [4.0]}
+    short = held | {"verdict": "not tested at this scale", "needs": "12 blocks",
+                    "predictions": [premise, pred("post", "supported", 0.5)]}
+    assert finding(short) == "**C9** t: not tested here: large t 4 (expected > 6); needs 12 blocks"
     ladder = refuted | {"departure": "pre departs when mlp changed (mlp)"}
     assert finding(ladder).endswith("; along the ladder: pre departs when mlp changed (mlp)")
 

@@ -30,6 +30,7 @@ from normlab.study.claims import ladder
 from normlab.study.context import MatchedPair, ProbedPair
 from normlab.study.ladders import fairseq_ladder, xiong_ladder
 from normlab.study.profiles import PROFILES
+from normlab.study.verdict import base_subject
 
 SEEDS = LADDER_SEEDS
 
@@ -95,16 +96,18 @@ def _source_keys(cid: str) -> list[str]:
     return ["source_a", "source_b"] if cid in ("C1", "C4", "C5") else ["source"]
 
 
+# by the subject as the source rung names it: off the source rungs C1's "pre (mechanism)" is
+# the same prediction as its source rung's "pre"
 def _verdicts(result) -> dict[str, str]:
-    return {p["subject"]: p["verdict"] for p in result.predictions}
+    return {base_subject(p["subject"]): p["verdict"] for p in result.predictions}
 
 
 def _rung_verdicts(row: dict[str, Any]) -> dict[str, str]:
-    return {p["subject"]: p["verdict"] for p in row["predictions"]}
+    return {base_subject(p["subject"]): p["verdict"] for p in row["predictions"]}
 
 
 def _roles(result) -> dict[str, str]:
-    return {p["subject"]: p["role"] for p in result.predictions}
+    return {base_subject(p["subject"]): p["role"] for p in result.predictions}
 
 
 @pytest.mark.draws
@@ -210,7 +213,7 @@ def test_c1_s_mechanism_off_the_source_is_the_rung_s_own_branch_energies(tmp_pat
         world = Planted(noise=0.0, gelu={"pre_inc": 1.2, "attn_sq": attn, "mlp_sq": mlp})
         result = c01.measure(planted_study(tmp_path, world))
         row = next(r for r in result.ladder if r["key"] == "gelu")
-        pred = next(p for p in row["predictions"] if p["subject"] == "pre")
+        pred = next(p for p in row["predictions"] if p["subject"] == "pre (mechanism)")
         return row, pred, result
 
     row, pred, result = at_gelu(0.3, 0.9)
@@ -240,7 +243,7 @@ def test_c1_s_post_mechanism_off_the_source_is_the_rung_s_own_ffn_energy(tmp_pat
     lemma = Planted(noise=0.0, gelu={"mlp_sq": 1.0, "post_norm_in": 1.5})
     result = c01.measure(planted_study(tmp_path, lemma))
     row = next(r for r in result.ladder if r["key"] == "gelu")
-    post = next(p for p in row["predictions"] if p["subject"] == "post")
+    post = next(p for p in row["predictions"] if p["subject"] == "post (mechanism)")
     assert post["verdict"] == "not supported"
     assert post["values"] == pytest.approx([1.5 - 2.0 + 1.5] * SEEDS)
 
@@ -493,6 +496,15 @@ def test_departure_names_each_prediction_s_first_contradicted_rung_after_the_sou
     assert ladder.departure(rows) == ("pre departs when mlp changed (mlp); post departs when "
                                       "init changed (init); pre vs post: contradicted on no rung")
     assert ladder.departure([_row("src", True, "inconclusive", pre="inconclusive")]) == ""
+    # a prediction contradicted nowhere says where it was left undecided; off the source rungs
+    # a prediction derived from the source's mechanism is the source rung's own
+    rows = [_row("src", True, "supported", pre="supported", post="supported"),
+            _row("heads", False, "inconclusive", pre="inconclusive", post="supported"),
+            _row("mlp", False, "inconclusive", pre="supported", post="inconclusive"),
+            _row("init", False, "not supported", pre="supported", post="not supported")]
+    rows[1]["predictions"][0]["subject"] = "pre (mechanism)"
+    assert ladder.departure(rows) == ("post departs when init changed (init); pre: contradicted "
+                                      "on no rung (undecided: pre at heads)")
 
 
 # -- the derived predictions on planted laws -------------------------------------------------------

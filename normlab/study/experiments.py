@@ -501,21 +501,6 @@ def record(cfg: RunConfig, summary: dict[str, Any], *, seed: int, lr: float | No
                      lr=lr, warmup=warmup)
 
 
-def output_distance(a: Any, b: Any, idx: Any) -> float:
-    """Mean over tokens of ||f_a(x) - f_b(x)|| on the stream the head reads (tap final.out)."""
-    import torch
-
-    from normlab.nn import capture
-
-    outs = []
-    for model in (a, b):
-        model.eval()
-        with torch.no_grad(), capture(model, "final.out") as cache:
-            model.stream(idx)
-        outs.append(cache["final.out"])
-    return (outs[0] - outs[1]).norm(dim=-1).mean().item()
-
-
 def _round_lr(lr: float) -> float:
     return float(f"{lr:.4g}")
 

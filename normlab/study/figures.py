@@ -19,6 +19,7 @@ from normlab.plotting import (
     seeds_text,
     styles_for,
 )
+from normlab.study.verdict import base_subject
 from normlab.train.logging import read_metrics
 
 LOSS_UNIT = "nats/byte"  # byte-level models: cross-entropy per byte
@@ -137,7 +138,7 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
     """A theory claim's ladder: one panel per prediction, the measured value with its 95%
     interval on each rung (source setting first, normlab's block last), the predicted band or
     threshold shaded, each point coloured by its verdict."""
-    subjects = [s for s in quantities if any(p["subject"] == s for r in rows
+    subjects = [s for s in quantities if any(base_subject(p["subject"]) == s for r in rows
                                              for p in r["predictions"])]
     if not rows or not subjects:
         return None
@@ -146,7 +147,8 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
     axes = fig.subplots(len(subjects), 1, squeeze=False, sharex=True)[:, 0]
     for ax, subject in zip(axes, subjects, strict=True):
         for i, row in enumerate(rows):
-            pred = next((p for p in row["predictions"] if p["subject"] == subject), None)
+            pred = next((p for p in row["predictions"]
+                         if base_subject(p["subject"]) == subject), None)
             if pred is None:
                 continue
             e = pred["effect"]
@@ -157,7 +159,7 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
             ax.errorbar(i, est, yerr=[[est - lo], [hi - est]], fmt="o", color=color, capsize=4,
                         markersize=6, markerfacecolor="white" if row["calibration"] else color)
         expected = next((p["effect"]["expected"] for r in rows for p in r["predictions"]
-                         if p["subject"] == subject), "")
+                         if base_subject(p["subject"]) == subject), "")
         _shade_expected(ax, expected, n)
         ax.set_ylabel(quantities[subject], fontsize=8)
         ax.grid(alpha=0.3, axis="y")

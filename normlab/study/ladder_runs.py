@@ -85,7 +85,6 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
         from normlab.nn import build_model
         from normlab.probe import text_batches
         from normlab.probe.sensitivity import update_size
-        from normlab.study.experiments import output_distance
 
         p = ctx.profile
         train = text_batches("shakespeare", n_batches=steps, batch_size=p.probe_batch_size,
@@ -116,3 +115,18 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
             out[rung.key] = {"lr": lr, "series": series, "init_distance": dist}
         return out
     return ctx.cached(name, compute)
+
+
+def output_distance(a: Any, b: Any, idx: Any) -> float:
+    """Mean over tokens of ||f_a(x) - f_b(x)|| on the stream the head reads (tap final.out)."""
+    import torch
+
+    from normlab.nn import capture
+
+    outs = []
+    for model in (a, b):
+        model.eval()
+        with torch.no_grad(), capture(model, "final.out") as cache:
+            model.stream(idx)
+        outs.append(cache["final.out"])
+    return (outs[0] - outs[1]).norm(dim=-1).mean().item()

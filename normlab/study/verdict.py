@@ -50,6 +50,16 @@ from normlab.study.schema import Effect
 Direction = Literal[">", "<"]
 
 
+MECHANISM = " (mechanism)"
+
+
+def base_subject(subject: str) -> str:
+    """A prediction's subject without the mark of how it is derived on a rung: off the source
+    rungs a theory claim's "pre (mechanism)" is the source rung's "pre" (the ladder follows it
+    from rung to rung)."""
+    return subject.removesuffix(MECHANISM)
+
+
 def rule_text(name: str, expected: Direction, threshold: float) -> str:
     other = "<=" if expected == ">" else ">="
     return (f"supported if the 95% interval of [{name}] lies entirely {expected} {threshold:g}; "

@@ -173,11 +173,11 @@ def measure(ctx: StudyContext) -> ClaimResult:
                                       derivation="the source rung: Lemma 2's 3/2")
         else:
             first = CLAIM.predict("pre (mechanism)",
-                                  [increment_over_branches(s) for s in pre_stats],
-                                  subject="pre")
+                                  [increment_over_branches(s) for s in pre_stats])
             expected = [post_mechanism(s) for s in post_stats]
             post_pred = CLAIM.predict(
                 "post", [a - b + 1.5 for a, b in zip(post, expected, strict=True)],
+                subject="post (mechanism)",
                 quantity="E||x + FFN(x)||^2 / d - (1 + E||FFN(z)||^2 / d) + 3/2, mean over "
                          "blocks", low=1.5 - LEMMA2_RESOLUTION, high=1.5 + LEMMA2_RESOLUTION,
                 derivation="1 + this rung's own E||FFN(z)||^2 / d = "

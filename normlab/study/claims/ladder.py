@@ -29,7 +29,7 @@ from normlab.study.context import StudyContext
 from normlab.study.figures import plot_ladder
 from normlab.study.ladders import Rung, xiong_ladder
 from normlab.study.schema import ClaimResult
-from normlab.study.verdict import Prediction, combine
+from normlab.study.verdict import Prediction, base_subject, combine
 
 # Xiong et al.'s Fig. 3 is a 6-layer model.
 FIG3_DEPTH = 6
@@ -96,22 +96,27 @@ def calibration_status(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def departure(rows: Sequence[dict[str, Any]]) -> str:
     """Where each prediction first stops holding along the ladder (its first "not supported"
-    rung after a source rung that holds), in words; "" when no source rung holds."""
+    rung after a source rung that holds), in words, and the later rungs where one that is
+    contradicted nowhere was left undecided; "" when no source rung holds."""
     start = next((i for i, r in enumerate(rows) if r["calibration"]
                   and r["verdict"] == "supported"), None)
     if start is None:
         return ""
-    parts, holds = [], []
+    parts, holds, undecided = [], [], []
     subjects = [p["subject"] for p in rows[start]["predictions"]]
     for subject in subjects:
-        at = next((r for r in rows[start + 1:] for p in r["predictions"]
-                   if p["subject"] == subject and p["verdict"] == "not supported"), None)
+        mine = [(r, p) for r in rows[start + 1:] for p in r["predictions"]
+                if base_subject(p["subject"]) == subject]
+        at = next((r for r, p in mine if p["verdict"] == "not supported"), None)
         if at is None:
             holds.append(subject)
+            undecided += [f"{subject} at {r['rung']}" for r, p in mine
+                          if p["verdict"] == "inconclusive"]
         else:
             parts.append(f"{subject} departs when {at['change']} ({at['rung']})")
     if holds:
-        parts.append(f"{', '.join(holds)}: contradicted on no rung")
+        parts.append(f"{', '.join(holds)}: contradicted on no rung" + (
+            f" (undecided: {', '.join(undecided)})" if undecided else ""))
     return "; ".join(parts)
 
 
