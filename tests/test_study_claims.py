@@ -141,6 +141,14 @@ def test_c2_at_6_blocks_is_not_tested_and_unmatched_checkpoints_decide_nothing(t
     edge = dict(far, gap=-0.05, post_val_loss=2.15, matched=True)  # |gap| = tolerance: matched
     assert CLAIMS["C2"](_Unmatched(tmp_path, edge, drop=False, settings=DEEP, world=world)
                         ).verdict == "not supported"
+    # seeds are the units: cells matched on their means, with one seed 0.12 nats apart, are not
+    one_seed = dict(edge, gap=0.03, seed_gaps=[0.0, 0.0, -0.12, 0.05, 0.02])
+    split = CLAIMS["C2"](_Unmatched(tmp_path, one_seed, drop=False, settings=DEEP, world=world))
+    assert split.predictions[1]["values"] == pytest.approx([0.0, 0.0, 0.12, 0.05, 0.02])
+    assert (split.predictions[1]["verdict"], split.verdict) == ("not supported", "inconclusive")
+    every = dict(one_seed, seed_gaps=[0.0, 0.01, -0.05, 0.05, 0.02])
+    assert CLAIMS["C2"](_Unmatched(tmp_path, every, drop=False, settings=DEEP, world=world)
+                        ).verdict == "not supported"
 
 
 def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):

@@ -852,3 +852,28 @@ def test_tuned_never_takes_a_failed_cell_for_the_optimum(tmp_path, monkeypatch):
     assert t.best_lr == 5e-4 and t.bracketed
     assert list(t.lrs) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
     assert not any("high edge" in e for e in t.extensions)
+
+
+def test_the_matched_pair_records_each_seed_s_gap(tmp_path, monkeypatch):
+    """The cells are matched on their mean losses; the pair also records, seed by seed (paired
+    by index), post's loss minus pre's, which the matched-loss premise checks, and a JSON round
+    trip keeps them."""
+    from normlab.study.experiments import StudyFolder
+
+    p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3), max_lr_extensions=0)
+    ctx = StudyFolder(tmp_path, p, log=lambda _m: None)
+    planted = {"pre": [2.0, 2.1, 2.2], "post": [2.05, 2.0, 2.35]}
+
+    def grid(self, family, warmup=None, blocks=None):
+        recs = {lr: tuple(RunRecord(f"{family}-{lr:g}-{s}", s, "completed", v + 1e3 * lr, False,
+                                    val_loss=v + 1e3 * lr) for s, v in enumerate(planted[family]))
+                for lr in p.lrs}
+        return TunedGrid(family, 0, p.lrs, recs, 1e-3, False)
+
+    monkeypatch.setattr(StudyFolder, "tuned", grid)
+    pair = ctx.matched_pair()
+    assert (pair.pre_lr, pair.post_lr) == (1e-3, 1e-3)
+    assert pair.seed_gaps == pytest.approx((-0.05, 0.1, -0.15))  # pre - post, as the gap
+    assert pair.gap == pytest.approx(sum(pair.seed_gaps) / 3)
+    assert MatchedPair.from_json(pair.to_json()) == pair
+    assert "seed_gaps" not in MatchedPair(False, reason="x").to_json()

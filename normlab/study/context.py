@@ -77,7 +77,8 @@ class TunedGrid:
 @dataclass(frozen=True)
 class MatchedPair:
     """The pre and post grid cells whose mean validation losses are closest (`matched`: within
-    `tolerance`), and their runs by placement; `reason` when no pair exists."""
+    `tolerance`), and their runs by placement; `gap` is pre's mean validation loss minus post's,
+    `seed_gaps` the same per seed (paired by index); `reason` when no pair exists."""
 
     matched: bool
     reason: str = ""
@@ -88,6 +89,7 @@ class MatchedPair:
     post_val_loss: float | None = None
     gap: float | None = None
     runs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    seed_gaps: tuple[float, ...] = ()
 
     @property
     def found(self) -> bool:
@@ -99,11 +101,14 @@ class MatchedPair:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["runs"] = {k: list(v) for k, v in self.runs.items()}
-        return {k: v for k, v in d.items() if v not in (None, "", {})} | {"matched": self.matched}
+        d["seed_gaps"] = list(self.seed_gaps)
+        return {k: v for k, v in d.items() if v not in (None, "", {}, [])} | {
+            "matched": self.matched}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MatchedPair:
-        return cls(**{**d, "runs": {k: tuple(v) for k, v in d.get("runs", {}).items()}})
+        return cls(**{**d, "runs": {k: tuple(v) for k, v in d.get("runs", {}).items()},
+                      "seed_gaps": tuple(d.get("seed_gaps", ()))})
 
     def note(self) -> str:
         if self.gap is None:

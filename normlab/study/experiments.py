@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -284,7 +285,10 @@ class StudyFolder(StudyContext):
         return MatchedPair(abs(gap) <= tol, tolerance=tol, pre_lr=lr_a, post_lr=lr_b,
                            pre_val_loss=a[lr_a], post_val_loss=b[lr_b], gap=gap,
                            runs={"pre": tuple(r.run_id for r in pre.cell(lr_a)),
-                                 "post": tuple(r.run_id for r in post.cell(lr_b))})
+                                 "post": tuple(r.run_id for r in post.cell(lr_b))},
+                           seed_gaps=tuple(p.val_loss - q.val_loss  # type: ignore[operator]
+                                           for p, q in zip(pre.cell(lr_a), post.cell(lr_b),
+                                                           strict=True)))
 
     def trained_probes(self) -> ProbedPair:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints."""
@@ -322,8 +326,9 @@ class StudyFolder(StudyContext):
                                             seed=seed)])
             self.log(f"{name}: probed the matched-loss pre and post runs")
             return ProbedPair(pair, seeds).to_json()
-        return ProbedPair.from_json(
+        probed = ProbedPair.from_json(
             self.cached(f"{name}_{pair.pre_lr:g}_{pair.post_lr:g}", compute))
+        return replace(probed, pair=pair)  # the pair as this study's grids give it now
 
     def c10_checkpoints(self) -> list[Pretrained]:
         """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""

@@ -27,8 +27,9 @@ from normlab.study.schema import ClaimResult
 
 CLAIM = Claim(
     id="C3", title="Pre-LN's depth acts like width",
-    statement="Running block t+1 on block t's input (merge test) or skipping block t changes a "
-              "Pre-LN model little for deep t, a Post-LN model much.",
+    statement="Running block t+1 on block t's input (merge test) changes a Pre-LN model little "
+              "for deep t, in units of what block t+1 does (the cost of dropping it), a Post-LN "
+              "model much; the cost of dropping a block is reported.",
     source="Seed argument; Curse of Depth (2502.05795)",
     quote="when t is large, x_{t+1} and x_t are very close ... so F_{t+1}(x_{t+1}) is "
           "approximately F_{t+1}(x_t): the two layers act approximately like a single, wider "

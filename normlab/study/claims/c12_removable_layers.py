@@ -342,7 +342,8 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
                      f"{CLAIM.needs}.")
     return ClaimResult(
         id="C12", title=title, statement=statement, source=source, method=method,
-        verdict=verdict, rule=res["rule"], effect=res["effect"], numbers=numbers,  # type: ignore
+        verdict=verdict, effect=res["effect"], numbers=numbers,  # type: ignore[arg-type]
+        rule="; ".join([*(f"{q.subject} (premise): {q.rule}" for q in premises), res["rule"]]),
         predictions=[q.to_dict() for q in predictions],
         needs=CLAIM.needs if verdict == NOT_TESTED else "",
         figures=figures, note="; ".join([res["reason"], *notes]), stalled=stalled,

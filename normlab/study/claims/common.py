@@ -147,15 +147,18 @@ def first_late_block(n_blocks: int) -> int:
 
 
 MATCHED = PredictionSpec(
-    "matched loss", "|val loss(post) - val loss(pre)| of the probed checkpoints",
-    "the comparison is of models trained to the same loss",
+    "matched loss", "|val loss(post) - val loss(pre)| of the probed checkpoints, per seed",
+    "the comparison is of models trained to the same loss, seed by seed (seeds are the units)",
     Rule("setting", "<=", origin="the design: checkpoints count as trained to the same loss "
-                                 "within the profile's match_tolerance"),
+                                 "within the profile's match_tolerance, in every seed"),
     role="premise")
 
 
 def matched_gap(pair: MatchedPair) -> list[float]:
-    """The matched pair's loss gap as a setting's value (nan when no pair was found)."""
+    """The matched pair's loss gaps as a setting's values, one per seed (the cells' mean gap
+    where the pair records none; nan when no pair was found)."""
+    if pair.seed_gaps:
+        return [abs(g) for g in pair.seed_gaps]
     return [abs(pair.gap) if pair.gap is not None else math.nan]
 
 
