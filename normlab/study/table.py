@@ -103,7 +103,7 @@ def _pred_words(p: Mapping[str, Any]) -> str:
     eff = p.get("effect") if isinstance(p.get("effect"), Mapping) else None
     expected = (eff or {}).get("expected", "")
     if p.get("kind") == "setting":  # a fact, checked exactly: its values, no interval
-        shown = ", ".join(f"{v:g}" for v in p.get("values") or []) or "no value"
+        shown = ", ".join(f"{v:.3g}" for v in p.get("values") or []) or "no value"
         return f"{p.get('subject', '')} {shown} (expected {expected})"
     return f"{p.get('subject', '')} {_value(eff)} (expected {expected})"
 
