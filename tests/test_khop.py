@@ -306,3 +306,20 @@ def test_a_stacked_group_reports_each_members_accuracy(tmp_path):
         assert set(s) >= HOP_KEYS
         assert s["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-5)
         assert s["val_acc"] == pytest.approx(alone["val_acc"], abs=0.02)
+
+
+def test_text_commands_refuse_a_khop_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+    from normlab.finetune import FinetuneError, finetune
+    from normlab.sample import SampleError, sample_run
+
+    s = train_run(load_run_config(None, TINY + ["train.steps=2"]), tmp_path, progress=False)
+    run_dir = tmp_path / s["run_id"]
+    with pytest.raises(SampleError, match="trained on data.task=khop, not text"):
+        sample_run(run_dir)
+    with pytest.raises(FinetuneError, match="trained on data.task=khop; the genre task reads"):
+        finetune(run_dir, steps=1)
+    r = CliRunner().invoke(app, ["probe", "--checkpoint", str(run_dir)])
+    assert r.exit_code == 2 and "trained on data.task=khop; the probes read text" in r.output
