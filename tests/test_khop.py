@@ -308,7 +308,7 @@ def test_a_stacked_group_reports_each_members_accuracy(tmp_path):
         assert s["val_acc"] == pytest.approx(alone["val_acc"], abs=0.02)
 
 
-def test_text_commands_refuse_a_khop_run(tmp_path):
+def test_a_khop_run_is_listed_and_refused_by_the_text_commands(tmp_path):
     from typer.testing import CliRunner
 
     from normlab.cli import app
@@ -323,3 +323,6 @@ def test_text_commands_refuse_a_khop_run(tmp_path):
         finetune(run_dir, steps=1)
     r = CliRunner().invoke(app, ["probe", "--checkpoint", str(run_dir)])
     assert r.exit_code == 2 and "trained on data.task=khop; the probes read text" in r.output
+    # `normlab runs` lists it, with its accuracy
+    r = CliRunner().invoke(app, ["runs", str(tmp_path)])
+    assert r.exit_code == 0 and "val acc" in r.output and f"{s['val_acc']:.4f}" in r.output
