@@ -152,7 +152,8 @@ class TextData:
     """Train/validation token arrays and the names of the works on each side.
 
     The trainers read a run's data through `sampler`, `val_batches`, `unigram_entropy`,
-    `accuracy` and `meta`, which a synthetic task's data (`normlab.data.khop.KhopData`) has too.
+    `accuracy`, `masked_targets` and `meta`, which a synthetic task's data
+    (`normlab.data.khop.KhopData`) has too.
     """
 
     train: TokenArray
@@ -177,6 +178,11 @@ class TextData:
     def accuracy(self) -> None:
         """Text has no accuracy metric (a synthetic task's data returns its accumulator)."""
         return None
+
+    @property
+    def masked_targets(self) -> bool:
+        """Whether some targets are ignored (-100); never in text: every byte is predicted."""
+        return False
 
     def meta(self) -> dict[str, list[str]]:
         """What config.yaml's `meta` records about the data: the works on each side."""

@@ -312,6 +312,12 @@ class KhopData:
     def accuracy(self) -> HopAccuracy:
         return HopAccuracy(self.task)
 
+    @property
+    def masked_targets(self) -> bool:
+        """Positions without an answer have target -100: the trainers weight losses by the
+        answered positions (`normlab.train.step.accumulate_gradients`)."""
+        return True
+
     def meta(self) -> dict[str, Any]:
         """What config.yaml's `meta` records about the data."""
         t = self.task

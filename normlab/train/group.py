@@ -33,6 +33,7 @@ import torch
 
 from normlab.config import RunConfig
 from normlab.data import BatchSampler, RunData, load_run_data
+from normlab.data.khop import IGNORE
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -421,16 +422,24 @@ class _GroupLoop:
         share = TokenShare()
         data = self.active[0].data  # the members share their data (`stack_key`)
         accuracy = data.accuracy() if data is not None else None
+        weighted = data is not None and data.masked_targets  # as train_run's token_weighted
+        counted = torch.zeros_like(totals)
         with capture(self.model, FINAL_STREAM) as cap:
             for k in range(n):
                 x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
                 y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
                 with self.autocast:
                     out = self.model(x, y)
-                totals += out.loss
+                if weighted:
+                    answered = (y != IGNORE).flatten(1).sum(1).double()
+                    totals += out.loss.double() * answered
+                    counted += answered
+                else:
+                    totals += out.loss
                 if accuracy is not None:
                     accuracy.add(x, y, out.logits)
                 share.add(cap[FINAL_STREAM])
         self.model.train()
         acc = accuracy.values() if accuracy is not None else [{} for _ in self.active]
-        return [t / n for t in totals.tolist()], share.values(), acc
+        means = (totals / counted).tolist() if weighted else [t / n for t in totals.tolist()]
+        return means, share.values(), acc

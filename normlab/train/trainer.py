@@ -36,6 +36,7 @@ import yaml
 import normlab
 from normlab.config import ConfigError, RunConfig, TrainConfig
 from normlab.data import load_run_data
+from normlab.data.khop import IGNORE
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -481,7 +482,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 stats_now = block_stats_due(tc, step + 1)
                 acc = accumulate_gradients(
                     net, sampler, step, tc.grad_accum, dist, device, autocast,
-                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None)
+                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None,
+                    token_weighted=data.masked_targets)
                 train_loss, captured = acc.train_loss, acc.captured
                 params, total_norm = gradient_norm(model)
                 grad_norm = total_norm.item()
@@ -499,7 +501,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
                 if eval_due(tc, step):
-                    record.update(evaluate(model, val, autocast, dist, data.accuracy()))
+                    record.update(evaluate(model, val, autocast, dist, data.accuracy(),
+                                           token_weighted=data.masked_targets))
                     best_val = min(best_val, record["val_loss"])
                     final.update(val_loss=record["val_loss"], token_share=record["token_share"],
                                  **accuracy_of(record))
@@ -536,17 +539,19 @@ def accuracy_of(record: dict[str, Any]) -> dict[str, float]:
 
 @torch.no_grad()
 def evaluate(model: NormTransformer, batches, autocast,
-             dist: distributed.Dist = distributed.SINGLE, accuracy: Any = None
-             ) -> dict[str, float]:
+             dist: distributed.Dist = distributed.SINGLE, accuracy: Any = None,
+             token_weighted: bool = False) -> dict[str, float]:
     """`val_loss`, the mean validation loss, and `token_share`, the token-varying share of the
     stream the head reads (`normlab.train.diagnostics`), from the same forward passes; with an
     `accuracy` accumulator (a synthetic task's, `normlab.data.khop.HopAccuracy`), its values from
     the same logits. In a process group each rank evaluates its shard of every batch and all are
-    over all ranks, the same numbers on all of them."""
+    over all ranks, the same numbers on all of them. `val_loss` is the mean of the batches'
+    losses, or with `token_weighted` (targets with ignored positions, a synthetic task's) the
+    mean over all counted targets, which a process group's shards give alike."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total = 0.0
+    total, counted = 0.0, 0
     share = TokenShare()
     with capture(model, FINAL_STREAM) as cap:
         for batch in batches:
@@ -554,12 +559,20 @@ def evaluate(model: NormTransformer, batches, autocast,
             x, y = x.to(device), y.to(device)
             with autocast:
                 out = model(x, y)
-            total += out.loss.item()
+            if token_weighted:
+                n = int((y != IGNORE).sum())
+                total, counted = total + out.loss.item() * n, counted + n
+            else:
+                total += out.loss.item()
             if accuracy is not None:
                 accuracy.add(x, y, out.logits)
             share.add(cap[FINAL_STREAM].unsqueeze(0))
     model.train(was_training)
-    loss = dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
+    if token_weighted:
+        sums = dist.mean(torch.tensor([total, counted], dtype=torch.float64)).tolist()
+        loss = sums[0] / sums[1]
+    else:
+        loss = dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
     result = {"val_loss": loss, "token_share": share.values(dist)[0]}
     if accuracy is not None:
         result.update(accuracy.values(dist)[0])
