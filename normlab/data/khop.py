@@ -37,11 +37,13 @@ the hop count k. A sequence of `data.seq_len` = T tokens is the hop token and T 
 
 so the target at a position is the answer for the letter read there (not the next letter); it
 depends only on the letters up to that position, so a causal decoder can compute it. Positions
-without an answer (null) and the hop token's position have target -100, the `ignore_index` of
-the model's cross-entropy: the loss and the accuracy count answered positions only. (The authors'
-generator instead asks for a "does not exist" token there; normlab leaves those positions out, so
-that the accuracy measures the hops and nothing else.) A sequence with no answered position at
-all is drawn again, so no batch is without a target.
+without an answer (null) and the hop token's position have target -100, the `ignore_index` of the
+model's cross-entropy: the loss and the accuracy count answered positions only, and a step's loss is
+their mean over its whole batch however it is split into micro-batches and process shards
+(`normlab.train.step.accumulate_gradients`, `token_weighted`). (The authors' generator instead asks
+for a "does not exist" token there; normlab leaves those positions out, so that the accuracy
+measures the hops and nothing else.) A sequence with no answered position at all is drawn again, so
+no batch is without a target.
 
 Streams. Training and validation batches are functions of (seed, step) alone, from separate
 random streams, and the two never share a sequence: a hash of its letters puts every possible
