@@ -326,3 +326,14 @@ def test_a_khop_run_is_listed_and_refused_by_the_text_commands(tmp_path):
     # `normlab runs` lists it, with its accuracy
     r = CliRunner().invoke(app, ["runs", str(tmp_path)])
     assert r.exit_code == 0 and "val acc" in r.output and f"{s['val_acc']:.4f}" in r.output
+
+
+def test_a_sweep_over_khop_runs_trains_them_stacked(tmp_path):
+    from normlab.sweep import plan_sweep, run_sweep
+
+    base = load_run_config(None, TINY).to_dict()
+    plan = plan_sweep({"name": "khop_lr", "base": base, "axes": {"train.lr": [1e-3, 3e-3]}})
+    result = run_sweep(plan, tmp_path, workers=1, progress=False)
+    assert result.ok and len(result.summaries) == 2
+    for s in result.summaries.values():
+        assert s["engine"] == "stacked" and set(s) >= HOP_KEYS
