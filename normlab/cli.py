@@ -135,7 +135,7 @@ def train(
     line = f"{summary['run_id']}{named}: {outcome} at step {summary['step']}"
     if summary.get("reason"):
         line += f" ({summary['reason']})"
-    for key in ("train_loss", "val_loss"):
+    for key in ("train_loss", "val_loss", "val_acc"):
         if summary.get(key) is not None:
             line += f", {key} {summary[key]:.4f}"
     console.print(line, highlight=False)

@@ -448,8 +448,15 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+TASKS = ("khop",)
+# The fields of the synthetic tasks (`task` and its settings), and those that only text reads.
+KHOP_FIELDS = ("khop_alphabet", "khop_min_hops", "khop_max_hops")
+DATA_TASK_FIELDS = ("task", *KHOP_FIELDS)
+TEXT_FIELDS = ("source", "val_fraction", "split_seed")
+
+
 class DataConfig(_Frozen):
-    """Which text, how it is split, and the context length."""
+    """Which text, how it is split, and the context length; or a synthetic task (`task`)."""
 
     source: str | tuple[str, ...] = Field(
         "shakespeare", description="shakespeare, a .txt file, a folder of .txt files, or a list"
@@ -457,6 +464,54 @@ class DataConfig(_Frozen):
     val_fraction: float = Field(0.1, gt=0.0, le=0.5, description="bytes held out as whole works")
     split_seed: int = Field(0, ge=0, description="seed of the choice of held-out works")
     seq_len: int = Field(128, ge=2, description="tokens per training sequence")
+    task: Literal["khop"] | None = Field(
+        None, description="a synthetic task instead of text: khop, the k-hop induction heads "
+        "task of Sanford, Hsu and Telgarsky 2024 (docs/data.md); null: next-byte prediction on "
+        "`source`")
+    khop_alphabet: int = Field(
+        4, ge=3, description="khop: letters of the alphabet (no letter follows itself, so 2 "
+        "letters could only alternate)")
+    khop_min_hops: int = Field(
+        1, ge=0, description="khop: the fewest hops k of a sequence (0: copy the letter read)")
+    khop_max_hops: int = Field(
+        4, ge=1, description="khop: the most hops k; each training sequence draws k uniformly "
+        "from khop_min_hops..khop_max_hops and starts with a token naming it")
+
+    @model_validator(mode="after")
+    def _check(self) -> DataConfig:
+        problems: list[str] = []
+        fields = type(self).model_fields
+        if self.task is None:
+            for name in KHOP_FIELDS:
+                if getattr(self, name) != fields[name].default:
+                    problems.append(f"{name}: only used with task=khop; set task: khop, or "
+                                    "remove it")
+        else:
+            for name in TEXT_FIELDS:
+                if getattr(self, name) != fields[name].default:
+                    problems.append(f"{name}: not used with task={self.task}, whose sequences "
+                                    "are generated, not read; remove it")
+            lo, hi = self.khop_min_hops, self.khop_max_hops
+            if lo > hi:
+                problems.append(f"khop_min_hops: {lo} exceeds khop_max_hops={hi}; give "
+                                "khop_min_hops <= khop_max_hops")
+            elif self.seq_len < hi + 3:
+                problems.append(
+                    f"seq_len: {self.seq_len} is too short for khop_max_hops={hi}: a sequence "
+                    f"holds the hop token and seq_len - 1 letters, and a {hi}-hop answer needs "
+                    f"at least {hi + 2} letters; use seq_len >= {hi + 3} (a few times more, so "
+                    "that most positions have an answer)")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def task_vocab_size(self) -> int | None:
+        """The token count of the task (its letters, then one token per hop count), or None for
+        text (bytes: `normlab.data.tokens.VOCAB_SIZE`)."""
+        if self.task is None:
+            return None
+        return self.khop_alphabet + self.khop_max_hops - self.khop_min_hops + 1
 
 
 MAX_NAME = 80
@@ -567,6 +622,24 @@ def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | N
             f"tokens; use at least {VOCAB_SIZE}")
 
 
+def task_model_problems(model: ModelConfig, data: DataConfig) -> list[str]:
+    """Why `model` cannot learn the synthetic task of `data` (empty when it can): the task
+    labels every position, so it needs a decoder, and its vocabulary is the task's."""
+    problems = []
+    if model.kind != "decoder":
+        problems.append(f"model.kind: data.task={data.task} gives an answer at every position; "
+                        "use kind: decoder")
+    vocab = data.task_vocab_size
+    if model.vocab_size != vocab:
+        hops = data.khop_max_hops - data.khop_min_hops + 1
+        problems.append(
+            f"model.vocab_size: {model.vocab_size} does not match data.task={data.task}, which "
+            f"has {vocab} tokens ({data.khop_alphabet} letters and {hops} hop-count token"
+            f"{'s' if hops > 1 else ''} for k = {data.khop_min_hops}..{data.khop_max_hops}); "
+            f"set model.vocab_size: {vocab}")
+    return problems
+
+
 class RunConfig(_Frozen):
     """Everything a training run is a function of."""
 
@@ -582,9 +655,12 @@ class RunConfig(_Frozen):
                 f"data.seq_len: {self.data.seq_len} exceeds model.max_seq_len="
                 f"{self.model.max_seq_len}; raise model.max_seq_len or lower data.seq_len"
             )
-        vocab = byte_vocab_problem(self.model, "model.vocab_size")
-        if vocab:
-            problems.append(vocab)
+        if self.data.task is None:
+            vocab = byte_vocab_problem(self.model, "model.vocab_size")
+            if vocab:
+                problems.append(vocab)
+        else:
+            problems += task_model_problems(self.model, self.data)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -602,9 +678,13 @@ class RunConfig(_Frozen):
         they are left out: a run started with them can be resumed without, and the other way.
         So are its name and tags (`LABELS`): the same config under another name is the same run.
         The fields of `HASHED_WHEN_SET` and `MODEL_HASHED_WHEN_SET` count only when they differ
-        from their default.
+        from their default; those of a synthetic task (`DATA_TASK_FIELDS`) only in a run that sets
+        `data.task`, so a text run hashes the config it hashed before they existed.
         """
         data = self.to_dict()
+        if data["data"]["task"] is None:
+            for key in DATA_TASK_FIELDS:
+                del data["data"][key]
         for key in EXECUTION_OPTIONS + LABELS:
             data["train"].pop(key, None)
         for key in HASHED_WHEN_SET:

@@ -96,7 +96,7 @@ def section_doc(name: str, cls: type[BaseModel], unhashed: set[str]) -> list[str
 
 
 def render() -> str:
-    from normlab.config import EXECUTION_OPTIONS, HASHED_WHEN_SET, LABELS
+    from normlab.config import DATA_TASK_FIELDS, EXECUTION_OPTIONS, HASHED_WHEN_SET, LABELS
 
     out = [HEADER]
     for name, field in RunConfig.model_fields.items():
@@ -105,8 +105,11 @@ def render() -> str:
         unhashed = set(EXECUTION_OPTIONS + LABELS) if name == "train" else set()
         out += section_doc(name, cls, unhashed)
     note = ", ".join(f"`{k}`" for k in HASHED_WHEN_SET)
+    task = ", ".join(f"`{k}`" for k in DATA_TASK_FIELDS)
     out.append(f"Fields added after run ids were first issued ({note}) count in the hash only "
-               "when set away from their default, so older runs keep their folders.\n")
+               "when set away from their default, so older runs keep their folders. The fields "
+               f"of a synthetic task ({task}; [data.md](data.md)) count only in the hash of a "
+               "run that sets `data.task`.\n")
     return "\n".join(out)
 
 

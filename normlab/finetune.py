@@ -466,6 +466,9 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         if isinstance(stored, dict) and stored.get("settings") == settings:
             return stored | {"cached": True}
     run_cfg, model = _load_run_model(run_dir, from_init)
+    if run_cfg.data.task is not None:
+        raise FinetuneError(f"{run_dir}: trained on data.task={run_cfg.data.task}; the "
+                            f"{task} task reads text, which this model's tokens are not")
     hint = " or pretrain with a larger model.max_seq_len"
     read = settings["window"] or settings["passage_bytes"]
     if read > run_cfg.model.max_seq_len:

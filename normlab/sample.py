@@ -75,6 +75,9 @@ def load_sampleable(run_dir: Path):
     if folder.config is not None and folder.config.model.kind != "decoder":
         raise SampleError(f"{run_dir}: an encoder run (a classifier) has no next-token head to "
                           "sample from; train a decoder")
+    if folder.config is not None and folder.config.data.task is not None:
+        raise SampleError(f"{run_dir}: trained on data.task={folder.config.data.task}, not "
+                          "text; its head answers the task, it does not predict bytes")
     if folder.outcome not in SAMPLEABLE:
         s = folder.summary
         where = (f" at step {s['step']} of {s.get('steps_planned', '?')}"

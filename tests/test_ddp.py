@@ -13,14 +13,18 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from normlab.config import ConfigError, load_run_config
-from normlab.data import BatchSampler
-from normlab.train import distributed, read_summary, train_run, trainer
+from normlab.data import BatchSampler, batches
+from normlab.train import distributed, read_summary, train_run
 from normlab.train.logging import read_metrics
 
 ARGS = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
         "train.steps=6", "train.eval_every=3", "train.grad_accum=2",
         "train.block_stats_every=2", "train.warmup=2"]
+# the k-hop task (data.task=khop): its accuracy is counted over every rank's shard
+KHOP_ARGS = ["data.task=khop", "model.vocab_size=8", "model.n_blocks=2", "model.d_model=32",
+             "model.n_heads=2", "model.max_seq_len=32", "data.seq_len=32", "train.batch_size=8",
+             "train.eval_batches=2", "train.steps=4", "train.eval_every=2", "train.lr=3e-3"]
 TIMING = ("time_s", "tokens_per_s")
 REPO = Path(__file__).parents[1]
 
@@ -112,18 +116,19 @@ def _rank(rank: int, world: int, port: int, root: str, scenario: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    cfg = load_run_config(None, ARGS)
+    cfg = load_run_config(None, KHOP_ARGS if scenario == "khop" else ARGS)
     out = {}
     with distributed.process_group(torch.device("cpu")):
-        if rank == 1:  # only this rank is signalled or breaks, while drawing step 2's batch
+        # only rank 1 is signalled or breaks, while drawing step 2's batch
+        if rank == 1 and scenario in ("signal", "fail"):
             sampler = _SignalOnBatch if scenario == "signal" else _FailOnBatch
             sampler.at = 2 * cfg.train.grad_accum
-            trainer.BatchSampler = sampler
+            batches.BatchSampler = sampler  # the class a text run's sampler is made of
         out["first"] = train_run(cfg, root, progress=False)
         if scenario == "signal":
             state = Path(root) / cfg.run_id() / "checkpoint" / "trainer_state.json"
             out["checkpoint_step"] = json.loads(state.read_text())["step"]
-            trainer.BatchSampler = BatchSampler
+            batches.BatchSampler = BatchSampler
             out["resumed"] = train_run(cfg, root, progress=False)
     Path(root, f"rank{rank}.json").write_text(json.dumps(out))
 
@@ -153,3 +158,15 @@ def test_failure_on_one_rank_does_not_hang_the_others(tmp_path, monkeypatch):
     s = read_summary(tmp_path / ranks[0]["first"]["run_id"])
     assert s["outcome"] == "failed" and ranks[0]["first"]["outcome"] == "failed"
     assert s["step"] == 2
+
+
+def test_two_processes_report_the_accuracy_of_one(tmp_path):
+    one = train_run(load_run_config(None, KHOP_ARGS), tmp_path / "one", progress=False)
+    ranks = _spawn(tmp_path, "khop")
+    hops = {f"val_acc_hop{k}" for k in (1, 2, 3, 4)}
+    for r in ranks:
+        s = r["first"]
+        assert s["outcome"] == one["outcome"] and set(s) >= hops
+        for key in hops | {"val_acc"}:
+            assert s[key] == pytest.approx(one[key], abs=0.02), key
+    assert_same_run(tmp_path / "one" / one["run_id"], tmp_path / one["run_id"])

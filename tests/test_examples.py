@@ -14,8 +14,8 @@ from normlab.train import train_run
 EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.yaml"))
 
 
-def test_the_three_examples_ship():
-    assert {p.stem for p in EXAMPLES} == {"pre", "post", "modern"}
+def test_the_examples_ship():
+    assert {p.stem for p in EXAMPLES} == {"pre", "post", "modern", "khop"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])

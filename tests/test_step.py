@@ -290,3 +290,36 @@ def test_batches_and_the_loss_live_on_the_step_device_and_ddp_syncs_the_wrapped_
     assert net.seen == [("meta", "meta")] * 2
     assert dist.mean_device == torch.device("meta")
     assert dist.nets == [net, net]
+
+
+class Masked(Sampler):
+    """`Sampler`'s batches with targets ignored (-100, as a synthetic task's positions without
+    an answer): batch i keeps the last i + 1 targets of each row, so micro-batches count
+    different numbers of targets."""
+
+    def rows(self, i: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = super().rows(i, n)
+        y = y.clone()
+        y[:, : max(0, self.seq_len - (i % 4) - 1)] = -100
+        return x, y
+
+
+class MaskedJoined(Masked, Joined):
+    pass
+
+
+def test_token_weighting_gives_the_mean_over_every_counted_target(float64):
+    """Micro-batches counting 2 and 4 targets: weighted by their counts they give the loss and
+    gradient of one batch's mean over its 6 targets; the plain mean of the two means does not."""
+    joined = tiny_model()
+    one = accumulate_gradients(joined, MaskedJoined(batch_size=4), 0, 1, distributed.SINGLE, CPU,
+                               contextlib.nullcontext(), token_weighted=True)
+    weighted = tiny_model()
+    acc = accumulate_gradients(weighted, Masked(batch_size=2), 0, 2, distributed.SINGLE, CPU,
+                               contextlib.nullcontext(), token_weighted=True)
+    assert acc.train_loss == pytest.approx(one.train_loss, rel=1e-6, abs=0)
+    for k, g in grads(joined).items():
+        torch.testing.assert_close(grads(weighted)[k], g, rtol=1e-6, atol=1e-9, msg=k)
+    plain = accumulate_gradients(tiny_model(), Masked(batch_size=2), 0, 2, distributed.SINGLE,
+                                 CPU, contextlib.nullcontext())
+    assert plain.train_loss != pytest.approx(one.train_loss, rel=1e-3)

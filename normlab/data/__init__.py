@@ -1,4 +1,5 @@
-"""Data layer: corpora, byte tokenizer, whole-work splits and stateless batch sampling."""
+"""Data layer: corpora, byte tokenizer, whole-work splits and stateless batch sampling; the
+synthetic k-hop induction heads task (`normlab.data.khop`)."""
 
 from normlab.data.batches import (
     SEPARATOR,
@@ -18,7 +19,9 @@ from normlab.data.corpus import (
     load_works,
     shakespeare_works,
 )
+from normlab.data.khop import KhopData, KhopTask
 from normlab.data.split import split_works
+from normlab.data.tasks import RunData, load_run_data
 from normlab.data.tokens import VOCAB_SIZE, decode, encode
 
 __all__ = [
@@ -28,6 +31,9 @@ __all__ = [
     "VOCAB_SIZE",
     "BatchSampler",
     "DataError",
+    "KhopData",
+    "KhopTask",
+    "RunData",
     "Source",
     "Span",
     "TextData",
@@ -36,6 +42,7 @@ __all__ = [
     "decode",
     "encode",
     "eval_batches",
+    "load_run_data",
     "load_text_data",
     "load_works",
     "shakespeare_works",

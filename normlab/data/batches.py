@@ -149,12 +149,44 @@ def eval_batches(
 
 @dataclass
 class TextData:
-    """Train/validation token arrays and the names of the works on each side."""
+    """Train/validation token arrays and the names of the works on each side.
+
+    The trainers read a run's data through `sampler`, `val_batches`, `unigram_entropy`,
+    `accuracy`, `masked_targets` and `meta`, which a synthetic task's data
+    (`normlab.data.khop.KhopData`) has too.
+    """
 
     train: TokenArray
     val: TokenArray
     train_works: list[str]
     val_works: list[str]
+
+    def sampler(self, batch_size: int, seq_len: int, seed: int) -> BatchSampler:
+        """The training batches of a run with this seed."""
+        return BatchSampler(self.train, batch_size, seq_len, seed)
+
+    def val_batches(self, batch_size: int, seq_len: int, n_batches: int, seed: int
+                    ) -> list[Batch]:
+        """The fixed validation batches of a run with this seed (see `eval_batches`)."""
+        return eval_batches(self.val, batch_size, seq_len, n_batches, seed)
+
+    @property
+    def unigram_entropy(self) -> float:
+        """Of the training bytes: the loss a context-free predictor reaches (`stalled`)."""
+        return self.train.unigram_entropy
+
+    def accuracy(self) -> None:
+        """Text has no accuracy metric (a synthetic task's data returns its accumulator)."""
+        return None
+
+    @property
+    def masked_targets(self) -> bool:
+        """Whether some targets are ignored (-100); never in text: every byte is predicted."""
+        return False
+
+    def meta(self) -> dict[str, list[str]]:
+        """What config.yaml's `meta` records about the data: the works on each side."""
+        return {"train_works": self.train_works, "val_works": self.val_works}
 
 
 def _describe(source: Source) -> str:

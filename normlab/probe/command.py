@@ -267,6 +267,9 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
             raise ConfigError("--seeds: a checkpoint is one trained model; drop --seeds")
         run_cfg, model = load_checkpoint_model(checkpoint)
         data = run_cfg.data
+        if data.task is not None:
+            raise ConfigError(f"--checkpoint {checkpoint}: trained on data.task={data.task}; the "
+                              "probes read text, which this model's tokens are not")
         spec.update(target="checkpoint", checkpoint=str(checkpoint), model=model,
                     base=run_cfg.model, seq_len=seq_len or data.seq_len,
                     source=str(text) if text is not None else data.source,

@@ -47,18 +47,18 @@ def default_root(plan: SweepPlan) -> Path:
 
 def preflight(plan: SweepPlan, check_device: bool = True) -> None:
     """What would make every run fail is checked once, before anything runs."""
-    from normlab.data import DataError, load_text_data
+    from normlab.data import DataError, load_run_data
     from normlab.train.trainer import resolve_device
 
     axes = set(plan.axis_paths)
     seen: set[tuple] = set()
     for run in plan.runs:
         d = run.config.data
-        key = (d.source, d.val_fraction, d.split_seed)
+        key = (d.source, d.val_fraction, d.split_seed, d.task)
         if key not in seen:
             seen.add(key)
             try:
-                load_text_data(d.source, val_fraction=d.val_fraction, seed=d.split_seed)
+                load_run_data(d)
             except DataError as e:
                 where = "axis data.source" if "data.source" in axes else "base data.source"
                 raise SpecError(f"{where} = {d.source!r}: {e}") from None

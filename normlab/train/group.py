@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from normlab.config import RunConfig
-from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.data import BatchSampler, RunData, load_run_data
+from normlab.data.khop import IGNORE
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -101,7 +102,7 @@ def stack_key(cfg: RunConfig) -> str:
 class _Member:
     cfg: RunConfig
     run_dir: Path
-    sampler: BatchSampler
+    sampler: BatchSampler  # (or a synthetic task's sampler: the same interface)
     val: list
     model: NormTransformer | None
     optimizer_state: dict[str, dict[str, torch.Tensor]]
@@ -114,6 +115,7 @@ class _Member:
     repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
     threads: int | None = None  # the CPU thread count its checkpoint recorded
     unigram_entropy: float = math.nan  # of the training bytes: the stall threshold's reference
+    data: RunData | None = None  # the run's data (a synthetic task's has an accuracy metric)
 
     @property
     def run_id(self) -> str:
@@ -125,13 +127,13 @@ class _Member:
                 "beta1": tc.beta1, "beta2": tc.beta2, "eps": tc.eps}
 
 
-def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device, repairs: list[str]
-           ) -> _Member:
+def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
+           repairs: list[str]) -> _Member:
     """Build one member as `train_run` would (same seed, init and batches) and restore it from its
     checkpoint; the run folder gets its config.yaml."""
     tc = cfg.train
-    sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
-    val = eval_batches(data.val, tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
+    sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
+    val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
     optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
@@ -144,7 +146,7 @@ def _setup(cfg: RunConfig, run_dir: Path, data, device: torch.device, repairs: l
     return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
                    restored.step, restored.best_val, dict(restored.final),
                    repairs + restored.repairs, restored.threads if restored.step else None,
-                   unigram_entropy=data.train.unigram_entropy)
+                   unigram_entropy=data.unigram_entropy, data=data)
 
 
 def check_group(cfgs: list[RunConfig]) -> None:
@@ -170,8 +172,7 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
     before anything is written, when another process holds one). `interrupt_at` stops every
     member at that step as a signal would."""
     check_group(cfgs)
-    data = load_text_data(cfgs[0].data.source, val_fraction=cfgs[0].data.val_fraction,
-                          seed=cfgs[0].data.split_seed)
+    data = load_run_data(cfgs[0].data)
     device = resolve_device(cfgs[0].train.device)
     if device.type == "cpu":
         tune_cpu_allocator()
@@ -382,14 +383,14 @@ class _GroupLoop:
         """Evaluation, logging, checkpoints and completion of each member after a step."""
         last = [m.step == m.cfg.train.steps for m in self.active]
         due = [eval_due(m.cfg.train, m.step) for m in self.active]
-        val, share = self.evaluate() if any(due) else (None, None)
+        val, share, acc = self.evaluate() if any(due) else (None, None, None)
         done = []
         for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
             tc = m.cfg.train
             if due[r]:
-                record.update(val_loss=val[r], token_share=share[r])
+                record.update(val_loss=val[r], token_share=share[r], **acc[r])
                 m.best_val = min(m.best_val, val[r])
-                m.final.update(val_loss=val[r], token_share=share[r])
+                m.final.update(val_loss=val[r], token_share=share[r], **acc[r])
             m.final["train_loss"] = record["train_loss"]
             if (m.step % tc.log_every == 0 or last[r] or "val_loss" in record
                     or block_stats_due(tc, m.step)):
@@ -411,19 +412,34 @@ class _GroupLoop:
         self.drop(done)
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[list[float], list[float]]:
-        """Each member's mean validation loss on its own fixed batches, and the token-varying
-        share of its final stream on them (as `normlab.train.trainer.evaluate`)."""
+    def evaluate(self) -> tuple[list[float], list[float], list[dict[str, float]]]:
+        """Each member's mean validation loss on its own fixed batches, the token-varying share
+        of its final stream on them, and a synthetic task's accuracies (as
+        `normlab.train.trainer.evaluate`; empty for text)."""
         self.model.eval()
         n = len(self.active[0].val)
         totals = torch.zeros(len(self.active), dtype=torch.float64, device=self.device)
         share = TokenShare()
+        data = self.active[0].data  # the members share their data (`stack_key`)
+        accuracy = data.accuracy() if data is not None else None
+        weighted = data is not None and data.masked_targets  # as train_run's token_weighted
+        counted = torch.zeros_like(totals)
         with capture(self.model, FINAL_STREAM) as cap:
             for k in range(n):
                 x = torch.stack([m.val[k][0] for m in self.active]).to(self.device)
                 y = torch.stack([m.val[k][1] for m in self.active]).to(self.device)
                 with self.autocast:
-                    totals += self.model(x, y).loss
+                    out = self.model(x, y)
+                if weighted:
+                    answered = (y != IGNORE).flatten(1).sum(1).double()
+                    totals += out.loss.double() * answered
+                    counted += answered
+                else:
+                    totals += out.loss
+                if accuracy is not None:
+                    accuracy.add(x, y, out.logits)
                 share.add(cap[FINAL_STREAM])
         self.model.train()
-        return [t / n for t in totals.tolist()], share.values()
+        acc = accuracy.values() if accuracy is not None else [{} for _ in self.active]
+        means = (totals / counted).tolist() if weighted else [t / n for t in totals.tolist()]
+        return means, share.values(), acc

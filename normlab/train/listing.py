@@ -3,7 +3,8 @@ every folder shown.
 
 Columns: the run id, its sweep, the settings in which the listed runs differ (config fields as
 the placement resolved them, and the thread count or versions they ran with), the outcome, the
-step and the losses. A damaged folder is a row
+step and the losses, and the validation accuracy when a run has one (a synthetic task's,
+`data.task`). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
 """
 
@@ -120,10 +121,11 @@ def runs_table(root: Path):
     flats = [flatten(described_config(f)) for f in folders]
     columns = run_columns(folders, flats)
     damaged = sum(f.damaged for f in folders)
+    accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
     table = Table(title=Text(title))
     heads = ["run", *(["sweep"] if sweeps else []), *(c.split(".", 1)[-1] for c in columns),
-             *RESULT_HEADS] + (
+             *RESULT_HEADS, *(["val acc"] if accuracy else [])] + (
         ["why damaged"] if damaged else [])
     names = [f.run_id if f.path.parent == root or f.path in sweeps else
              f.path.relative_to(root).as_posix() for f in folders]
@@ -131,7 +133,7 @@ def runs_table(root: Path):
     # more lines rather than end in "..."
     table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
     for head in heads[1:]:
-        whole = head in RESULT_HEADS
+        whole = head in RESULT_HEADS or head == "val acc"
         table.add_column(head, no_wrap=whole, overflow="ellipsis" if whole else "fold")
     for f, flat, name in zip(folders, flats, names, strict=True):
         s = f.summary
@@ -142,6 +144,8 @@ def runs_table(root: Path):
                  Text("damaged", style="bold red") if f.damaged else Text(outcome),
                  Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
                  Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
+        if accuracy:
+            cells.append(Text(_loss(s, "val_acc")))
         if damaged:  # the folder's own path is the row's first cell: say the rest
             cells.append(Text("; ".join(p.replace(f"{f.path}/", "") for p in f.problems)))
         table.add_row(*cells)

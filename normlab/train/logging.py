@@ -218,10 +218,16 @@ def _si(x: float) -> str:
 
 
 def progress_info(train_loss: float, lr: float, grad_norm: float, val_loss: float | None,
-                  speed: Throughput) -> str:
+                  speed: Throughput, accuracy: dict[str, float] | None = None) -> str:
     """The progress line after a step, as nanoGPT prints it: `loss 2.431, val 2.502, lr 1.00e-03,
-    grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any)."""
+    grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any). A
+    synthetic task's accuracies of that evaluation follow val: `acc 0.71 (k=1 0.98, k=2 0.66)`
+    (`val_acc`, then each `val_acc_hop{k}`)."""
     val = f", val {val_loss:.4f}" if val_loss is not None else ""
+    if accuracy and "val_acc" in accuracy:
+        hops = [f"k={key[len('val_acc_hop'):]} {value:.2f}" for key, value in accuracy.items()
+                if key.startswith("val_acc_hop")]
+        val += f", acc {accuracy['val_acc']:.2f}" + (f" ({', '.join(hops)})" if hops else "")
     return (f"loss {train_loss:.4f}{val}, lr {lr:.2e}, grad norm {grad_norm:.3g}, "
             f"{speed.describe()}")
 

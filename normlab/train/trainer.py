@@ -35,7 +35,8 @@ import yaml
 
 import normlab
 from normlab.config import ConfigError, RunConfig, TrainConfig
-from normlab.data import BatchSampler, eval_batches, load_text_data
+from normlab.data import load_run_data
+from normlab.data.khop import IGNORE
 from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -137,8 +138,7 @@ def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.de
             "dtype": "bfloat16-autocast" if cfg.train.precision == "bf16" else "float32",
             "threads": torch.get_num_threads(),
             "init": model.plan.init, "final_norm": model.plan.final_norm,
-            "constants": model.plan.constants, "params": model.num_params(),
-            "train_works": data.train_works, "val_works": data.val_works}
+            "constants": model.plan.constants, "params": model.num_params(), **data.meta()}
 
 
 def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> None:
@@ -228,6 +228,8 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
         for key in ("train_loss", "val_loss", "token_share"):
             if key in record:
                 restored.final[key] = record[key]
+        if "val_loss" in record:
+            restored.final.update(accuracy_of(record))
     return restored
 
 
@@ -346,8 +348,7 @@ def train_run(
     """
     tc = cfg.train
     # Everything that can be rejected is checked before anything is written.
-    data = load_text_data(cfg.data.source, val_fraction=cfg.data.val_fraction,
-                          seed=cfg.data.split_seed)
+    data = load_run_data(cfg.data)
     dist = distributed.current()
     device = dist.train_device(resolve_device(tc.device))
     if device.type == "cpu":
@@ -412,8 +413,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                   file=sys.stderr, flush=True)
         return finished
 
-    sampler = BatchSampler(data.train, tc.batch_size, cfg.data.seq_len, seed=tc.seed)
-    val = eval_batches(data.val, tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
+    sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
+    val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
     # the fused kernel: one pass over each parameter instead of a dozen elementwise ops
     optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr,
@@ -481,7 +482,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 stats_now = block_stats_due(tc, step + 1)
                 acc = accumulate_gradients(
                     net, sampler, step, tc.grad_accum, dist, device, autocast,
-                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None)
+                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None,
+                    token_weighted=data.masked_targets)
                 train_loss, captured = acc.train_loss, acc.captured
                 params, total_norm = gradient_norm(model)
                 grad_norm = total_norm.item()
@@ -499,9 +501,11 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 dt = time.perf_counter() - t0
                 last = step == tc.steps
                 if eval_due(tc, step):
-                    record.update(evaluate(model, val, autocast, dist))
+                    record.update(evaluate(model, val, autocast, dist, data.accuracy(),
+                                           token_weighted=data.masked_targets))
                     best_val = min(best_val, record["val_loss"])
-                    final.update(val_loss=record["val_loss"], token_share=record["token_share"])
+                    final.update(val_loss=record["val_loss"], token_share=record["token_share"],
+                                 **accuracy_of(record))
                 final["train_loss"] = train_loss
                 if step % tc.log_every == 0 or last or "val_loss" in record or stats_now:
                     metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
@@ -511,11 +515,11 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                         keep_weights(ckpt_dir, step)
                 speed.update(dt)
                 bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
-                                               speed))
+                                               speed, accuracy_of(final)))
             checkpoint(step)
             elapsed = time.perf_counter() - t_run
             done = step - start
-            outcome, diagnosis = end_of_run(final, run_dir, data.train.unigram_entropy,
+            outcome, diagnosis = end_of_run(final, run_dir, data.unigram_entropy,
                                             tc.stall_margin)
             return finish(outcome, step, **diagnosis,
                           tokens_per_s=tokens_per_step * done / elapsed if done else None)
@@ -527,27 +531,52 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
         metrics.close()
 
 
+def accuracy_of(record: dict[str, Any]) -> dict[str, float]:
+    """The accuracies of an evaluation record (`val_acc`, `val_acc_hop{k}`: a synthetic task's
+    metric, see `normlab.data.khop`); empty for text."""
+    return {k: v for k, v in record.items() if k.startswith("val_acc")}
+
+
 @torch.no_grad()
 def evaluate(model: NormTransformer, batches, autocast,
-             dist: distributed.Dist = distributed.SINGLE) -> dict[str, float]:
+             dist: distributed.Dist = distributed.SINGLE, accuracy: Any = None,
+             token_weighted: bool = False) -> dict[str, float]:
     """`val_loss`, the mean validation loss, and `token_share`, the token-varying share of the
-    stream the head reads (`normlab.train.diagnostics`), from the same forward passes. In a
-    process group each rank evaluates its shard of every batch and both are over all ranks, the
-    same numbers on all of them."""
+    stream the head reads (`normlab.train.diagnostics`), from the same forward passes; with an
+    `accuracy` accumulator (a synthetic task's, `normlab.data.khop.HopAccuracy`), its values from
+    the same logits. In a process group each rank evaluates its shard of every batch and all are
+    over all ranks, the same numbers on all of them. `val_loss` is the mean of the batches'
+    losses, or with `token_weighted` (targets with ignored positions, a synthetic task's) the
+    mean over all counted targets, which a process group's shards give alike."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total = 0.0
+    total, counted = 0.0, 0
     share = TokenShare()
     with capture(model, FINAL_STREAM) as cap:
         for batch in batches:
             x, y = dist.shard(*batch)
+            x, y = x.to(device), y.to(device)
             with autocast:
-                total += model(x.to(device), y.to(device)).loss.item()
+                out = model(x, y)
+            if token_weighted:
+                n = int((y != IGNORE).sum())
+                total, counted = total + out.loss.item() * n, counted + n
+            else:
+                total += out.loss.item()
+            if accuracy is not None:
+                accuracy.add(x, y, out.logits)
             share.add(cap[FINAL_STREAM].unsqueeze(0))
     model.train(was_training)
-    loss = dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
-    return {"val_loss": loss, "token_share": share.values(dist)[0]}
+    if token_weighted:
+        sums = dist.mean(torch.tensor([total, counted], dtype=torch.float64)).tolist()
+        loss = sums[0] / sums[1]
+    else:
+        loss = dist.mean(torch.tensor(total, dtype=torch.float64)).item() / len(batches)
+    result = {"val_loss": loss, "token_share": share.values(dist)[0]}
+    if accuracy is not None:
+        result.update(accuracy.values(dist)[0])
+    return result
 
 
 def block_stats(model: NormTransformer, cap,

@@ -1,0 +1,22 @@
+"""Which data a run trains on: text (`data.source`), or the synthetic task `data.task` names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.data.batches import TextData, load_text_data
+from normlab.data.khop import KhopData, KhopTask
+
+__all__ = ["RunData", "load_run_data"]
+
+RunData = TextData | KhopData
+
+
+def load_run_data(data: Any) -> RunData:
+    """The data of a run's `data` config section (a `normlab.config.DataConfig`): `DataError`
+    when its text cannot be read."""
+    if data.task == "khop":
+        return KhopData(KhopTask.from_config(data))
+    if data.task is not None:
+        raise ValueError(f"data.task: unknown task {data.task!r}")
+    return load_text_data(data.source, val_fraction=data.val_fraction, seed=data.split_seed)
