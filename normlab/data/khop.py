@@ -10,10 +10,11 @@ and logarithmic depth" (ICML 2024). Its abstract says:
     solve basic computational tasks that cannot be efficiently solved by several other neural
     sequence models and sub-quadratic transformer approximations."
 
-The k-hop induction heads task is their example of such a task: the depth a transformer needs
-for it grows like log k (logarithmic depth suffices, and under a conjecture of parallel
-computation much less does not). Only the abstract could be retrieved here, not the text of the
-paper's definition and theorems, so neither is quoted. The definition below is the task as it is
+and of this task: "The theoretical results of Section 4 prove that depth L = Θ(log k) is
+necessary and sufficient for efficient transformer representation. An accompanying empirical
+investigation reveals that transformers trained on the task obey the same threshold" (their
+introduction). The formal definition (their Section 4) could not be retrieved, so it is not
+quoted. The definition below is the task as it is
 commonly stated, and it is what the authors' released generator computes (github.com/chsanford/
 hop-induction-heads, `src/tasks.py`, read to check it):
 
