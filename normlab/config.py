@@ -258,10 +258,6 @@ class ModelConfig(_Frozen):
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         return parse_config(cls, data)
 
-    @classmethod
-    def from_yaml(cls, text_or_path: str | Path) -> ModelConfig:
-        return cls.from_dict(load_yaml(text_or_path))
-
 
 class YamlLoader(yaml.SafeLoader):
     """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a

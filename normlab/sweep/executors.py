@@ -55,9 +55,6 @@ class ExecutorError(RuntimeError):
     workers that die while starting)."""
 
 
-Task = RunTask  # one run on its own
-
-
 def default_threads(workers: int) -> int:
     try:
         cpus = len(os.sched_getaffinity(0))

@@ -22,8 +22,6 @@ from normlab.train.logging import read_json, write_json_atomic
 from normlab.train.rundir import FINISHED, hold_run, is_live, read_summary
 
 SWEEP_FILE = "sweep.json"
-# Outcomes of a run as the sweep reports it: train_run's, plus pending (not started yet).
-OUTCOMES = ("completed", "stalled", "diverged", "failed", "interrupted", "running", "pending")
 
 
 def write_sweep_file(root: Path, plan: SweepPlan) -> Path:
