@@ -46,6 +46,23 @@ def test_progress_info_reads_like_nanogpt():
     line = progress_info(2.4312, 1e-3, 0.84, 2.5021, speed)
     assert line == "loss 2.4312, val 2.5021, lr 1.00e-03, grad norm 0.84, 1,000 ms, 45.1k tok/s"
     assert "val" not in progress_info(2.4, 1e-3, 0.84, None, speed)
+    # between evaluations the last validation loss carries the step it was computed at
+    assert progress_info(2.4, 1e-3, 0.84, 2.5021, speed, val_step=250, step=250).startswith(
+        "loss 2.4000, val 2.5021, lr")
+    assert progress_info(2.4, 1e-3, 0.84, 2.5021, speed, val_step=250, step=300).startswith(
+        "loss 2.4000, val 2.5021 (step 250), lr")
+    assert progress_info(2.4, 1e-3, 0.84, 2.5021, speed, step=300).startswith(
+        "loss 2.4000, val 2.5021 (before this start), lr")
+
+
+def test_an_mfu_above_one_is_not_shown():
+    """A peak measured while another process held the cores reads the machine low: a share
+    above 100% is impossible, so it is left out rather than shown."""
+    speed = Throughput(1000, flops_per_token=1e9, peak_tflops=1.0, skip=0)
+    speed.update(1.0)  # 1e12 FLOP/s against a 1 TFLOP/s peak: exactly 100%
+    assert speed.mfu == pytest.approx(1.0) and speed.describe().endswith("mfu 100.0%")
+    speed.update(0.5)  # the average step now 0.95 s: above the peak
+    assert speed.mfu is None and "mfu" not in speed.describe()
 
 
 def test_train_run_prints_the_smoothed_line(tmp_path, capsys):

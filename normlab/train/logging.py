@@ -174,7 +174,9 @@ class Throughput:
     shared CPU vary by more than 10x; the average is what a reader can extrapolate from.
 
     MFU is the share of `peak_tflops` (a measured GEMM peak, see `normlab.perf`) that the model's
-    own matrix work (`flops_per_token` per trained token) takes at the smoothed rate."""
+    own matrix work (`flops_per_token` per trained token) takes at the smoothed rate; a share
+    above 1 means the short peak measurement read this machine low (another process held the
+    cores), so no MFU is shown rather than an impossible one."""
 
     def __init__(self, tokens_per_step: int, *, flops_per_token: float | None = None,
                  peak_tflops: float | None = None, skip: int = 3, decay: float = 0.9) -> None:
@@ -200,7 +202,8 @@ class Throughput:
     def mfu(self) -> float | None:
         if self.step_s is None or not self.flops_per_token or not self.peak_tflops:
             return None
-        return self.tokens_per_s * self.flops_per_token / (self.peak_tflops * 1e12)
+        share = self.tokens_per_s * self.flops_per_token / (self.peak_tflops * 1e12)
+        return share if share <= 1.0 else None
 
     def describe(self) -> str:
         """`182 ms, 45.1k tok/s, mfu 12.3%`, or `warm-up` before the average starts."""
@@ -218,12 +221,17 @@ def _si(x: float) -> str:
 
 
 def progress_info(train_loss: float, lr: float, grad_norm: float, val_loss: float | None,
-                  speed: Throughput, accuracy: dict[str, float] | None = None) -> str:
+                  speed: Throughput, accuracy: dict[str, float] | None = None, *,
+                  val_step: int | None = None, step: int | None = None) -> str:
     """The progress line after a step, as nanoGPT prints it: `loss 2.431, val 2.502, lr 1.00e-03,
-    grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any). A
+    grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any; one
+    computed at an earlier step than `step` says so, `val 2.502 (step 250)`, so that a value
+    repeated between evaluations does not read as a stalled validation loss). A
     synthetic task's accuracies of that evaluation follow val: `acc 0.71 (k=1 0.98, k=2 0.66)`
     (`val_acc`, then each `val_acc_hop{k}`)."""
     val = f", val {val_loss:.4f}" if val_loss is not None else ""
+    if val and step is not None and val_step != step:
+        val += f" (step {val_step})" if val_step is not None else " (before this start)"
     if accuracy and "val_acc" in accuracy:
         hops = [f"k={key[len('val_acc_hop'):]} {value:.2f}" for key, value in accuracy.items()
                 if key.startswith("val_acc_hop")]

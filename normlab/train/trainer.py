@@ -172,6 +172,7 @@ class Restored:
     repairs: list[str] = field(default_factory=list)
     threads_before: int | None = None
     threads: int | None = None  # the count recorded in the checkpoint
+    val_step: int | None = None  # the step of the last evaluation its records hold
 
 
 def match_threads(recorded: int | None, device: torch.device, policy: ThreadPolicy,
@@ -230,6 +231,7 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
                 restored.final[key] = record[key]
         if "val_loss" in record:
             restored.final.update(accuracy_of(record))
+            restored.val_step = record.get("step")
     return restored
 
 
@@ -456,6 +458,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
         return summary
 
     final: dict[str, Any] = dict(restored.final)
+    val_step = restored.val_step  # the progress line marks a validation loss of an earlier step
     bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
     speed = throughput(cfg, tokens_per_step, device, progress and dist.main, dist.world_size)
@@ -503,7 +506,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 if eval_due(tc, step):
                     record.update(evaluate(model, val, autocast, dist, data.accuracy(),
                                            token_weighted=data.masked_targets))
-                    best_val = min(best_val, record["val_loss"])
+                    best_val, val_step = min(best_val, record["val_loss"]), step
                     final.update(val_loss=record["val_loss"], token_share=record["token_share"],
                                  **accuracy_of(record))
                 final["train_loss"] = train_loss
@@ -515,7 +518,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                         keep_weights(ckpt_dir, step)
                 speed.update(dt)
                 bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
-                                               speed, accuracy_of(final)))
+                                               speed, accuracy_of(final), val_step=val_step,
+                                               step=step))
             checkpoint(step)
             elapsed = time.perf_counter() - t_run
             done = step - start
