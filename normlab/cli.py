@@ -142,6 +142,9 @@ def train(
     console.print(f"run folder: {Path(root) / summary['run_id']}", highlight=False)
     if outcome == "failed":
         err_console.print(summary.get("message", ""), highlight=False)
+    if outcome == "interrupted":
+        err_console.print(f"to continue: normlab train --resume {Path(root) / summary['run_id']} "
+                          "(or the same command again)", highlight=False)
     raise typer.Exit(_train_exit_code(outcome))
 
 

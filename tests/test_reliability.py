@@ -399,3 +399,32 @@ def test_metrics_reader_tells_a_cut_last_line_from_a_damaged_one():
     # line 2 (cut) and line 3 (not a record) are damaged; the unterminated last line is a write
     # cut by a kill, past the last checkpoint, and is not reported
     assert [n for n, _ in damaged] == [2, 3]
+
+
+def test_a_rerun_says_it_resumes_and_an_interrupt_says_how_to_continue(tmp_path, monkeypatch,
+                                                                       capsys):
+    """Re-running an interrupted run's command continues it and says from which step; an
+    interrupted `normlab train` prints the command that continues it."""
+    import normlab.train
+    from normlab.cli import app
+
+    cfg = tiny("train.steps=10", "train.checkpoint_every=3")
+    run_dir = interrupted(cfg, tmp_path, 6)
+    s = train_run(cfg, tmp_path, progress=True)
+    assert s["outcome"] in ("completed", "stalled")
+    assert f"{run_dir.name}: resuming from step 6 of 10 (its checkpoint)" in \
+        capsys.readouterr().err
+    quiet = tiny("train.steps=4")
+    train_run(quiet, tmp_path / "fresh", progress=True)
+    assert "resuming" not in capsys.readouterr().err  # a fresh run does not say so
+
+    stopped = {"run_id": run_dir.name, "outcome": "interrupted", "step": 6,
+               "reason": "signal"}
+    monkeypatch.setattr(normlab.train, "train_run", lambda *a, **k: stopped)
+    sets = [a for item in TINY + ["train.steps=10", "train.checkpoint_every=3"]
+            for a in ("--set", item)]
+    r = CliRunner().invoke(app, ["train", *sets, "--root", str(tmp_path), "--quiet"],
+                           terminal_width=300)
+    assert r.exit_code == 130
+    assert f"to continue: normlab train --resume {tmp_path / run_dir.name} (or the same " \
+        "command again)" in r.output

@@ -437,6 +437,9 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume,
                                   threads=threads, device=device)
     start, best_val = restored.step, restored.best_val
+    if start and progress and dist.main:  # a re-run continues where the checkpoint left off
+        print(f"{run_id}: resuming from step {start} of {tc.steps} (its checkpoint)",
+              file=sys.stderr, flush=True)
     repairs = repairs + restored.repairs
     metrics.write_config(cfg.to_yaml(), start)
 
