@@ -368,9 +368,11 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
         loc = ".".join(str(p) for p in parts)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            known = sorted(_section_class(cls, item["loc"][:-1]).model_fields)
-            msg = (f"unknown field{did_you_mean(str(item['loc'][-1]), known)}; known fields are: "
-                   f"{', '.join(known)}")
+            section = _section_class(cls, item["loc"][:-1])
+            known = sorted(section.model_fields)
+            name = str(item["loc"][-1])
+            hint = _in_a_section(section, name) or did_you_mean(name, known)
+            msg = f"unknown field{hint}; known fields are: {', '.join(known)}"
         elif item["type"] == "literal_error":
             got = item.get("input")
             valid = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
@@ -393,6 +395,23 @@ def did_you_mean(word: str, choices: list[str]) -> str:
     near = sorted(near, key=lambda c: abs(len(c) - len(word)))[:1] or difflib.get_close_matches(
         word, choices, n=1, cutoff=0.6)
     return f" (did you mean {near[0]!r}?)" if near and word else ""
+
+
+def _in_a_section(cls: type[BaseModel], name: str) -> str:
+    """`" (did you mean 'model.placement'?)"` when `name` is not a field of `cls` but is one of
+    its sections' (a run config's `placement` given without `model.`), or the closest such."""
+    dotted = []
+    for section, field in cls.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            dotted += [f"{section}.{f}" for f in sub.model_fields]
+    exact = [d for d in dotted if d.split(".", 1)[1] == name]
+    if exact:
+        return f" (did you mean {exact[0]!r}?)"
+    near = difflib.get_close_matches(name, [d.split(".", 1)[1] for d in dotted], n=1,
+                                     cutoff=0.8)
+    return next((f" (did you mean {d!r}?)" for d in dotted if near and d.endswith("." + near[0])),
+                "")
 
 
 def _section_class(cls: type[BaseModel], loc: tuple) -> type[BaseModel]:

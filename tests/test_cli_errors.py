@@ -146,6 +146,9 @@ CASES = [
     ("sample afile --tokens 0", "--tokens"),
     # a near miss is named: "did you mean", for fields and for values
     ("train --set model.placment=pre", "model.placment: unknown field (did you mean 'placement'?)"),
+    # a section's field given without its section, exactly or nearly
+    ("train --set placement=prenorm", "placement: unknown field (did you mean 'model.placement'?)"),
+    ("train --set warmpu=10", "warmpu: unknown field (did you mean 'train.warmup'?)"),
     ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
     ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
     ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
