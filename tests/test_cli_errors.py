@@ -152,6 +152,8 @@ CASES = [
     ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
     ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
     ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
+    ("probe-hf --hf minlm", "not a known checkpoint (minilm, smollm2) and no such file or "
+                            "folder (did you mean 'minilm'?)"),
 ]
 
 

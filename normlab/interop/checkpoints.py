@@ -127,9 +127,11 @@ def resolve_checkpoint(name_or_path: str | Path) -> CheckpointSpec:
         raise _not_installed(known, f"has no model files in {[str(f) for f in folders]}")
     path = Path(key).expanduser()
     if not path.exists():
+        from normlab.config import did_you_mean
+
         names = ", ".join(KNOWN)
         raise CheckpointNotFound(f"--hf {key}: not a known checkpoint ({names}) and no such "
-                                 "file or folder")
+                                 f"file or folder{did_you_mean(key, list(KNOWN))}")
     if path.is_file():
         if path.suffix != ".gguf":
             raise CheckpointNotFound(f"--hf {key}: give a model folder (config.json + weights) "
