@@ -38,3 +38,19 @@ def test_the_examples_differ_where_their_names_say():
     assert (m.placement, m.norm, m.mlp, m.positions) == ("pre", "rmsnorm", "swiglu", "rope")
     # pre and post are one model but for the placement
     assert by["pre"].model_copy(update={"placement": "post"}) == by["post"]
+
+
+def test_the_readme_s_python_snippet_loads_a_trained_run(tmp_path, capsys):
+    """The README's "a trained run in Python" block, run on a two-step run of the pre example."""
+    import re
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = re.search(r"A trained run in Python:\n\n```python\n(.*?)```", readme, re.S).group(1)
+    quick = load_run_config(EXAMPLES[[p.stem for p in EXAMPLES].index("pre")],
+                            ["train.steps=2", "train.eval_batches=1"])
+    s = train_run(quick, tmp_path, progress=False)
+    assert "runs/RUN_ID" in code
+    exec(compile(code.replace("runs/RUN_ID", str(tmp_path / s["run_id"])), "README.md", "exec"),
+         {})
+    printed = capsys.readouterr().out
+    assert len(printed) == 2 and printed.endswith("\n")  # one byte, decoded, and its newline
