@@ -142,6 +142,30 @@ def test_a_damaged_folder_reads_damaged_not_markup(pre_post, tmp_path):
     assert rows(out)[run.name][header(out).index("outcome")] == "damaged"
 
 
+def test_a_finished_run_whose_weights_are_cut_short_is_listed_damaged(pre_post, tmp_path):
+    from normlab.train.rundir import read_run_folder, safetensors_problem
+
+    run = next(pre_post.iterdir())
+    assert read_run_folder(run).outcome in ("completed", "stalled")
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    weights = copy / "checkpoint" / "model.safetensors"
+    whole = weights.read_bytes()
+    assert safetensors_problem(weights) is None
+    weights.write_bytes(whole[:-1])  # one byte short: the header still reads
+    folder = read_run_folder(copy)
+    assert folder.outcome == "damaged"
+    assert folder.problems == [f"{weights}: truncated ({len(whole) - 1:,} bytes of "
+                               f"{len(whole):,}); the run's weights cannot be loaded (train it "
+                               "again, or restore the file)"]
+    out = runs(tmp_path)
+    assert rows(out)[run.name][header(out).index("outcome")] == "damaged"
+    weights.write_bytes(whole[:5])
+    assert safetensors_problem(weights) == "truncated (no header)"
+    weights.write_bytes((40).to_bytes(8, "little") + b"not json" * 5)
+    assert safetensors_problem(weights) == "damaged (its header is not a safetensors header)"
+
+
 def test_name_and_tags_label_a_run_without_changing_its_id(tmp_path):
     named = tiny("train.name=first try", "train.tags=[baseline, lr-sweep]")
     assert named.run_id() == tiny().run_id()

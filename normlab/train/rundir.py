@@ -239,9 +239,35 @@ def read_run_folder(run_dir: Path) -> RunFolder:
     elif isinstance(summary, str):
         rf.problems.append(f"{run_dir / 'summary.json'}: damaged ({summary}); `normlab train "
                            f"--resume {run_dir}` rebuilds it")
+    if rf.outcome in FINISHED:
+        weights = run_dir / "checkpoint" / "model.safetensors"
+        broken = safetensors_problem(weights) if weights.exists() else None
+        if broken:
+            rf.problems.append(f"{weights}: {broken}; the run's weights cannot be loaded (train "
+                               "it again, or restore the file)")
     if rf.problems:
         rf.outcome = "damaged"
     return rf
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file is not whole (its header unreadable, or fewer bytes than the
+    header's tensors end at), or None: a check of the file's structure that reads no tensor."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return "truncated (no header)"
+            n = int.from_bytes(head, "little")
+            header = json.loads(f.read(n)) if n <= 100_000_000 else None
+        end = max((int(t["data_offsets"][1]) for k, t in header.items()
+                   if k != "__metadata__"), default=0)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return "damaged (its header is not a safetensors header)"
+    size = path.stat().st_size
+    if size < 8 + n + end:
+        return f"truncated ({size:,} bytes of {8 + n + end:,})"
+    return None
 
 
 def find_run_folders(root: Path) -> tuple[list[Path], list[Path]]:
