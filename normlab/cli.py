@@ -193,7 +193,8 @@ def runs(root: Annotated[Path, typer.Argument(
 @app.command()
 def sample(
     run_dir: Annotated[Path, typer.Argument(
-        metavar="RUN_DIR", help="a finished run folder (runs/<run_id>)")],
+        metavar="RUN_DIR", help="a finished run folder (runs/<run_id>), or under ./runs its "
+                                "id, a unique prefix of it or its train.name")],
     prompt: Annotated[str, typer.Option(help="text the model continues",
                                         show_default="a newline")] = "\n",
     tokens: Annotated[int, typer.Option(min=1, help="bytes to generate")] = 200,

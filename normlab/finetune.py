@@ -441,8 +441,12 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         FinetuneError: bad settings, or ``passage_bytes`` above the model's ``max_seq_len``.
     """
     from normlab.train import RunFolderError, read_run_config, read_summary
+    from normlab.train.rundir import find_run
 
-    run_dir = Path(run_dir)
+    try:  # a run's id, a unique prefix of it, or its name, under ./runs
+        run_dir = find_run(run_dir)
+    except RunFolderError as e:
+        raise CheckpointError(str(e)) from None
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run folder")
     if window is None and not from_init:

@@ -22,7 +22,8 @@ from normlab.train.checkpoint import CheckpointError
 @app.command("finetune")
 def finetune_command(
     run_dir: Annotated[Path, typer.Argument(
-        metavar="RUN_DIR", help="a trained run folder (runs/<run_id>)")],
+        metavar="RUN_DIR", help="a trained run folder (runs/<run_id>), or under ./runs its "
+                                "id, a unique prefix of it or its train.name")],
     task: Annotated[str, typer.Option(help="genre (3 classes) or play (36 classes)")] = "genre",
     steps: Annotated[int, typer.Option(min=1, help="optimizer steps")] = 200,
     lr: Annotated[float, typer.Option(callback=positive, help="peak AdamW learning rate")

@@ -59,9 +59,13 @@ def check_settings(tokens: int, temperature: float, top_k: int | None) -> None:
 
 def load_sampleable(run_dir: Path):
     """`(run_config, model)` of a finished decoder run, or `SampleError` naming the problem."""
-    from normlab.train import CheckpointError, load_trained_model
-    from normlab.train.rundir import read_run_folder
+    from normlab.train import CheckpointError, RunFolderError, load_trained_model
+    from normlab.train.rundir import find_run, read_run_folder
 
+    try:  # a run's id, a unique prefix of it, or its name, under ./runs
+        run_dir = find_run(run_dir)
+    except RunFolderError as e:
+        raise SampleError(str(e)) from None
     if not run_dir.exists():
         raise SampleError(f"{run_dir}: no such run folder; `normlab runs` lists the runs")
     if not run_dir.is_dir():

@@ -99,3 +99,32 @@ def test_the_documented_python_example_runs(runs, capsys):
     code = code.replace('"runs/<run_id>"', repr(str(runs["done"])))
     exec(compile(code, "docs/probes.md", "exec"), {})
     assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_a_run_is_found_by_its_name_or_a_unique_prefix_of_its_id(tmp_path, monkeypatch):
+    """Under ./runs a run is named by its id, a unique prefix of it, or its train.name; a
+    prefix or name shared by two runs is an error that lists them."""
+    from normlab.train.rundir import find_run
+
+    root = tmp_path / "runs"
+    a = train_run(load_run_config(None, [*TINY, "train.steps=2", "train.name=first"]), root,
+                  progress=False)["run_id"]
+    b = train_run(load_run_config(None, [*TINY, "train.steps=2", "train.seed=1",
+                                         "train.name=twin"]), root, progress=False)["run_id"]
+    c = train_run(load_run_config(None, [*TINY, "train.steps=2", "train.seed=2",
+                                         "train.name=twin"]), root, progress=False)["run_id"]
+    monkeypatch.chdir(tmp_path)
+    assert find_run(a) == Path("runs") / a  # the id alone, found under ./runs
+    assert find_run(a[:-4]) == Path("runs") / a
+    assert find_run("first") == Path("runs") / a
+    assert find_run("nothing") == Path("nothing")  # for the caller to say it does not exist
+    assert find_run(Path("runs") / b) == Path("runs") / b
+    by_name = cli("first", "--tokens", "5")
+    assert by_name.exit_code == 0, by_name.output
+    assert by_name.output == cli(Path("runs") / a, "--tokens", "5").output
+    shared = cli("twin")
+    assert shared.exit_code == 2
+    assert "twin: names 2 runs under runs (" in " ".join(shared.output.split())
+    assert b in shared.output.replace("\n", "") and c in shared.output.replace("\n", "")
+    common = a[:a.index("-") + 1]  # every run id starts with its placement and depth
+    assert cli(common).exit_code == 2

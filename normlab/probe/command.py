@@ -72,7 +72,12 @@ def split_list(text: str | None, name: str, cast=str) -> list[Any]:
 def load_checkpoint_model(run_dir: Path):
     """`(run_config, model)` of a trained run folder, with errors that name the problem."""
     from normlab.train import RunFolderError, load_trained_model
+    from normlab.train.rundir import find_run
 
+    try:  # a run's id, a unique prefix of it, or its name, under ./runs
+        run_dir = find_run(run_dir)
+    except RunFolderError as e:
+        raise CheckpointError(f"--checkpoint {e}") from None
     if not run_dir.exists():
         raise CheckpointError(f"--checkpoint {run_dir}: no such folder")
     if not run_dir.is_dir():
@@ -158,8 +163,8 @@ def fits_table(fits: dict[str, dict[str, dict]], by_depth: dict[str, dict]) -> T
 @app.command()
 def probe(
     checkpoint: Annotated[list[Path] | None, typer.Option(
-        help="a trained run folder (runs/<run_id>) to probe instead of a model at init; one "
-        "per command")] = None,
+        help="a trained run folder (runs/<run_id>; or under ./runs its id, a unique prefix "
+        "of it or its train.name) to probe instead of a model at init; one per command")] = None,
     placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")
                          ] = None,
     placements: Annotated[str | None, typer.Option(

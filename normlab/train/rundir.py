@@ -356,3 +356,31 @@ def cut_metrics_after(path: Path, step: int) -> tuple[list[dict[str, Any]], str 
     tmp.write_text("".join(line + "\n" for _, line in kept))
     os.replace(tmp, path)  # a kill while rewriting must not lose checkpointed lines
     return [r for r, _ in kept], note
+
+
+def find_run(given: Path | str, root: Path | str = "runs") -> Path:
+    """The run folder a command was given: the path itself when it exists; otherwise, for a bare
+    word, the one run under `root` (at any depth, a sweep's runs too) whose id starts with it or
+    whose `train.name` is it. Several matches: `RunFolderError` listing them. None: the path as
+    given, for the caller to say that it does not exist."""
+    path = Path(given)
+    if path.exists() or len(path.parts) != 1 or not Path(root).is_dir():
+        return path
+    word = str(given)
+    runs, _ = find_run_folders(Path(root))
+    by_id = [r for r in runs if r.name.startswith(word)]
+    by_name = []
+    for r in runs:
+        try:
+            data = read_config_data(r)
+        except RunFolderError:
+            continue
+        train = data.get("train") if isinstance(data.get("train"), dict) else {}
+        if train.get("name") == word:
+            by_name.append(r)
+    found = list(dict.fromkeys(by_id + by_name))
+    if len(found) > 1:
+        shown = ", ".join(str(r) for r in found[:8]) + (" ..." if len(found) > 8 else "")
+        raise RunFolderError(f"{word}: names {len(found)} runs under {root} ({shown}); give "
+                             "more of the id, or the folder")
+    return found[0] if found else path
