@@ -168,18 +168,23 @@ def _rank_args(config: Path | None, sets: list[str] | None, root: Path, resume: 
 
 @app.command()
 def runs(root: Annotated[Path, typer.Argument(
-        metavar="ROOT", help="folder of run folders")] = Path("runs")
+        metavar="ROOT", help="folder of run folders")] = Path("runs"),
+         wide: Annotated[bool, typer.Option(
+             help="a column per setting, however wide the terminal")] = False,
          ) -> None:
     """List the runs under ROOT.
 
     Shows the settings in which they differ, the outcome and the final losses; a damaged folder
-    is listed as damaged, with why."""
+    is listed as damaged, with why. In a terminal narrower than the table the settings fold into
+    one column (--wide: a column each)."""
     from normlab.train.listing import runs_table
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
     table = runs_table(root)
     if console.is_terminal:
+        if not wide and _natural_width(table) > console.width:
+            table = runs_table(root, compact=True)
         console.print(table)
         return
     width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs

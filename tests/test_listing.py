@@ -200,3 +200,51 @@ def test_train_names_the_run_it_finished(tmp_path):
     r = CliRunner().invoke(app, ["train", *sets, f"--root={tmp_path}", "--quiet"])
     assert r.exit_code == 0, r.output
     assert f"{tiny().run_id()} (my run): " in r.output
+
+
+def test_runs_fit_a_100_column_terminal_without_splitting_a_word(tmp_path):
+    """The example runs in a 100-column terminal: too wide with a column per setting, so the
+    settings fold into one column, one field=value per line; every run shows whole with its
+    outcome and losses, no column is empty and no word is split. --wide keeps a column each."""
+    from rich.console import Console
+
+    from normlab.train.listing import runs_table
+
+    examples = Path(__file__).parents[1] / "examples"
+    summaries = [train_run(load_run_config(examples / f"{name}.yaml",
+                                           ["train.steps=2", "train.eval_batches=1"]),
+                           tmp_path, progress=False) for name in ("pre", "post", "modern")]
+    console = Console(width=100, record=True, force_terminal=False)
+    wide = runs_table(tmp_path)
+    natural = console.measure(wide, options=console.options.update_width(10_000)).maximum
+    assert natural > 100  # a column per setting does not fit
+    console.print(runs_table(tmp_path, compact=True))
+    out = console.export_text()
+    assert max(len(line) for line in out.splitlines()) <= 100
+    heads = [c.strip() for c in out.splitlines()[2].split("┃")[1:-1]] + [
+        c.strip() for c in out.splitlines()[3].split("┃")[1:-1]]
+    assert "" not in [" ".join(pair).strip() for pair in zip(heads[:7], heads[7:], strict=True)]
+    for s in summaries:
+        assert s["run_id"] in out
+        assert f"{s['val_loss']:.4f}" in out and f"{s['train_loss']:.4f}" in out
+    for token in ("name=post baseline", "name=modern block", "init=gpt2_scaled",
+                  "init=xavier", "placement=post", "final_norm=off", "positions=rope"):
+        assert token in out, token  # on one line, whole
+    for tag in ("tags=example,", "rmsnorm,", "swiglu,", "rope"):  # a list folds at spaces
+        assert tag in out, tag
+
+
+def test_runs_in_a_narrow_terminal_folds_its_settings_unless_wide(pre_post, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import normlab.cli
+
+    narrow = Console(file=io.StringIO(), width=100, force_terminal=True, markup=False)
+    monkeypatch.setattr(normlab.cli, "console", narrow)
+    assert CliRunner().invoke(app, ["runs", str(pre_post)]).exit_code == 0
+    assert "settings" in narrow.file.getvalue() and "placement=post" in narrow.file.getvalue()
+    narrow.file = io.StringIO()
+    assert CliRunner().invoke(app, ["runs", str(pre_post), "--wide"]).exit_code == 0
+    assert "settings" not in narrow.file.getvalue()

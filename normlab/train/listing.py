@@ -6,6 +6,9 @@ the placement resolved them, and the thread count or versions they ran with), th
 step and the losses, and the validation accuracy when a run has one (a synthetic task's,
 `data.task`). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
+In `compact` form (a terminal narrower than the table) the settings fold into one column, one
+`field=value` per line, and the result headers take two lines, so that a 100-column terminal
+shows every run with its outcome and losses and no word is split.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from normlab.train.rundir import RunFolder, find_run_folders, read_run_folder
 # meta fields of config.yaml that can differ between runs of equal configs' numbers
 META_COLUMNS = ("threads", "world_size", "torch", "normlab")
 RESULT_HEADS = ("outcome", "step", "train loss", "val loss", "best val")
+COMPACT_HEADS = {"train loss": "train\nloss", "val loss": "val\nloss", "best val": "best\nval",
+                 "val acc": "val\nacc"}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -77,13 +82,13 @@ def _value(folder: RunFolder, flat: dict[str, Any], path: str) -> Any:
     return flat.get(path)
 
 
-def _text(v: Any) -> str:
+def _text(v: Any, sep: str = ",") -> str:
     if v is None:
         return "-"
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, tuple):
-        return ",".join(_text(x) for x in v)
+        return sep.join(_text(x) for x in v)
     return str(v)
 
 
@@ -108,10 +113,11 @@ def sweep_names(root: Path, folders: list[Path]) -> dict[Path, str]:
     return out
 
 
-def runs_table(root: Path):
+def runs_table(root: Path, compact: bool = False):
     """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
-    (`runs/sweeps/<name>/`) marked by their sweep. Cells are plain text (never read as Rich
-    markup: a path or a value may hold brackets)."""
+    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
+    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
+    brackets)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -124,23 +130,35 @@ def runs_table(root: Path):
     accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
     table = Table(title=Text(title))
-    heads = ["run", *(["sweep"] if sweeps else []), *(c.split(".", 1)[-1] for c in columns),
-             *RESULT_HEADS, *(["val acc"] if accuracy else [])] + (
+    settings = (["settings"] if columns else []) if compact else [
+        c.split(".", 1)[-1] for c in columns]
+    results = [*RESULT_HEADS, *(["val acc"] if accuracy else [])]
+    heads = ["run", *(["sweep"] if sweeps else []), *settings,
+             *(COMPACT_HEADS.get(h, h) if compact else h for h in results)] + (
         ["why damaged"] if damaged else [])
     names = [f.run_id if f.path.parent == root or f.path in sweeps else
              f.path.relative_to(root).as_posix() for f in folders]
     # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
     # more lines rather than end in "..."
     table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
+    shown = {COMPACT_HEADS.get(h, h) for h in results} | set(results)
     for head in heads[1:]:
-        whole = head in RESULT_HEADS or head == "val acc"
-        table.add_column(head, no_wrap=whole, overflow="ellipsis" if whole else "fold")
+        whole = head in shown and head != "outcome"
+        table.add_column(head, no_wrap=whole or (head == "outcome" and not compact),
+                         overflow="ellipsis" if whole else "fold",
+                         # in the compact form neither shrinks to nothing in a narrow terminal
+                         min_width={"settings": 14, "outcome": 9}.get(head) if compact else None)
     for f, flat, name in zip(folders, flats, names, strict=True):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
+        # folded at spaces only: a list's items joined by ", " in the compact form
+        values = [_text(_value(f, flat, c), ", " if compact else ",") for c in columns]
+        if compact:  # one `field=value` per line
+            values = ["\n".join(f"{c.split('.', 1)[-1]}={v}" for c, v in
+                                zip(columns, values, strict=True))] if columns else []
         cells = [Text(name), *([Text(sweeps.get(f.path, "-"))] if sweeps else []),
-                 *(Text(_text(_value(f, flat, c))) for c in columns),
+                 *(Text(v) for v in values),
                  Text("damaged", style="bold red") if f.damaged else Text(outcome),
                  Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
                  Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
