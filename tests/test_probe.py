@@ -309,6 +309,48 @@ def test_cli_depth_sweep_writes_json_and_figures(tmp_path):
     assert "log-log slope" in r.output
 
 
+def test_a_stopped_depth_sweep_finishes_only_what_was_left(tmp_path, monkeypatch):
+    """Each model's result is kept in OUT/parts as it finishes; a re-run with the same options
+    reads those and probes only the models that are missing, saying so, and reports the same
+    numbers; other options probe anew."""
+    import normlab.probe.sweep as sweep
+
+    out = tmp_path / "sweep"
+    args = ["probe", "--placements", "pre,post", "--blocks", "2,3", "--width", "16", "--heads",
+            "2", "--batches", "1", "--batch-size", "2", "--seq-len", "8", "--probes", "stream",
+            "--no-figures", "--out", str(out)]
+    first = CliRunner().invoke(_app(), args)
+    assert first.exit_code == 0, first.output
+    assert "probing pre L=2 seed=0 (1/4) ..." in first.output
+    parts = sorted((out / "parts").glob("*.json"))
+    assert len(parts) == 4 and parts[0].name.startswith("post-L2-s0-")
+    before = json.loads((out / "probe.json").read_text())
+    for part in parts[:2]:  # as if stopped after two models
+        part.unlink()
+    probed = []
+    real = sweep.probe_model
+    monkeypatch.setattr(sweep, "probe_model",
+                        lambda model, *a, **k: probed.append(model.cfg.placement) or
+                        real(model, *a, **k))
+    again = CliRunner().invoke(_app(), args)
+    assert again.exit_code == 0, again.output
+    assert probed == ["post", "post"]  # the two left
+    assert "probing pre L=2 seed=0 (1/4): already probed" in again.output
+    after = json.loads((out / "probe.json").read_text())
+    assert after["runs"] == before["runs"] and after["fits"] == before["fits"]
+    other = CliRunner().invoke(_app(), [*args[:-2], "--batch-size", "3", "--out", str(out)])
+    assert other.exit_code == 0 and len(probed) == 6  # other inputs: every model anew
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sweep, "probe_model", stop)
+    (out / "parts" / parts[0].name).unlink(missing_ok=True)
+    stopped = CliRunner().invoke(_app(), args)
+    assert stopped.exit_code == 130
+    assert f"stopped; 7 model(s) kept in {out / 'parts'}: the same command probes only the " \
+        "rest" in " ".join(stopped.output.split())
+
+
 @pytest.mark.parametrize("args, message", [
     (["--placement", "prenorm"], "not a placement"),
     (["--blocks", "6,x"], "--blocks"),

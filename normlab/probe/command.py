@@ -239,9 +239,15 @@ def probe(
                         config, set_, seeds, probes, batches, batch_size, seq_len, text)
         report = _run(spec, dict(perturb_eps=perturb_eps, perturb_draws=perturb_draws,
                                  update_steps=update_steps, update_lr=update_lr,
-                                 update_warmup=update_warmup, drop_threshold=drop_threshold))
+                                 update_warmup=update_warmup, drop_threshold=drop_threshold),
+                      parts=out / "parts")
     except (ConfigError, DataError, CheckpointError) as e:
         fail(str(e))
+    except KeyboardInterrupt:
+        kept = len(list((out / "parts").glob("*.json"))) if (out / "parts").is_dir() else 0
+        err_console.print(f"stopped; {kept} model(s) kept in {out / 'parts'}: the same command "
+                          "probes only the rest", highlight=False)
+        raise typer.Exit(130) from None
     _print(report)
     _write(report, out, figures)
 
@@ -319,7 +325,10 @@ def _batches(spec: dict[str, Any], kind: str, n_classes: int, split: str = "val"
                         kind=kind, n_classes=n_classes, split=split)
 
 
-def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def _run(spec: dict[str, Any], options: dict[str, Any], parts: Path | None = None
+         ) -> dict[str, Any]:
+    """Probe the spec's model(s); a depth sweep writes each model's result into `parts` as it
+    finishes, so a stopped sweep re-run with the same options finishes only what was left."""
     from normlab.probe.suite import probe_model
     from normlab.probe.sweep import depth_sweep
 
@@ -340,10 +349,14 @@ def _run(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
 
         def progress(msg: str) -> None:
             if total > 1:
-                err_console.print(f"probing {msg} ...", highlight=False)
+                err_console.print(f"probing {msg}" + ("" if ":" in msg else " ..."),
+                                  highlight=False)
 
+        inputs = {k: str(v) for k, v in spec.items() if k in (
+            "source", "n_batches", "batch_size", "seq_len", "val_fraction", "split_seed")}
         sweep = depth_sweep(base, spec["placements"], spec["depths"], spec["seeds"], batches,
-                            spec["probes"], progress=progress, train_batches=train, **options)
+                            spec["probes"], progress=progress, train_batches=train,
+                            parts=parts if total > 1 else None, inputs=inputs, **options)
         runs = sweep.pop("runs")
     report: dict[str, Any] = {
         "normlab_probe": 1,

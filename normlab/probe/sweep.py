@@ -12,7 +12,10 @@ a 95% t-interval over seeds (`mean_ci`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -40,25 +43,54 @@ def sweep_config(base: ModelConfig, placement: str, n_blocks: int) -> ModelConfi
 def depth_sweep(base: ModelConfig, placements: Sequence[str], depths: Sequence[int],
                 seeds: Sequence[int], batches: Sequence[Batch],
                 probes: Sequence[str] = DEFAULT_PROBES, *,
-                progress: Callable[[str], None] | None = None, **options: object
-                ) -> dict[str, object]:
+                progress: Callable[[str], None] | None = None, parts: Path | None = None,
+                inputs: object = None, **options: object) -> dict[str, object]:
     """Probe every (placement, depth, seed) model at init; fit each metric against depth.
+
+    With `parts`, each model's result is written there as it finishes (one JSON file named by a
+    hash of the model's config, its seed, the probes, the options and `inputs`, a description
+    of the batches), and a result already there is read instead of probed again: a sweep that
+    was stopped finishes only what was left. `progress` is told each model, with its count.
 
     Returns `{"runs": [...], "fits": {placement: {metric: fit}}, "by_depth": {placement:
     {metric: {L: mean_ci}}}, "per_block_mean": {placement: {L: {metric: [...]}}}}`."""
     if not placements or not depths or not seeds:
         raise ConfigError("a depth sweep needs at least one placement, depth and seed")
     configs = {(p, L): sweep_config(base, p, L) for p in placements for L in depths}
-    runs = []
+    total, runs = len(configs) * len(seeds), []
     for (p, L), cfg in configs.items():
         for s in seeds:
-            if progress is not None:
-                progress(f"{p} L={L} seed={s}")
-            model = build_model(cfg, seed=s)
-            res = probe_model(model, batches, probes, seed=s, **options)
-            del model
+            key = _part_key(cfg, s, probes, options, inputs)
+            part = None if parts is None else parts / f"{key}.json"
+            if part is not None and part.is_file():
+                res = json.loads(part.read_text())
+                said = "already probed"
+            else:
+                if progress is not None:
+                    progress(f"{p} L={L} seed={s} ({len(runs) + 1}/{total})")
+                model = build_model(cfg, seed=s)
+                res = probe_model(model, batches, probes, seed=s, **options)
+                del model
+                if part is not None:
+                    part.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = part.with_suffix(".tmp")
+                    tmp.write_text(json.dumps(res))
+                    tmp.replace(part)
+                said = ""
+            if said and progress is not None:
+                progress(f"{p} L={L} seed={s} ({len(runs) + 1}/{total}): {said} ({part})")
             runs.append({"placement": p, "n_blocks": L, "seed": s, "result": res})
     return {"runs": runs, **summarize(runs)}
+
+
+def _part_key(cfg: ModelConfig, seed: int, probes: Sequence[str], options: dict[str, object],
+              inputs: object) -> str:
+    """The name of one model's result in a sweep's parts folder: what decides the result."""
+    settings = {k: v for k, v in options.items() if k != "train_batches"}  # from `inputs`
+    what = json.dumps({"model": cfg.to_dict(), "seed": seed, "probes": list(probes),
+                       "options": settings, "inputs": inputs}, sort_keys=True, default=str)
+    return f"{cfg.placement}-L{cfg.n_blocks}-s{seed}-" + hashlib.sha256(
+        what.encode()).hexdigest()[:12]
 
 
 def summarize(runs: Sequence[dict[str, object]]) -> dict[str, object]:
