@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,19 @@ def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict
 
 
 def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
-                    warmups: tuple[int, ...], root: Path) -> list[dict[str, Any]]:
-    """pre and post at the user's depth and a reduced width: outcome of each lr x warmup."""
+                    warmups: tuple[int, ...], root: Path,
+                    progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """pre and post at the user's depth and a reduced width: outcome of each lr x warmup
+    (`progress` is told each run before it trains, with its count)."""
     heads = max(1, width // 64)
     rows = []
+    total = 2 * len(lrs) * len(warmups)
     for placement in ("pre", "post"):
         for lr in lrs:
             for warmup in warmups:
+                if progress is not None:
+                    progress(f"stability check {len(rows) + 1}/{total}: {placement}, lr {lr:g}, "
+                             f"warmup {warmup}, {steps} steps at width {width}")
                 cfg = load_run_config(None, [
                     f"model.placement={placement}", f"model.n_blocks={blocks}",
                     f"model.d_model={width}", f"model.n_heads={heads}", "model.max_seq_len=64",
@@ -87,16 +94,20 @@ def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
 def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool = False,
            warmup_budget: int | None = None, intermediate_heads: bool = False,
            check_width: int = 64, check_steps: int = 60, measure: bool = True,
-           root: Path | None = None) -> Advice:
-    """Measure at the shape (unless `measure` is False), then `recommend`."""
+           root: Path | None = None, progress: Callable[[str], None] | None = None) -> Advice:
+    """Measure at the shape (unless `measure` is False), then `recommend`; `progress` is told
+    each step of the measurement as it starts."""
     heads = heads or max(1, width // 64)
     measured: dict[str, Any] = {}
     if measure:
+        if progress is not None:
+            progress(f"gradients and stream of pre and post at init, {blocks} blocks, width "
+                     f"{width}")
         measured["init"] = measure_init(blocks, width, heads)
         with tempfile.TemporaryDirectory() as tmp:
             measured["stability"] = stability_check(
                 blocks, min(width, check_width), check_steps, (1e-3, 3e-3),
-                (0, max(1, check_steps // 3)), root or Path(tmp))
+                (0, max(1, check_steps // 3)), root or Path(tmp), progress=progress)
         measured["check_width"] = min(width, check_width)
         measured["check_steps"] = check_steps
     return recommend(blocks, finetune=finetune, warmup_budget=warmup_budget,

@@ -259,7 +259,8 @@ def advise(
                        "lower --width or --blocks, or use --no-measure")
         advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
                             intermediate_heads=intermediate_heads, check_steps=check_steps,
-                            measure=measure)
+                            measure=measure, progress=lambda msg: err_console.print(
+                                f"measuring: {msg} ...", highlight=False))
     except ConfigError as e:
         fail(str(e))
     table = Table(title=f"guidance for {blocks} blocks, width {width}")

@@ -76,3 +76,20 @@ def test_compare_check_counts_failures_as_losses():
     v = compare_check(table(pre=[5.5, "loss_spike", 5.5, 5.5], post=[5.5, 5.9, "x", "y"]))
     assert (v.pre_better, v.post_better, v.ties, v.winner) == (2, 1, 1, None)
     assert "diverged at step 4" in v.text
+
+
+def test_advise_says_each_measurement_as_it_starts(monkeypatch, tmp_path):
+    """The measurements take minutes at a real shape: the init probe and every run of the
+    stability check are announced, with their count, before they start."""
+    told = []
+    monkeypatch.setattr(advise_module, "measure_init", lambda *a, **k: INIT)
+    monkeypatch.setattr(advise_module, "train_many_step",
+                        lambda cfg, root, progress: told.append("trained") or {
+                            "outcome": "completed", "step": 4, "val_loss": 2.0})
+    advise(6, 128, check_steps=9, root=tmp_path, progress=told.append)
+    assert told[0] == "gradients and stream of pre and post at init, 6 blocks, width 128"
+    assert told[1] == "stability check 1/8: pre, lr 0.001, warmup 0, 9 steps at width 64"
+    assert told[2] == "trained" and told[-2].startswith("stability check 8/8: post, lr 0.003,")
+    assert told.count("trained") == 8 and len(told) == 17
+    assert advise(6, 128, measure=False, progress=told.append).measured == {}
+    assert len(told) == 17  # no measurement, nothing told
