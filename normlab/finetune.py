@@ -28,6 +28,7 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -268,8 +269,10 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
                    val_fraction: float = 0.0, val_max: int | None = None,
                    standardize: int = 512,
                    device: str | torch.device = "auto", eval_batch_size: int = 128,
-                   log_every: int | None = None) -> dict[str, Any]:
+                   log_every: int | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Fine-tune a copy of ``model`` (left unchanged) on the genre or play-id task; no caching.
+    ``progress`` is told each point of the loss curve as it is recorded, then the evaluation.
 
     ``task`` is ``"genre"``, ``"play"`` or a :class:`GenreTask` (then ``passage_bytes``,
     ``gap`` and ``val_fraction`` come from it). ``window`` (a divisor of ``passage_bytes``):
@@ -367,8 +370,12 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
             if (step + 1) % log_every == 0 or step + 1 == steps:
                 curve.append([step + 1, float(np.mean(recent)), lr_now])
                 recent = []
+                if progress is not None:
+                    progress(f"step {step + 1}/{steps}, train loss {curve[-1][1]:.4f}")
         train_s = time.perf_counter() - t0
         scored = evaluation_rows(len(data.test_y), test_max)
+        if progress is not None:
+            progress(f"evaluating on {len(scored)} test passages")
         test = _evaluate(clf, data.test_x[scored], data.test_y[scored], data.n_classes,
                          dev, eval_batch_size)
         n_tr = min(train_eval_max, len(data.train_y))
@@ -425,7 +432,8 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
              grad_clip: float | None = 1.0, train_eval_max: int = 2048,
              test_max: int | None = None, window: int | None = None,
              val_fraction: float = 0.0, val_max: int | None = None, standardize: int = 512,
-             device: str = "auto", force: bool = False) -> dict[str, Any]:
+             device: str = "auto", force: bool = False,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Fine-tune the trained model of ``run_dir`` (or, ``from_init``, its architecture at init
     with the run's seed) and store the result in ``run_dir/finetune/<task>-<hash>.json``.
 
@@ -486,7 +494,7 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
             f"{run_cfg.data.seq_len}: learned positions beyond it were never trained (set "
             f"window to a divisor of passage_bytes at most {run_cfg.data.seq_len})",
             NormlabWarning, stacklevel=2)
-    result = finetune_model(model, task, device=device, **{
+    result = finetune_model(model, task, device=device, progress=progress, **{
         k: settings[k] for k in ("steps", "lr", "batch_size", "warmup", "seed", "pooling",
                                  "freeze", "passage_bytes", "gap", "weight_decay",
                                  "min_lr_ratio", "grad_clip", "train_eval_max",

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from normlab.app import app, positive
 from normlab.config import ConfigError
-from normlab.console import console, fail
+from normlab.console import console, err_console, fail
 from normlab.data.corpus import DataError
 from normlab.data.genre import genre_task, naive_bayes_baseline
 from normlab.finetune import FinetuneError, finetune
@@ -55,7 +55,9 @@ def finetune_command(
         result = finetune(run_dir, task, steps=steps, lr=lr, batch_size=batch_size,
                           warmup=warmup, seed=seed, pooling=pooling, freeze=freeze,
                           from_init=from_init, passage_bytes=passage_bytes,
-                          test_max=test_max, device=device)
+                          test_max=test_max, device=device,
+                          progress=lambda msg: err_console.print(f"fine-tuning: {msg}",
+                                                                 highlight=False))
         nb = (naive_bayes_baseline(genre_task(task, passage_bytes=passage_bytes),
                                    test_max=test_max) if baseline else None)
     except (FinetuneError, ConfigError, DataError, CheckpointError) as e:

@@ -231,9 +231,12 @@ def test_finetune_model_is_deterministic_and_leaves_model_alone(tiny_run):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     task = small_task("play")
     kw = dict(steps=3, lr=1e-3, batch_size=8, warmup=1, device="cpu", seed=3)
+    told: list[str] = []
     a = finetune_model(model, task, **kw)
-    b = finetune_model(model, task, **kw)
-    assert a["loss_curve"] == b["loss_curve"]
+    b = finetune_model(model, task, progress=told.append, **kw)
+    assert a["loss_curve"] == b["loss_curve"]  # told or not, the same run
+    assert told == [f"step {i}/3, train loss {a['loss_curve'][i - 1][1]:.4f}" for i in (1, 2, 3)
+                    ] + [f"evaluating on {a['n_test']} test passages"]
     assert a["test_accuracy"] == b["test_accuracy"] and a["test_loss"] == b["test_loss"]
     assert a["confusion"] == b["confusion"]
     assert a["task"] == "play" and len(a["classes"]) == 36
@@ -277,6 +280,7 @@ def test_finetune_command(tiny_run):
                             "--test-max", "100", "--device", "cpu"])
     assert r.exit_code == 0, r.output
     assert "fine-tuned" in r.output and "chance" in r.output
+    assert "fine-tuning: step 2/2, train loss" in r.output  # told as it trains
     r = runner.invoke(app, [str(tiny_run), "--steps", "2", "--passage-bytes", "100",
                             "--device", "cpu"])
     assert r.exit_code == 2 and "max_seq_len" in r.output
