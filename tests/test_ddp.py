@@ -130,11 +130,21 @@ def _rank(rank: int, world: int, port: int, root: str, scenario: str) -> None:
             out["checkpoint_step"] = json.loads(state.read_text())["step"]
             batches.BatchSampler = BatchSampler
             out["resumed"] = train_run(cfg, root, progress=False)
-    Path(root, f"rank{rank}.json").write_text(json.dumps(out))
+        # written before the group is torn down (see `_spawn`)
+        Path(root, f"rank{rank}.json").write_text(json.dumps(out))
 
 
 def _spawn(tmp_path: Path, scenario: str) -> list[dict]:
-    mp.spawn(_rank, args=(2, distributed.free_port(), str(tmp_path), scenario), nprocs=2)
+    try:
+        mp.spawn(_rank, args=(2, distributed.free_port(), str(tmp_path), scenario), nprocs=2)
+    except mp.ProcessExitedException as e:
+        # gloo's teardown can abort a rank after it has left the process group and written its
+        # results ("terminate called without an active exception", SIGABRT, in about one run of
+        # this file in three on a 2-core machine; a known, still open fault of the teardown).
+        # Only that is let through: an abort before both ranks wrote their results fails here.
+        written = all((tmp_path / f"rank{r}.json").is_file() for r in range(2))
+        if e.signal_name != "SIGABRT" or not written:
+            raise
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
 
