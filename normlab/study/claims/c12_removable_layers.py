@@ -56,6 +56,7 @@ from normlab.study.claims.common import (
     first_late_block,
     large_t_premise,
     matched_pairs,
+    not_tested_note,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -336,10 +337,8 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     predictions = premises + list(res["predictions"])
     verdict = combine(predictions)
     if verdict == NOT_TESTED:
-        short = [q.subject for q in premises if q.verdict == "not supported"]
-        notes.append(f"Not tested at this scale: {'; '.join(short)} does not hold here, so the "
-                     f"claim's own predictions are reported, not decided. It needs "
-                     f"{CLAIM.needs}.")
+        notes.append(not_tested_note([q.subject for q in premises
+                                      if q.verdict == "not supported"], CLAIM.needs))
     return ClaimResult(
         id="C12", title=title, statement=statement, source=source, method=method,
         verdict=verdict, effect=res["effect"], numbers=numbers,  # type: ignore[arg-type]

@@ -32,10 +32,7 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
     if verdict == NOT_TESTED and not stalled:
         short = [p.subject for p in predictions if p.role == "premise" and p.scale
                  and p.verdict == "not supported"]
-        note = (note + " " if note else "") + (
-            f"Not tested at this scale: {'; '.join(short)} does not hold here, so the claim's "
-            "own predictions are reported, not decided." + (f" It needs {needs}." if needs
-                                                            else ""))
+        note = (note + " " if note else "") + not_tested_note(short, needs)
     elif failed:
         broken = [p.subject for p in predictions if p.role == "premise"
                   and p.verdict == "not supported"]
@@ -65,6 +62,13 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
         predictions=[p.to_dict() for p in predictions], paper=paper, diagnosis=diagnosis,
         stalled=list(stalled), calibration=calibration, needs=needs if verdict == NOT_TESTED
         else "")
+
+
+def not_tested_note(short: Sequence[str], needs: str) -> str:
+    """What a claim says when premises about scale (`short`) do not hold, and what it needs."""
+    return (f"Not tested at this scale: {'; '.join(short)} does not hold here, so the claim's "
+            "own predictions are reported, not decided." + (f" It needs {needs}." if needs
+                                                            else ""))
 
 
 def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
