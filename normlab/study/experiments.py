@@ -135,9 +135,9 @@ class StudyFolder(StudyContext):
         todo = list({c.run_id(): c for c in configs
                      if not _finished(self.runs_root / c.run_id())}.values())
         if todo:
+            steps = "/".join(str(n) for n in sorted({c.train.steps for c in todo}))
             self.log(f"training {len(todo)} run(s) of {len(configs)} "
-                     f"({self.profile.steps} steps each, {self.profile.workers} workers, "
-                     f"{self.executor})")
+                     f"({steps} steps each, {self.profile.workers} workers, {self.executor})")
         if todo and (len(todo) > 1 or self.executor == "ray"):
             self._execute(todo)
         return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]

@@ -66,6 +66,10 @@ class Profile:
     # C12 on normlab's own deep models
     deep_blocks: int = 12
     deep_evals: int = 10  # evaluations (and kept checkpoints) along each deep run: C12's pairs
+    # the deep runs' own budget, warmup and starting lr grid (None: the 6-block runs' own)
+    deep_steps: int | None = None
+    deep_warmup_frac: float | None = None
+    deep_lrs: tuple[float, ...] | None = None
     c12_min_pairs: int = 3  # matched pairs C12's design asks for
     # two checkpoints count as trained to the same loss within this many nats (C2, C3, C10,
     # C12, C13's matched pairs)
@@ -110,6 +114,16 @@ PROFILES: dict[str, Profile] = {
         finetune_test_max=512,
         finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12),
+    "long": Profile(
+        name="long", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
+        probe_batches=4, probe_batch_size=8, probe_seq_len=64, update_steps=30,
+        update_blocks=24, update_lr=5e-4,
+        train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=1600,
+        lrs=(7.5e-4, 1.5e-3, 3e-3, 6e-3), warmup_frac=0.04, seeds=4, eval_batches=16,
+        same_inits=(), finetune_steps=1000, finetune_batch_size=16, finetune_test_max=512,
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
+        deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
+        deep_lrs=(3.75e-4, 1.5e-3, 6e-3)),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,
