@@ -9,6 +9,9 @@ claim's rule is tested without training or building a model.
   say; `late_<family>` how much a run's loss still fell over its last quarter (spread 0.001 of
   its own); `stalled_<family>` every seed stalled; `unbracketed_<family>` its best at an edge;
   `fn<blocks>` the cost of dropping the final norm; `deep_seeds` the deep runs' seeds.
+- **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
+  per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
+  `stalled_khop_<placement>` every seed stalled.
 - **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
   `ang_slope_<pl>` the slope of the angle to the previous block, `merge_<pl>` / `drop_<pl>` the
   log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap (each drawn only when
@@ -52,6 +55,12 @@ LAWS = {"n": float, "log": lambda n: math.log(n) if n > 0 else 0.0,
         "n1.5": lambda n: float(n) ** 1.5}
 DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
 FIG3_DEPTH = 6
+# The k-hop world where the sources hold (C14): accuracy per hop count 1..3 by (placement, depth);
+# deeper solves more (Sanford et al.), post solves more than pre at each depth (the seed).
+KHOP = {("pre", 2): [1.0, 0.6, 0.5], ("pre", 3): [1.0, 0.95, 0.65],
+        ("post", 2): [1.0, 0.75, 0.6], ("post", 3): [1.0, 1.0, 0.8],
+        ("pre", 12): [1.0, 0.6, 0.5], ("pre", 24): [1.0, 0.95, 0.65],
+        ("post", 12): [1.0, 0.75, 0.6], ("post", 24): [1.0, 1.0, 0.8]}
 
 
 class Planted:
@@ -172,12 +181,34 @@ class FakeStudy:
         key = "fn12" if records and records[0].run_id.startswith("deep") else "fn6"
         return [self.draw(key) for _ in records]
 
+    # -- the k-hop task (C14) ------------------------------------------------------------------
+    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
+        self.requests.append({"kind": "khop", "placement": placement, "blocks": blocks})
+        stalled = f"stalled_khop_{placement}" in self.p
+        recs = tuple(RunRecord(f"khop-{placement}-{blocks}-{s}", s,
+                               "stalled" if stalled else "completed", 1.0 if stalled else 0.3,
+                               stalled, val_loss=1.0 if stalled else 0.3) for s in range(SEEDS))
+        return TunedGrid(f"khop {placement}", self.profile.khop_warmup, (3e-3,), {3e-3: recs},
+                         3e-3, True)
+
+    def khop_accuracy(self, records) -> list[dict[int, float]]:
+        """Per run, `khop_<placement>@<blocks>` (one accuracy per hop count) plus noise, capped
+        at 1; unplanted: KHOP's world."""
+        out = []
+        for r in records:
+            _, pl, blocks, _seed = r.run_id.split("-")
+            base = self.p.get(f"khop_{pl}@{blocks}", KHOP.get((pl, int(blocks)), [0.5, 0.4, 0.3]))
+            out.append({k + 1: min(1.0, a + self.noise * self.rng.gauss(0.0, 1.0))
+                        for k, a in enumerate(base)})
+        return out
+
     # -- matched-loss probes -----------------------------------------------------------------
     def _pair(self) -> MatchedPair:
+        deep = self.profile.deep_blocks if self.profile.probe_deep else None
         return MatchedPair(True, tolerance=0.05, pre_lr=2e-3, post_lr=2e-3, pre_val_loss=2.2,
                            post_val_loss=2.21, gap=-0.01,
                            runs={pl: tuple(f"{pl}-{s}" for s in range(SEEDS))
-                                 for pl in ("pre", "post")})
+                                 for pl in ("pre", "post")}, blocks=deep)
 
     def _norm(self, pl: str, trained: bool) -> list[float]:
         """The stream's per-block norm: at init the Pre-LN stream's sqrt(d (1 + l)); trained,

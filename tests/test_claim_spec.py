@@ -19,7 +19,7 @@ def test_every_claim_module_is_registered_once_in_claim_order():
                    if m.name.startswith("c") and m.name[1:3].isdigit())
     assert [m.__name__.rsplit(".", 1)[1] for m in registry.MODULES] == names
     assert registry.ALL_CLAIMS == ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", "C7", "C8", "C9",
-                                   "C10", "C11", "C12", "C13")
+                                   "C10", "C11", "C12", "C13", "C14")
     for name in names:  # the module's name starts with its claim's number
         claim = importlib.import_module(f"normlab.study.claims.{name}").CLAIM
         assert name.startswith(f"c{int(claim.id[1:].rstrip('ab')):02d}")

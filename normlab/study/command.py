@@ -14,7 +14,7 @@ from normlab.console import console, fail
 
 @app.command()
 def study(
-    profile: Annotated[str, typer.Option(help="tiny | quick | standard | full (GPU); "
+    profile: Annotated[str, typer.Option(help="tiny | quick | standard | long | full (GPU); "
                                               "measured wall times: docs/study.md")] = "quick",
     claims: Annotated[str | None, typer.Option(
         help="comma separated, e.g. C1,C4 (default all; C6 means C6a and C6b)")] = None,

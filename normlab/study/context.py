@@ -90,6 +90,10 @@ class MatchedPair:
     gap: float | None = None
     runs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     seed_gaps: tuple[float, ...] = ()
+    # a pair taken along the deep runs' trajectories (`StudyFolder.deep_matched_pair`): their
+    # depth, and per run the kept checkpoint's step (None: its last)
+    blocks: int | None = None
+    steps: Mapping[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     @property
     def found(self) -> bool:
@@ -101,6 +105,7 @@ class MatchedPair:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["runs"] = {k: list(v) for k, v in self.runs.items()}
+        d["steps"] = {k: list(v) for k, v in self.steps.items()}
         d["seed_gaps"] = list(self.seed_gaps)
         return {k: v for k, v in d.items() if v not in (None, "", {}, [])} | {
             "matched": self.matched}
@@ -108,16 +113,18 @@ class MatchedPair:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MatchedPair:
         return cls(**{**d, "runs": {k: tuple(v) for k, v in d.get("runs", {}).items()},
+                      "steps": {k: tuple(v) for k, v in d.get("steps", {}).items()},
                       "seed_gaps": tuple(d.get("seed_gaps", ()))})
 
     def note(self) -> str:
         if self.gap is None:
             return self.reason
         state = "matched" if self.matched else "NOT matched"
-        return (f"Checkpoints at matched loss: pre at lr {self.pre_lr:g} (val "
+        where = f" ({self.blocks}-block trajectories, mean over seeds)" if self.blocks else ""
+        return (f"Checkpoints at matched loss{where}: pre at lr {self.pre_lr:g} (val "
                 f"{self.pre_val_loss:.3f}), post at lr {self.post_lr:g} (val "
                 f"{self.post_val_loss:.3f}): gap {self.gap:+.3f} nats, {state} (tolerance "
-                f"{self.tolerance:g}).")
+                f"{self.tolerance:g})." + (f" {self.reason}." if self.reason else ""))
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,10 @@ class StudyContext(Protocol):
     def deep_grid(self, placement: str) -> TunedGrid | None: ...
     def late_improvement(self, records: Sequence[RunRecord]) -> list[float]: ...
     def final_norm_costs(self, records: Sequence[RunRecord]) -> list[float]: ...
+
+    # the k-hop task (C14)
+    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid: ...
+    def khop_accuracy(self, records: Sequence[RunRecord]) -> list[dict[int, float]]: ...
 
     # trained models
     def trained_probes(self) -> ProbedPair: ...

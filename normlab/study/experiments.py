@@ -16,6 +16,7 @@ is the context that computes it in a study's folder.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -113,15 +114,16 @@ class StudyFolder(StudyContext):
         weights `profile.deep_evals` times along the way: the trajectory C12 pairs along."""
         p = self.profile
         deep = bool(blocks) and blocks == p.deep_blocks
-        every = max(1, p.steps // (p.deep_evals if deep else 4))
+        steps = p.deep_train_steps if deep else p.steps
+        every = max(1, steps // (p.deep_evals if deep else 4))
         sets = [f"model.placement={placement}", f"model.n_blocks={blocks or p.train_blocks}",
                 f"model.d_model={p.train_width}", f"model.n_heads={p.train_heads}",
                 f"model.max_seq_len={p.seq_len}", f"data.seq_len={p.seq_len}",
-                f"train.batch_size={p.batch_size}", f"train.steps={p.steps}", f"train.lr={lr}",
+                f"train.batch_size={p.batch_size}", f"train.steps={steps}", f"train.lr={lr}",
                 f"train.warmup={warmup}", f"train.seed={seed}",
                 f"train.eval_every={every}", f"train.eval_batches={p.eval_batches}",
-                f"train.log_every={max(1, p.steps // 50)}",
-                f"train.checkpoint_every={every if deep else max(50, p.steps // 5)}",
+                f"train.log_every={max(1, steps // 50)}",
+                f"train.checkpoint_every={every if deep else max(50, steps // 5)}",
                 "train.device=cpu"]
         if deep:
             sets.append("train.keep_checkpoints=true")
@@ -202,8 +204,8 @@ class StudyFolder(StudyContext):
                 if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
                         p.same_inits:
                     continue
-                if family == "pre_nofinal" and not p.c11_trained_without:
-                    continue
+                if family == "pre_nofinal" and (not p.c11_trained_without or p.c11_blocks):
+                    continue  # not trained, or trained at the deep models' depth
                 spec = (family, p.warmup if with_warmup else 0)
                 if spec not in specs:
                     specs.append(spec)
@@ -211,13 +213,13 @@ class StudyFolder(StudyContext):
 
     def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
               ) -> TunedGrid:
-        """`family` over the lr grid (with the profile's warmup unless `warmup` is given; at
-        `blocks` blocks, the profile's depth unless given), extended by x2 at an edge that holds
-        the best mean score among the cells where every seed trained, and halved below the
-        grid when no cell trained (at most `max_lr_extensions` times per side). `bracketed`:
-        the best trained cell lies inside the grid. Every run is kept."""
+        """`family` over its lr grid (`_tune`), with the profile's warmup unless `warmup` is
+        given, at `blocks` blocks (the profile's depth unless given). A deep family
+        (`blocks=deep_blocks`) starts from the profile's deep grid, with the deep runs' warmup
+        and budget. Every run is kept."""
         p = self.profile
-        warmup = p.warmup if warmup is None else warmup
+        deep = bool(blocks) and blocks == p.deep_blocks
+        warmup = (p.deep_warmup if deep else p.warmup) if warmup is None else warmup
         key = f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
         if key in self._memo:
             return self._memo[key]
@@ -226,13 +228,24 @@ class StudyFolder(StudyContext):
         elif "prefetched" not in self._memo:  # the first grids of every tuned family, together
             self._memo["prefetched"] = True
             self.prefetch([(f, list(p.lrs), w) for f, w in self.tuned_specs()])
-        lrs = sorted(p.lrs)
+        result = self._tune(family, warmup, p.deep_start_lrs if deep else p.lrs,
+                            lambda lrs: self.runs(family, lrs, warmup, blocks))
+        self._memo[key] = result
+        return result
+
+    def _tune(self, family: str, warmup: int, start: Sequence[float],
+              runs: Callable[[list[float]], dict[float, list[RunRecord]]]) -> TunedGrid:
+        """The grid `start`, extended by x2 at an edge that holds the best mean score among the
+        cells where every seed trained, and halved below the grid when no cell trained (at most
+        `max_lr_extensions` times per side); `runs(lrs)` trains (or reads) every seed at each
+        lr. `bracketed`: the best trained cell lies inside the grid."""
+        p = self.profile
+        lrs = sorted(start)
         extensions: list[str] = []
         table: dict[float, list[RunRecord]] = {}
         low_ext = high_ext = 0
         while True:
-            todo = [lr for lr in lrs if lr not in table]
-            table.update(self.runs(family, todo, warmup, blocks))
+            table.update(runs([lr for lr in lrs if lr not in table]))
             means = {lr: sum(r.score for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
             trained = {lr: m for lr, m in means.items() if not any(r.failed for r in table[lr])}
@@ -260,10 +273,8 @@ class StudyFolder(StudyContext):
             break
         # bracketed: the optimum among the cells that trained lies inside the grid
         at_edge = not trained or best in (lrs[0], lrs[-1])
-        result = TunedGrid(family, warmup, tuple(lrs), {lr: tuple(table[lr]) for lr in lrs},
-                           best, not at_edge, tuple(extensions))
-        self._memo[key] = result
-        return result
+        return TunedGrid(family, warmup, tuple(lrs), {lr: tuple(table[lr]) for lr in lrs},
+                         best, not at_edge, tuple(extensions))
 
     def matched_pair(self) -> MatchedPair:
         """The tuned-grid lr of pre and of post whose mean validation losses are closest, among
@@ -290,15 +301,60 @@ class StudyFolder(StudyContext):
                                            for p, q in zip(pre.cell(lr_a), post.cell(lr_b),
                                                            strict=True)))
 
+    def probe_pair(self) -> MatchedPair:
+        """The checkpoints the trained probes read (C1-C3, C13): the 6-block matched cells
+        (`matched_pair`), or with `profile.probe_deep` the deep models' trajectory pairs
+        (`deep_matched_pair`), where C2's and C3's "large t" is reached."""
+        return self.deep_matched_pair() if self.profile.probe_deep else self.matched_pair()
+
+    def deep_matched_pair(self) -> MatchedPair:
+        """C12's pairs (`c12_checkpoints`: per seed, the most trained kept checkpoints of the
+        deep pre and post runs within the match tolerance) as one `MatchedPair`: a seed whose
+        runs did not both complete, or whose pair lies inside the deep runs' warmup (not yet a
+        trained model), is left out and named in `reason`; `matched` when every remaining seed
+        lies within the tolerance; the losses and the gap are means over those seeds."""
+        p = self.profile
+        own = self.c12_checkpoints()
+        by = {pl: {c.seed: c for c in own if c.placement == pl} for pl in PLACEMENTS}
+        kept, left = [], []
+        for seed in sorted(set(by["pre"]) & set(by["post"])):
+            a, b = by["pre"][seed], by["post"][seed]
+            if a.outcome != "completed" or b.outcome != "completed":
+                left.append(f"seed {seed} left out: pre {a.outcome}, post {b.outcome}")
+            elif any(c.step is not None and c.step <= p.deep_warmup for c in (a, b)):
+                left.append(f"seed {seed} left out: matched only inside warmup (pre step "
+                            f"{a.step}, post step {b.step}; warmup {p.deep_warmup})")
+            else:
+                kept.append(seed)
+        if not kept:
+            return MatchedPair(False, reason="no seed gave a pair of trained deep checkpoints"
+                               + (": " + "; ".join(left) if left else ""), blocks=p.deep_blocks)
+        gaps = [by["pre"][s].val_loss - by["post"][s].val_loss for s in kept]
+        grids = {pl: self.deep_grid(pl) for pl in PLACEMENTS}
+
+        def mean(pl: str) -> float:
+            return sum(by[pl][s].val_loss for s in kept) / len(kept)
+
+        tol = p.match_tolerance
+        return MatchedPair(
+            all(abs(g) <= tol for g in gaps), reason="; ".join(left), tolerance=tol,
+            pre_lr=grids["pre"].best_lr, post_lr=grids["post"].best_lr,  # type: ignore
+            pre_val_loss=mean("pre"), post_val_loss=mean("post"), gap=sum(gaps) / len(gaps),
+            runs={pl: tuple(by[pl][s].run_dir.name for s in kept) for pl in PLACEMENTS},
+            seed_gaps=tuple(gaps), blocks=p.deep_blocks,
+            steps={pl: tuple(by[pl][s].step for s in kept) for pl in PLACEMENTS})
+
     def trained_probes(self) -> ProbedPair:
-        """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints."""
-        return self._probe_matched("trained_probes", lambda run_dir: load_trained_model(run_dir)[1],
-                                   ("stream", "merge", "drop", "lens"))
+        """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints
+        (`probe_pair`)."""
+        return self._probe_matched(
+            "trained_probes", lambda run_dir, step: load_trained_model(run_dir, step=step)[1],
+            ("stream", "merge", "drop", "lens"))
 
     def init_probes(self) -> ProbedPair:
         """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
         seed, before any update): what training changed is trained minus these, per seed."""
-        def at_init(run_dir: Path) -> Any:
+        def at_init(run_dir: Path, _step: int | None) -> Any:
             from normlab.nn import build_model
             from normlab.train import read_run_config
 
@@ -306,11 +362,11 @@ class StudyFolder(StudyContext):
             return build_model(cfg.model, seed=cfg.train.seed)
         return self._probe_matched("init_probes", at_init, ("stream",))
 
-    def _probe_matched(self, name: str, model_of: Callable[[Path], Any],
+    def _probe_matched(self, name: str, model_of: Callable[[Path, int | None], Any],
                        probes: tuple[str, ...]) -> ProbedPair:
-        """`probes` of the model `model_of(run_dir)` gives for each matched-loss run, cached as
-        `ProbedPair.to_json`."""
-        pair = self.matched_pair()
+        """`probes` of the model `model_of(run_dir, step)` gives for each run of `probe_pair`
+        (`step`: the kept checkpoint, None for the last), cached as `ProbedPair.to_json`."""
+        pair = self.probe_pair()
         if not pair.found:
             return ProbedPair(pair)
 
@@ -319,15 +375,20 @@ class StudyFolder(StudyContext):
             batches = self.probe_batches(seq_len=min(p.probe_seq_len, p.seq_len))
             seeds: dict[str, tuple[ProbedRun, ...]] = {}
             for placement in ("pre", "post"):
+                steps = pair.steps.get(placement) or (None,) * len(pair.runs[placement])
                 seeds[placement] = tuple(
                     ProbedRun(run_id, res["per_block"], res["summary"])
-                    for seed, run_id in enumerate(pair.runs[placement])
-                    for res in [probe_model(model_of(self.runs_root / run_id), batches, probes,
-                                            seed=seed)])
+                    for seed, (run_id, step) in enumerate(zip(pair.runs[placement], steps,
+                                                              strict=True))
+                    for res in [probe_model(model_of(self.runs_root / run_id, step), batches,
+                                            probes, seed=seed)])
             self.log(f"{name}: probed the matched-loss pre and post runs")
             return ProbedPair(pair, seeds).to_json()
-        probed = ProbedPair.from_json(
-            self.cached(f"{name}_{pair.pre_lr:g}_{pair.post_lr:g}", compute))
+        key = f"{name}_{pair.pre_lr:g}_{pair.post_lr:g}"
+        if pair.blocks:  # a trajectory pair: which checkpoints were probed is part of the key
+            key += f"_{pair.blocks}b_" + hashlib.sha1(json.dumps(
+                [pair.runs, pair.steps], sort_keys=True).encode()).hexdigest()[:10]
+        probed = ProbedPair.from_json(self.cached(key, compute))
         return replace(probed, pair=pair)  # the pair as this study's grids give it now
 
     def c10_checkpoints(self) -> list[Pretrained]:
@@ -384,8 +445,74 @@ class StudyFolder(StudyContext):
         p = self.profile
         if p.deep_blocks and "prefetched_deep" not in self._memo:
             self._memo["prefetched_deep"] = True
-            self.train([self.run_config(pl, lr, p.warmup, s, p.deep_blocks)
-                        for pl in PLACEMENTS for lr in p.lrs for s in range(p.seeds)])
+            families = ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
+            self.train([self.run_config(FAMILIES[f][0], lr, p.deep_warmup, s, p.deep_blocks,
+                                        **FAMILIES[f][1])
+                        for f in families for lr in p.deep_start_lrs for s in range(p.seeds)])
+
+    def c11_deep(self) -> bool:
+        """C11 decides at the deep models' depth (`profile.c11_blocks`) in this study."""
+        p = self.profile
+        return bool(p.deep_blocks) and p.c11_blocks == p.deep_blocks and p.c11_trained_without \
+            and (self.claims is None or "C11" in self.claims)
+
+    # -- the k-hop task (C14) ---------------------------------------------------------------------
+    def khop_config(self, placement: str, lr: float, seed: int, blocks: int) -> RunConfig:
+        """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
+        `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
+        p = self.profile
+        steps = p.khop_steps
+        return load_run_config(None, [
+            f"model.placement={placement}", f"model.n_blocks={blocks}",
+            f"model.d_model={p.khop_width}", f"model.n_heads={p.khop_heads}",
+            f"model.max_seq_len={p.khop_seq_len}",
+            f"model.vocab_size={p.khop_alphabet + p.khop_max_hops}",
+            "data.task=khop", f"data.khop_alphabet={p.khop_alphabet}", "data.khop_min_hops=1",
+            f"data.khop_max_hops={p.khop_max_hops}", f"data.seq_len={p.khop_seq_len}",
+            f"train.steps={steps}", f"train.batch_size={p.khop_batch_size}", f"train.lr={lr}",
+            f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
+            f"train.eval_every={max(1, steps // 4)}",
+            f"train.eval_batches={p.khop_eval_batches}",
+            f"train.log_every={max(1, steps // 10)}", "train.device=cpu"])
+
+    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
+        """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tune`,
+        scored by validation loss over the answered positions), `khop_seeds` seeds."""
+        p = self.profile
+        key = f"khop:{placement}:{blocks}"
+        if key in self._memo:
+            return self._memo[key]
+        if "prefetched_khop" not in self._memo:  # every first grid together: workers stay busy
+            self._memo["prefetched_khop"] = True
+            self.train([self.khop_config(pl, lr, s, depth) for pl in p.khop_placements
+                        for depth in p.khop_depths for lr in p.khop_lrs
+                        for s in range(p.khop_seeds)])
+
+        def runs(lrs: list[float]) -> dict[float, list[RunRecord]]:
+            configs = {(lr, s): self.khop_config(placement, lr, s, blocks)
+                       for lr in lrs for s in range(p.khop_seeds)}
+            summaries = self.train(list(configs.values()))
+            out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
+            for ((lr, s), cfg), summary in zip(configs.items(), summaries, strict=True):
+                out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
+            return out
+
+        result = self._tune(f"khop {placement}, {blocks} blocks", p.khop_warmup, p.khop_lrs,
+                            runs)
+        self._memo[key] = result
+        return result
+
+    def khop_accuracy(self, records: Sequence[RunRecord]) -> list[dict[int, float]]:
+        """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its
+        summary; nan for a hop count it did not record)."""
+        from normlab.train import read_summary
+
+        hops = range(1, self.profile.khop_max_hops + 1)
+        out = []
+        for r in records:
+            summary = read_summary(self.runs_root / r.run_id) or {}
+            out.append({k: float(summary.get(f"val_acc_hop{k}", math.nan)) for k in hops})
+        return out
 
     def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25
                          ) -> list[float]:

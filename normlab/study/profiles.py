@@ -5,6 +5,10 @@
   C12's real checkpoints not probed (an illustration, and C12 is not run without deep models).
 - `standard`: at most an hour on 2 CPU cores; 4 paired seeds, 400 steps, pre and post compared
   under both inits (C9), and 12-block models (C11, C12).
+- `long`: at most 150 minutes on 2 CPU cores; the trained claims at the sources' scale: 1600-step
+  6-block runs over 4 lrs (C6), warmup 4% of the run (Vaswani et al.: 4000 of 100,000 steps),
+  12-block models with their own budget, warmup and grid (C11 decided at 12 blocks, C12, and
+  C2/C3/C13 probing their trajectory pairs), 1000-step fine-tuning (C10), k-hop models (C14).
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
 
 Warmup is a fraction of the run (`warmup_frac`), the same for every placement. Learning rates
@@ -70,6 +74,28 @@ class Profile:
     deep_steps: int | None = None
     deep_warmup_frac: float | None = None
     deep_lrs: tuple[float, ...] | None = None
+    # C11: the depth at which pre with and without a final norm are compared (None: train_blocks;
+    # deep_blocks: the deep runs, tuned at that depth)
+    c11_blocks: int | None = None
+    # C1-C3 and C13 probe the deep models' trajectory pairs (C12's) instead of the 6-block
+    # matched cells
+    probe_deep: bool = False
+    # C14, the k-hop induction heads task (data.task: khop): each placement at each depth tuned
+    # on its own lr grid; the size is the smallest at which depth mattered in the feasibility
+    # search (docs/study.md, C14). No depths: C14 not run.
+    khop_depths: tuple[int, ...] = ()
+    khop_placements: tuple[str, ...] = ("pre", "post", "deepnorm", "mix", "lns")
+    khop_width: int = 64
+    khop_heads: int = 4
+    khop_seq_len: int = 32
+    khop_alphabet: int = 4
+    khop_max_hops: int = 3
+    khop_steps: int = 1200
+    khop_batch_size: int = 32
+    khop_lrs: tuple[float, ...] = (1.5e-3, 3e-3, 6e-3)
+    khop_warmup: int = 100
+    khop_seeds: int = 3
+    khop_eval_batches: int = 8
     c12_min_pairs: int = 3  # matched pairs C12's design asks for
     # two checkpoints count as trained to the same loss within this many nats (C2, C3, C10,
     # C12, C13's matched pairs)
@@ -80,6 +106,22 @@ class Profile:
     def warmup(self) -> int:
         """Warmup steps of a run with warmup: `warmup_frac` of the run."""
         return max(1, round(self.warmup_frac * self.steps))
+
+    @property
+    def deep_train_steps(self) -> int:
+        """Steps of a deep run (`deep_steps`, or the 6-block runs' `steps`)."""
+        return self.deep_steps or self.steps
+
+    @property
+    def deep_warmup(self) -> int:
+        """Warmup steps of a deep run: `deep_warmup_frac` (or `warmup_frac`) of its steps."""
+        frac = self.warmup_frac if self.deep_warmup_frac is None else self.deep_warmup_frac
+        return max(1, round(frac * self.deep_train_steps))
+
+    @property
+    def deep_start_lrs(self) -> tuple[float, ...]:
+        """The lr grid a deep family's tuning starts from (`deep_lrs`, or `lrs`)."""
+        return tuple(self.deep_lrs or self.lrs)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "warmup": self.warmup}
@@ -93,7 +135,9 @@ PROFILES: dict[str, Profile] = {
         lrs=(1e-3, 2e-3, 4e-3), warmup_frac=0.25, seeds=2, eval_batches=1,
         max_lr_extensions=1, finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
         finetune_lrs=(1e-3,), finetune_lr_extensions=0, real_passages=1, deep_blocks=4,
-        deep_evals=2),
+        deep_evals=2, khop_depths=(1, 2), khop_placements=("pre", "post"), khop_width=16,
+        khop_heads=2, khop_seq_len=12, khop_max_hops=2, khop_steps=8, khop_batch_size=8,
+        khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2, khop_eval_batches=1),
     "quick": Profile(
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,
@@ -123,7 +167,8 @@ PROFILES: dict[str, Profile] = {
         same_inits=(), finetune_steps=1000, finetune_batch_size=16, finetune_test_max=512,
         finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
-        deep_lrs=(3.75e-4, 1.5e-3, 6e-3)),
+        deep_lrs=(3.75e-4, 1.5e-3, 6e-3), c11_blocks=12, probe_deep=True,
+        khop_depths=(2, 3)),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,

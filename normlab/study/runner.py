@@ -142,20 +142,31 @@ def estimate_seconds(profile: Profile) -> float:
 
 
 def estimate_runs(p: Profile) -> dict[str, float]:
-    """The work of a profile in units of one training run of its 6-block shape, per kind: each
-    tuned grid (with warmup: pre, post, pre without final norm and C9's same-init families;
-    without warmup: pre and post, C6b, whose cells C6a reuses at the common lrs) with one lr
-    extension, a cell or so of C6a's common lrs outside the no-warmup grids, the deep models
-    (C11, C12: pre and post tuned at that depth, the cost growing with depth); and the
-    fine-tuning steps of C10 (pretrained and from init, every lr of the grid, per placement
-    and seed, the passage read in windows)."""
+    """The work of a profile in units of one training run of its 6-block shape and `steps`,
+    per kind: each tuned grid (with warmup: pre, post, pre without final norm where it is tuned
+    at 6 blocks, and C9's same-init families; without warmup: pre and post, C6b, whose cells
+    C6a reuses at the common lrs) with one lr extension, a cell or so of C6a's common lrs
+    outside the no-warmup grids, the deep models (C11, C12: pre and post, and pre without
+    final norm where C11 decides at that depth, tuned there, the cost growing with depth and
+    their own budget), the k-hop models (C14: every placement and depth, its grid with one
+    extension, by tokens and width against the 6-block shape); and the fine-tuning steps of
+    C10 (pretrained and from init, every lr of the grid, per placement and seed, the passage
+    read in windows)."""
     cells = len(p.lrs) + 1
-    kinds = {"tuned with warmup": (3 + len(p.same_inits)) * cells,
+    nofinal_shallow = int(p.c11_trained_without and not p.c11_blocks)
+    deep_families = 2 + int(p.c11_trained_without and bool(p.c11_blocks))
+    deep = (deep_families * (len(p.deep_start_lrs) + 1) * p.deep_blocks / p.train_blocks
+            * p.deep_train_steps / p.steps) if p.deep_blocks else 0
+    khop_shape = (p.khop_batch_size * p.khop_seq_len * p.khop_width) / (
+        p.batch_size * p.seq_len * p.train_width)
+    khop = sum(len(p.khop_placements) * (len(p.khop_lrs) + 1) * d / p.train_blocks
+               for d in p.khop_depths) * p.khop_steps / p.steps * khop_shape
+    kinds = {"tuned with warmup": (2 + nofinal_shallow + len(p.same_inits)) * cells,
              "tuned without warmup (C6b)": 2 * cells,
              "C6a common lrs beyond the grids": 2,
-             "deep models (C11, C12)": 2 * cells * p.deep_blocks / p.train_blocks
-             if p.deep_blocks else 0}
+             "deep models (C11, C12)": deep}
     out = {k: p.seeds * v for k, v in kinds.items()}
+    out["k-hop models (C14)"] = p.khop_seeds * khop
     windows = max(1, p.finetune_passage_bytes // p.seq_len)
     finetune = 2 * 2 * p.seeds * len(p.finetune_lrs) * p.finetune_steps * windows
     return out | {"runs": sum(out.values()), "finetune_steps": finetune}

@@ -27,13 +27,14 @@ from normlab.study.claims import (
     c11_final_norm,
     c12_removable_layers,
     c13_lens_norm,
+    c14_khop_depth,
 )
 from normlab.study.claims.spec import Claim
 
 MODULES = (c01_stream_growth, c02_angular_distance, c03_depth_as_width, c04_last_layer_gradient,
            c05_gradient_by_layer, c06a_warmup_common_lr, c06b_warmup_own_lr, c07_deepnet_update,
            c08_admin_sensitivity, c09_post_ends_better, c10_transfer, c11_final_norm,
-           c12_removable_layers, c13_lens_norm)
+           c12_removable_layers, c13_lens_norm, c14_khop_depth)
 
 REGISTRY: dict[str, Claim] = {m.CLAIM.id: m.CLAIM for m in MODULES}
 ALL_CLAIMS: tuple[str, ...] = tuple(REGISTRY)

@@ -61,7 +61,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     slope_pre = [slope_over_depth(a) for a in ang["pre"]]
     late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
     predictions = [
-        CLAIM.predict("large t", [first_late_block(ctx.profile.train_blocks)]),
+        CLAIM.predict("large t", [first_late_block(tp.pair.blocks or ctx.profile.train_blocks)]),
         CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
         CLAIM.predict("pre", slope_pre),
         CLAIM.predict("post vs pre",

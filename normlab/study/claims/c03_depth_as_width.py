@@ -75,7 +75,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     values = [math.log(b / a) for a, b in zip(ratio["pre"], ratio["post"], strict=True)
               if a > 0 and b > 0]
     predictions = [
-        CLAIM.predict("large t", [first_late_block(ctx.profile.train_blocks)]),
+        CLAIM.predict("large t", [first_late_block(tp.pair.blocks or ctx.profile.train_blocks)]),
         CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
         CLAIM.predict("post vs pre", values)]
     curves = _seed_mean_curves(ctx, tp, ("merge_kl", "drop_dloss"))

@@ -52,17 +52,27 @@ CLAIM = Claim(
 
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
-    on = ctx.tuned("pre")
-    off = ctx.tuned("pre_nofinal") if p.c11_trained_without else None
+    # the depth the trained comparison is made at: the 6-block runs, or (c11_blocks) the deep
+    # runs, each family tuned at that depth
+    blocks = p.c11_blocks or p.train_blocks
+    at = {"blocks": p.c11_blocks} if p.c11_blocks else {}
+    if p.c11_blocks and (ctx.claims is None or "C12" in ctx.claims or "C11" in ctx.claims):
+        ctx.prefetch_deep()
+    on = ctx.tuned("pre", **at)
+    off = ctx.tuned("pre_nofinal", **at) if p.c11_trained_without else None
     predictions = []
     if off is not None:
+        where = {"subject": f"pre, trained without vs with, {blocks} blocks"} \
+            if p.c11_blocks else {}
         predictions.append(CLAIM.predict("pre, trained without vs with",
-                                         _per_seed(off.best, on.best)))
-    shallow = ctx.final_norm_costs(on.best)
+                                         _per_seed(off.best, on.best), **where))
+    shallow_grid = ctx.tuned("pre") if p.c11_blocks else on
+    shallow = ctx.final_norm_costs(shallow_grid.best)
     predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
                                      subject=f"pre, {p.train_blocks} blocks"))
     tuned = [on] if off is None else [on, off]
     numbers: dict[str, Any] = {
+        **({"blocks": blocks} if p.c11_blocks else {}),
         "tuning": {"with": on.numbers()} | ({} if off is None else {"without": off.numbers()}),
         f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
     note = _bracket_note(*tuned)
@@ -73,7 +83,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
                 + note).strip()
     if ctx.claims is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
-    deep = ctx.deep_grid("pre")
+    deep = on if p.c11_blocks == p.deep_blocks and p.c11_blocks else ctx.deep_grid("pre")
     deep_cost = ctx.final_norm_costs(deep.best) if deep is not None else []
     if deep_cost:
         n = min(len(deep_cost), len(shallow))
@@ -93,11 +103,11 @@ def measure(ctx: StudyContext) -> ClaimResult:
         {} if off is None else {"without final norm": mean_ci(_val(off.best))})
     fig = figures.plot_bars(bars, ctx.fig_dir / "c11_final_norm.svg",
                             ylabel="final validation loss (nats)",
-                            title=f"pre, each at its tuned lr, {p.seeds} seeds")
+                            title=f"pre, {blocks} blocks, each at its tuned lr, {p.seeds} seeds")
     result = claim_result(
         CLAIM,
         f"Final validation loss of pre with and without the final norm, each at its own tuned "
-        f"lr (bracketed grids), {p.train_blocks} blocks, decides; reported as diagnostics, the "
+        f"lr (bracketed grids), {blocks} blocks, decides; reported as diagnostics, the "
         "mechanism: the loss of the "
         "trained pre models with their final norm replaced by the identity minus their loss, at "
         f"{p.train_blocks} blocks and (where the profile trains them) at {p.deep_blocks or '-'} "

@@ -316,7 +316,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
         return ClaimResult(id="C12", title=title, statement=statement, source=source,
                            method=method, verdict="not run", rule="", numbers=numbers,
                            figures=figures, note=note)
-    res = c12_own_models(ctx, own, trained_from=ctx.profile.warmup)
+    res = c12_own_models(ctx, own, trained_from=ctx.profile.deep_warmup)
     numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
                                                    "intervals", "tolerance")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],

@@ -1,0 +1,180 @@
+"""C14 (effective depth on the k-hop task) and the long profile's deep-run settings: the claim's
+rule on planted worlds (tests/fake_study.py), the study's k-hop runs, and the deep models'
+trajectory pairs that C2, C3 and C13 read in the long profile."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+from fake_study import FakeStudy
+
+from normlab.study.claims import REGISTRY
+from normlab.study.claims.c14_khop_depth import hop_score, hops_solved
+from normlab.study.context import MatchedPair, RunRecord, TunedGrid
+from normlab.study.experiments import StudyFolder
+from normlab.study.profiles import PROFILES
+from normlab.study.schema import Pretrained
+
+C14 = REGISTRY["C14"].measure
+DEEP = {"khop_depths": (12, 24)}  # depths where the seed's "large t" holds
+
+
+def test_hops_solved_counts_the_run_of_solved_hop_counts_from_one():
+    assert hops_solved({1: 0.95, 2: 0.91, 3: 0.5}) == 2
+    assert hops_solved({1: 0.5, 2: 0.99, 3: 0.99}) == 0  # k=2 solved alone does not count
+    assert hops_solved({1: 0.9, 2: 0.9}) == 2  # the level is inclusive
+    assert hops_solved({1: 0.99, 2: math.nan, 3: 0.99}) == 1
+    assert hop_score({1: 1.0, 2: 0.5, 3: 0.0}) == pytest.approx(0.5)
+
+
+def test_a_profile_without_khop_depths_does_not_run_c14(tmp_path):
+    result = C14(FakeStudy(tmp_path, 0.01, "standard"))
+    assert result.verdict == "not run" and "long profile" in result.note
+
+
+def test_at_two_and_three_blocks_c14_is_not_tested_at_this_scale(tmp_path, recorded_words):
+    result = C14(FakeStudy(tmp_path, 0.01, "long"))
+    assert result.verdict == "not tested at this scale"
+    recorded_words("c14_long_profile", result)
+    premise = next(p for p in result.predictions if p["subject"] == "large t")
+    assert premise["verdict"] == "not supported"
+    # everything is still measured and reported, per placement and depth
+    by = result.numbers["by_placement"]
+    assert set(by) == {"pre", "post", "deepnorm", "mix", "lns"} and set(by["pre"]) == {"2", "3"}
+    assert by["post"]["3"]["hops_solved_per_seed"] == [2.0] * 5
+    assert by["pre"]["2"]["hops_solved_per_seed"] == [1.0] * 5
+    assert result.numbers["paper_hops_solved"]["3"] == 3
+
+
+def test_where_the_sources_hold_c14_is_supported(tmp_path, recorded_words):
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=DEEP))
+    assert result.verdict == "supported", result.note
+    recorded_words("c14_supported", result)
+    subjects = {p["subject"]: p for p in result.predictions}
+    assert subjects["calibration: pre, 24 - 12 blocks"]["role"] == "premise"
+    assert subjects["post vs pre, 12 blocks"]["verdict"] == "supported"
+    assert subjects["deepnorm vs pre, 24 blocks"]["role"] == "diagnostic"
+
+
+@pytest.mark.parametrize("depth", [12, 24])
+def test_post_no_better_than_pre_at_one_depth_is_not_supported(tmp_path, depth):
+    world = {f"khop_post@{depth}": [1.0, 0.5, 0.35] if depth == 12 else [1.0, 0.9, 0.5]}
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=DEEP, **world))
+    assert result.verdict == "not supported"
+
+
+def test_no_depth_relation_for_pre_means_not_tested(tmp_path):
+    flat = {"khop_pre@12": [1.0, 0.6, 0.5], "khop_pre@24": [1.0, 0.58, 0.48]}
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=DEEP, **flat))
+    assert result.verdict == "not tested at this scale"
+    assert "calibration" in result.note
+
+
+def test_a_successor_worse_than_pre_leaves_the_verdict_alone(tmp_path):
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=DEEP,
+                           **{"khop_lns@12": [0.1, 0.1, 0.1], "khop_lns@24": [0.1, 0.1, 0.1]}))
+    assert result.verdict == "supported"
+    lns = next(p for p in result.predictions if p["subject"] == "lns vs pre, 12 blocks")
+    assert lns["verdict"] == "not supported"
+
+
+def test_post_stalled_everywhere_leaves_c14_inconclusive(tmp_path):
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=DEEP, stalled_khop_post=1))
+    assert result.verdict == "inconclusive" and result.stalled == ["post"]
+
+
+# -- the study's k-hop runs ------------------------------------------------------------------
+def test_khop_config_is_the_feasibility_searchs_run(tmp_path):
+    """The study's k-hop run at the feasibility search's size S2 is the same run (same id), so
+    the search's runs are reused and the claim's size is the searched one."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "khop_feasibility.py"
+    spec = importlib.util.spec_from_file_location("khop_feasibility", path)
+    search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search)
+    folder = StudyFolder(tmp_path, PROFILES["long"], lambda _m: None)
+    ours = folder.khop_config("pre", 3e-3, 1, 3)
+    assert ours.data.task == "khop" and ours.model.vocab_size == 4 + 3
+    assert ours.run_id() == search.configs(search.SIZES["S2"], 3, 1).run_id()
+
+
+def test_khop_accuracy_reads_each_runs_summary(tmp_path):
+    import json
+
+    folder = StudyFolder(tmp_path, PROFILES["long"], lambda _m: None)
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"outcome": "completed", "val_acc_hop1": 1.0,
+                                                  "val_acc_hop3": 0.5}))
+    rec = RunRecord("r1", 0, "completed", 0.3, False)
+    acc = folder.khop_accuracy([rec])[0]
+    assert acc[1] == 1.0 and acc[3] == 0.5 and math.isnan(acc[2])
+
+
+# -- the long profile's deep runs ------------------------------------------------------------
+def test_deep_runs_have_their_own_budget_warmup_and_grid_in_the_long_profile(tmp_path):
+    p = PROFILES["long"]
+    assert (p.deep_train_steps, p.deep_warmup, p.deep_start_lrs) == (800, 200,
+                                                                     (3.75e-4, 1.5e-3, 6e-3))
+    assert p.warmup == 64  # 4% of 1600 steps
+    folder = StudyFolder(tmp_path, p, lambda _m: None)
+    deep = folder.run_config("post", 3.75e-4, p.deep_warmup, 0, p.deep_blocks)
+    assert deep.train.steps == 800 and deep.train.keep_checkpoints
+    assert deep.train.eval_every == 80 and deep.model.n_blocks == 12
+    shallow = folder.run_config("post", 1.5e-3, p.warmup, 0)
+    assert shallow.train.steps == 1600 and not shallow.train.keep_checkpoints
+
+
+def test_the_standard_profiles_deep_runs_are_unchanged():
+    p = PROFILES["standard"]
+    assert (p.deep_train_steps, p.deep_warmup, p.deep_start_lrs) == (p.steps, p.warmup, p.lrs)
+
+
+def _folder_with_pairs(tmp_path, pairs):
+    """A StudyFolder whose C12 trajectory pairs are `pairs` (seed -> ((pre step, loss,
+    outcome), (post step, loss, outcome)))."""
+    p = PROFILES["long"]
+    folder = StudyFolder(tmp_path, p, lambda _m: None)
+    own = []
+    for seed, ends in pairs.items():
+        for pl, (step, loss, outcome) in zip(("pre", "post"), ends, strict=True):
+            own.append(Pretrained(pl, seed, tmp_path / f"{pl}-{seed}", loss, outcome, step=step))
+    folder.c12_checkpoints = lambda: own  # type: ignore[method-assign]
+    grid = TunedGrid("x", p.deep_warmup, (1e-3,), {1e-3: ()}, 1e-3, True)
+    folder.deep_grid = lambda _pl: grid  # type: ignore[method-assign]
+    return folder
+
+
+def test_deep_matched_pair_leaves_out_failed_seeds_and_pairs_inside_warmup(tmp_path):
+    folder = _folder_with_pairs(tmp_path, {
+        0: ((400, 2.40, "completed"), (480, 2.42, "completed")),
+        1: ((160, 3.00, "completed"), (800, 3.01, "completed")),   # pre's step inside warmup
+        2: ((None, 2.30, "completed"), (None, 3.33, "stalled")),
+        3: ((560, 2.35, "completed"), (None, 2.33, "completed"))})
+    pair = folder.deep_matched_pair()
+    assert pair.runs == {"pre": ("pre-0", "pre-3"), "post": ("post-0", "post-3")}
+    assert pair.steps == {"pre": (400, 560), "post": (480, None)}
+    assert pair.seed_gaps == pytest.approx((-0.02, 0.02)) and pair.matched
+    assert pair.blocks == 12 and "seed 1" in pair.reason and "seed 2" in pair.reason
+    again = MatchedPair.from_json(pair.to_json())
+    assert again == pair
+
+
+def test_deep_matched_pair_without_a_trained_seed_is_not_found(tmp_path):
+    folder = _folder_with_pairs(tmp_path, {
+        0: ((None, 2.3, "completed"), (None, 3.33, "stalled"))})
+    pair = folder.deep_matched_pair()
+    assert not pair.found and "no seed" in pair.reason
+
+
+def test_c2_reads_large_t_from_the_probed_models_depth(tmp_path):
+    world = {"ang_slope_pre": -0.2, "ang_slope_post": 0.0}
+    shallow = REGISTRY["C2"].measure(FakeStudy(tmp_path, 0.01, "standard", **world))
+    deep = REGISTRY["C2"].measure(FakeStudy(tmp_path, 0.01, "long", **world))
+    premise = {r.verdict: next(p for p in r.predictions if p["subject"] == "large t")
+               for r in (shallow, deep)}
+    assert shallow.verdict == "not tested at this scale"
+    assert deep.verdict != "not tested at this scale"
+    assert premise[deep.verdict]["verdict"] == "supported"
