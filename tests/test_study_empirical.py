@@ -375,6 +375,46 @@ def test_c10_with_and_without_transfer():
     assert result.verdict == "inconclusive" and "pre transfer" in result.note
 
 
+# the frozen linear probe (the long profile): pretrained checkpoints above the same
+# architectures at init, post above pre
+C10_PROBE = {"probe_pretrained_pre": 0.55, "probe_pretrained_post": 0.6,
+             "probe_scratch_pre": 0.45, "probe_scratch_post": 0.45}
+PROBE_ARMS = ("pretrained", "scratch", "probe_pretrained", "probe_scratch")
+
+
+def _c10_probe(**v: float):
+    rng = random.Random(1)
+    accuracy = {arm: {p: [v[f"{arm}_{p}"] + 0.005 * rng.gauss(0, 1) for _ in range(SEEDS)]
+                      for p in ("pre", "post")} for arm in PROBE_ARMS}
+    return _c10(accuracy)
+
+
+def test_c10_s_frozen_probe_is_reported_and_never_decides():
+    """The frozen probe measures what the pretrained stream holds, which the source does not
+    speak of: its transfer and its post - pre are diagnostics; the fine-tuning decides, either
+    way, whatever the probe says."""
+    good = _c10_probe(**C10_GOOD, **C10_PROBE)
+    assert roles(good) == ["premise"] * 4 + ["claim"] + ["diagnostic"] * 3
+    assert [p["subject"] for p in good.predictions][5:] == [
+        "pre transfer, frozen probe", "post transfer, frozen probe", "post vs pre, frozen probe"]
+    assert verdicts(good) == ["supported"] * 8 and good.verdict == "supported"
+    breaks = [{"probe_pretrained_pre": 0.4}, {"probe_scratch_post": 0.65},
+              {"probe_pretrained_post": 0.5}]
+    for k, change in enumerate(breaks):
+        result = _c10_probe(**C10_GOOD, **(C10_PROBE | change))
+        expected = ["supported"] * 8
+        expected[5 + k] = "not supported"
+        assert verdicts(result) == expected, k
+        assert result.verdict == "supported", k
+    # fine-tuned post below pre refutes the claim even where the probe sides with the source
+    refuted = _c10_probe(**(C10_GOOD | {"pretrained_pre": 0.7, "pretrained_post": 0.6}),
+                         **C10_PROBE)
+    assert verdicts(refuted)[7] == "supported" and refuted.verdict == "not supported"
+    # and a premise of the fine-tuning that fails leaves it not tested, the probe or not
+    short = _c10_probe(**(C10_GOOD | {"scratch_pre": 0.3}), **C10_PROBE)
+    assert short.verdict == NOT_TESTED
+
+
 # -- C11: the cost of dropping the final norm at two depths ----------------------------------
 
 C11_GOOD = {"val_pre": 2.2, "val_pre_nofinal": 2.5, "fn6": 0.5, "fn12": 1.0}
@@ -616,6 +656,7 @@ def test_c10_s_prediction_words_are_the_recorded_ones(recorded_words):
     recorded_words("empirical_C10_no_transfer",
                    _c10(**(C10_GOOD | {"pretrained_pre": 0.5, "pretrained_post": 0.5})))
     recorded_words("empirical_C10_from_init_short", _c10(**(C10_GOOD | {"scratch_pre": 0.43})))
+    recorded_words("empirical_C10_frozen_probe", _c10_probe(**C10_GOOD, **C10_PROBE))
 
 
 def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):

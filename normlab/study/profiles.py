@@ -75,6 +75,11 @@ class Profile:
     # C12, C13's matched pairs)
     match_tolerance: float = 0.05
     workers: int = 2
+    # C10's frozen linear probe: a head trained on the frozen pooled stream of each matched
+    # checkpoint and of the same architecture at init, its lr tuned on its own grid (extended
+    # like the fine-tuning grid); reported as diagnostics (docs/study.md, C10)
+    finetune_probe: bool = False
+    finetune_probe_lrs: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
 
     @property
     def warmup(self) -> int:
@@ -123,7 +128,7 @@ PROFILES: dict[str, Profile] = {
         same_inits=(), finetune_steps=1000, finetune_batch_size=16, finetune_test_max=512,
         finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
-        deep_lrs=(3.75e-4, 1.5e-3, 6e-3)),
+        deep_lrs=(3.75e-4, 1.5e-3, 6e-3), finetune_probe=True),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,
