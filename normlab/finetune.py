@@ -28,7 +28,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,8 +50,10 @@ __all__ = [
     "FinetuneError",
     "SequenceClassifier",
     "finetune",
+    "finetune_lrs",
     "finetune_many",
     "finetune_model",
+    "finetune_model_lrs",
     "finetune_path",
     "finetune_settings",
 ]
@@ -228,13 +230,28 @@ def _features(clf: SequenceClassifier, x: np.ndarray, device: torch.device,
 
 
 @torch.no_grad()
+def _batched_features(clf: SequenceClassifier, x: np.ndarray, device: torch.device,
+                      batch: int) -> list[torch.Tensor]:
+    """The pooled features of ``x`` in the batches `_evaluate` reads them in."""
+    was_training = clf.training
+    clf.eval()
+    out = [clf.features(_tokens(x[i:i + batch], device)) for i in range(0, len(x), batch)]
+    clf.train(was_training)
+    return out
+
+
+@torch.no_grad()
 def _evaluate(clf: SequenceClassifier, x: np.ndarray, y: np.ndarray, n_classes: int,
-              device: torch.device, batch: int) -> dict[str, Any]:
+              device: torch.device, batch: int,
+              features: Sequence[torch.Tensor] | None = None) -> dict[str, Any]:
+    """Accuracy, loss and confusion on ``x``; with ``features`` (`_batched_features` of ``x``,
+    a frozen body's) only the head is applied."""
     was_training = clf.training
     clf.eval()
     preds, loss_sum = [], 0.0
-    for i in range(0, len(x), batch):
-        logits = clf(_tokens(x[i:i + batch], device)).float()
+    for k, i in enumerate(range(0, len(x), batch)):
+        logits = (clf(_tokens(x[i:i + batch], device)) if features is None
+                  else clf.classify(features[k])).float()
         target = _tokens(y[i:i + batch], device)
         loss_sum += F.cross_entropy(logits, target, reduction="sum").item()
         preds.append(logits.argmax(1).cpu().numpy())
@@ -288,126 +305,168 @@ def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, s
     (``[step, mean train loss since the last point, lr]``), ``outcome`` (``completed``, or
     ``diverged`` on a non-finite loss), ``time_s`` and sizes.
     """
+    return finetune_model_lrs(
+        model, task, [lr], steps=steps, batch_size=batch_size, warmup=warmup, seed=seed,
+        pooling=pooling, freeze=freeze, passage_bytes=passage_bytes, gap=gap,
+        weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
+        train_eval_max=train_eval_max, test_max=test_max, window=window,
+        val_fraction=val_fraction, val_max=val_max, standardize=standardize, device=device,
+        eval_batch_size=eval_batch_size, log_every=log_every, progress=progress)[0]
+
+
+def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Sequence[float], *,
+                       steps: int = 200, batch_size: int = 32, warmup: int = 20, seed: int = 0,
+                       pooling: Pooling = "mean", freeze: bool = False,
+                       passage_bytes: int = 256, gap: int = 1024, weight_decay: float = 0.01,
+                       min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
+                       train_eval_max: int = 2048, test_max: int | None = None,
+                       window: int | None = None, val_fraction: float = 0.0,
+                       val_max: int | None = None, standardize: int = 512,
+                       device: str | torch.device = "auto", eval_batch_size: int = 128,
+                       log_every: int | None = None,
+                       progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`finetune_model` at each of ``lrs``, in order: each result is the one a call of
+    :func:`finetune_model` at that lr returns (the same numbers). With ``freeze=True`` the body
+    is fixed, so its pooled features (of the standardization, training and evaluation passages)
+    are computed once for every lr and only a head is trained per lr: a frozen linear probe's
+    lr grid costs about one pass of the body over the passages."""
     from normlab.train.trainer import param_groups, resolve_device
 
+    lrs = list(lrs)
+    if not lrs:
+        raise FinetuneError("lrs: at least one learning rate")
     if isinstance(task, GenreTask):
         data = task
         passage_bytes, gap, val_fraction = data.passage_bytes, data.gap, data.val_fraction
     else:
         data = None
-    settings = finetune_settings(
+    all_settings = [finetune_settings(
         data.task if data is not None else task, steps=steps, lr=lr, batch_size=batch_size,
         warmup=warmup, seed=seed, pooling=pooling, freeze=freeze, passage_bytes=passage_bytes,
         gap=gap, weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
         train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize)
+        val_fraction=val_fraction, val_max=val_max, standardize=standardize) for lr in lrs]
+    first = all_settings[0]
     if data is None:
-        data = genre_task(settings["task"], passage_bytes=settings["passage_bytes"],
-                          gap=settings["gap"], val_fraction=settings["val_fraction"])
+        data = genre_task(first["task"], passage_bytes=first["passage_bytes"],
+                          gap=first["gap"], val_fraction=first["val_fraction"])
     _check_model(model, data, window)
     dev = resolve_device(device) if isinstance(device, str) else torch.device(device)
-    schedule = parse_config(TrainConfig, {"steps": steps, "lr": lr, "warmup": warmup,
-                                          "schedule": "cosine", "min_lr_ratio": min_lr_ratio})
     log_every = log_every or max(1, steps // 50)
-    t0 = time.perf_counter()
-
+    plan = [_batch_indices(len(data.train_y), batch_size, seed, s) for s in range(steps)]
+    scored = evaluation_rows(len(data.test_y), test_max)
+    n_tr = min(train_eval_max, len(data.train_y))
+    val_rows = evaluation_rows(len(data.val_y), val_max)
+    evaluated = {"test": (data.test_x[scored], data.test_y[scored]),
+                 "train": (data.train_x[:n_tr], data.train_y[:n_tr]),
+                 "val": (data.val_x[val_rows], data.val_y[val_rows])}
+    # frozen: the classifier (body and standardization), its initial head, the training
+    # passages' features and the evaluation passages' features (per batch), built once
+    shared: dict[str, Any] = {}
     rng_devices = [dev.index or 0] if dev.type == "cuda" else []
-    with torch.random.fork_rng(devices=rng_devices):  # the caller's RNG state is left alone
-        torch.manual_seed(seed)
-        gen = torch.Generator().manual_seed(seed)
-        body = copy.deepcopy(model).to(dev)
-        clf = SequenceClassifier(body, data.n_classes, pooling, generator=gen,
-                                 window=window).to(dev)
-        if freeze:
-            body.requires_grad_(False)
-        if standardize:
-            body.eval()
-            clf.standardize_from(_features(clf, data.train_x[:standardize], dev,
-                                           eval_batch_size))
-        trainable = [p for p in clf.parameters() if p.requires_grad]
-        groups = []
-        for group in param_groups(clf, weight_decay):  # decay on matrices only, as in training
-            params = [p for p in group["params"] if p.requires_grad]
-            if params:
-                groups.append(group | {"params": params})
-        optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
-        plan = [_batch_indices(len(data.train_y), batch_size, seed, s) for s in range(steps)]
-        cached_features: dict[int, int] = {}
-        feats = None
-        if freeze:  # the body is fixed: compute each needed passage's features once
-            body.eval()
-            needed = np.unique(np.concatenate(plan))
-            cached_features = {int(r): i for i, r in enumerate(needed)}
-            feats = _features(clf, data.train_x[needed], dev, eval_batch_size)
-        clf.train(not freeze)
-        curve: list[list[float]] = []
-        recent: list[float] = []
-        outcome = "completed"
-        step = 0
-        for step in range(steps):
-            rows = plan[step]
-            lr_now = lr_at(step, schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr_now
-            target = _tokens(data.train_y[rows], dev)
-            if freeze:
-                assert feats is not None
-                logits = clf.classify(feats[[cached_features[int(r)] for r in rows]])
+    out = []
+    for lr, settings in zip(lrs, all_settings, strict=True):
+        schedule = parse_config(TrainConfig, {"steps": steps, "lr": lr, "warmup": warmup,
+                                              "schedule": "cosine",
+                                              "min_lr_ratio": min_lr_ratio})
+        t0 = time.perf_counter()
+        with torch.random.fork_rng(devices=rng_devices):  # the caller's RNG state is left alone
+            torch.manual_seed(seed)
+            gen = torch.Generator().manual_seed(seed)
+            if shared:
+                clf = shared["clf"]
+                clf.head.load_state_dict(shared["head"])  # the head a new run starts from
             else:
-                logits = clf(_tokens(data.train_x[rows], dev))
-            loss = F.cross_entropy(logits.float(), target)
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):
-                outcome = "diverged"
-                curve.append([step + 1, str(loss_value), lr_now])
-                break
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            recent.append(loss_value)
-            if (step + 1) % log_every == 0 or step + 1 == steps:
-                curve.append([step + 1, float(np.mean(recent)), lr_now])
-                recent = []
-                if progress is not None:
-                    progress(f"step {step + 1}/{steps}, train loss {curve[-1][1]:.4f}")
-        train_s = time.perf_counter() - t0
-        scored = evaluation_rows(len(data.test_y), test_max)
-        if progress is not None:
-            progress(f"evaluating on {len(scored)} test passages")
-        test = _evaluate(clf, data.test_x[scored], data.test_y[scored], data.n_classes,
-                         dev, eval_batch_size)
-        n_tr = min(train_eval_max, len(data.train_y))
-        train = _evaluate(clf, data.train_x[:n_tr], data.train_y[:n_tr], data.n_classes, dev,
-                          eval_batch_size)
-        val_rows = evaluation_rows(len(data.val_y), val_max)
-        val = (_evaluate(clf, data.val_x[val_rows], data.val_y[val_rows], data.n_classes, dev,
-                         eval_batch_size) if len(val_rows) else None)
-
-    confusion = test["confusion"]
-    per_class = {c: float(confusion[k, k] / confusion[k].sum())
-                 for k, c in enumerate(data.classes) if confusion[k].sum()}
-    cfg = model.cfg
-    return {
-        "settings": settings, "task": data.task, "classes": data.classes, "outcome": outcome,
-        "steps_done": step + 1 if outcome == "completed" else step,
-        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
-        "train_accuracy": train["accuracy"], "train_eval_loss": train["loss"],
-        "val_accuracy": val["accuracy"] if val else None,
-        "val_loss": val["loss"] if val else None, "n_val": int(len(val_rows)),
-        "per_class_test_accuracy": per_class, "confusion": confusion.tolist(),
-        "balanced_test_accuracy": float(np.mean(list(per_class.values()))),
-        "chance": data.chance, "majority": data.majority,
-        "n_train": int(len(data.train_y)), "n_test": int(len(scored)),
-        "n_train_eval": int(n_tr), "loss_curve": curve,
-        "model": {"placement": cfg.placement, "n_blocks": cfg.n_blocks, "d_model": cfg.d_model,
-                  "kind": cfg.kind, "norm": cfg.norm, "init": model.plan.init,
-                  "params": model.num_params()},
-        "trainable_params": int(sum(p.numel() for p in trainable)),
-        "device": str(dev), "torch": str(torch.__version__),
-        "train_time_s": train_s, "time_s": time.perf_counter() - t0,
-    }
+                body = copy.deepcopy(model).to(dev)
+                clf = SequenceClassifier(body, data.n_classes, pooling, generator=gen,
+                                         window=window).to(dev)
+                if freeze:
+                    body.requires_grad_(False)
+                if standardize:
+                    body.eval()
+                    clf.standardize_from(_features(clf, data.train_x[:standardize], dev,
+                                                   eval_batch_size))
+                if freeze:  # the body is fixed: compute each needed passage's features once
+                    body.eval()
+                    needed = np.unique(np.concatenate(plan))
+                    shared.update(
+                        clf=clf, head=copy.deepcopy(clf.head.state_dict()),
+                        rows={int(r): i for i, r in enumerate(needed)},
+                        feats=_features(clf, data.train_x[needed], dev, eval_batch_size),
+                        evaluated={k: _batched_features(clf, x, dev, eval_batch_size)
+                                   for k, (x, _) in evaluated.items()})
+            trainable = [p for p in clf.parameters() if p.requires_grad]
+            groups = []
+            for group in param_groups(clf, weight_decay):  # decay on matrices only, as in training
+                params = [p for p in group["params"] if p.requires_grad]
+                if params:
+                    groups.append(group | {"params": params})
+            optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+            clf.train(not freeze)
+            curve: list[list[float]] = []
+            recent: list[float] = []
+            outcome = "completed"
+            step = 0
+            for step in range(steps):
+                rows = plan[step]
+                lr_now = lr_at(step, schedule)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_now
+                target = _tokens(data.train_y[rows], dev)
+                if freeze:
+                    logits = clf.classify(shared["feats"][[shared["rows"][int(r)]
+                                                           for r in rows]])
+                else:
+                    logits = clf(_tokens(data.train_x[rows], dev))
+                loss = F.cross_entropy(logits.float(), target)
+                loss_value = loss.item()
+                if not math.isfinite(loss_value):
+                    outcome = "diverged"
+                    curve.append([step + 1, str(loss_value), lr_now])
+                    break
+                loss.backward()
+                if grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                recent.append(loss_value)
+                if (step + 1) % log_every == 0 or step + 1 == steps:
+                    curve.append([step + 1, float(np.mean(recent)), lr_now])
+                    recent = []
+                    if progress is not None:
+                        progress(f"step {step + 1}/{steps}, train loss {curve[-1][1]:.4f}")
+            train_s = time.perf_counter() - t0
+            if progress is not None:
+                progress(f"evaluating on {len(scored)} test passages")
+            ev = {k: _evaluate(clf, x, y, data.n_classes, dev, eval_batch_size,
+                               shared["evaluated"][k] if shared else None)
+                  for k, (x, y) in evaluated.items() if k != "val" or len(y)}
+        test, train, val = ev["test"], ev["train"], ev.get("val")
+        confusion = test["confusion"]
+        per_class = {c: float(confusion[k, k] / confusion[k].sum())
+                     for k, c in enumerate(data.classes) if confusion[k].sum()}
+        cfg = model.cfg
+        out.append({
+            "settings": settings, "task": data.task, "classes": data.classes,
+            "outcome": outcome,
+            "steps_done": step + 1 if outcome == "completed" else step,
+            "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+            "train_accuracy": train["accuracy"], "train_eval_loss": train["loss"],
+            "val_accuracy": val["accuracy"] if val else None,
+            "val_loss": val["loss"] if val else None, "n_val": int(len(val_rows)),
+            "per_class_test_accuracy": per_class, "confusion": confusion.tolist(),
+            "balanced_test_accuracy": float(np.mean(list(per_class.values()))),
+            "chance": data.chance, "majority": data.majority,
+            "n_train": int(len(data.train_y)), "n_test": int(len(scored)),
+            "n_train_eval": int(n_tr), "loss_curve": curve,
+            "model": {"placement": cfg.placement, "n_blocks": cfg.n_blocks,
+                      "d_model": cfg.d_model, "kind": cfg.kind, "norm": cfg.norm,
+                      "init": model.plan.init, "params": model.num_params()},
+            "trainable_params": int(sum(p.numel() for p in trainable)),
+            "device": str(dev), "torch": str(torch.__version__),
+            "train_time_s": train_s, "time_s": time.perf_counter() - t0,
+        })
+    return out
 
 
 def _load_run_model(run_dir: Path, from_init: bool):
@@ -448,6 +507,29 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         CheckpointError: not a run folder, or no checkpoint (unless ``from_init``).
         FinetuneError: bad settings, or ``passage_bytes`` above the model's ``max_seq_len``.
     """
+    return finetune_lrs(
+        run_dir, task, [lr], steps=steps, batch_size=batch_size, warmup=warmup, seed=seed,
+        pooling=pooling, freeze=freeze, from_init=from_init, passage_bytes=passage_bytes,
+        gap=gap, weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
+        train_eval_max=train_eval_max, test_max=test_max, window=window,
+        val_fraction=val_fraction, val_max=val_max, standardize=standardize, device=device,
+        force=force, progress=progress)[0]
+
+
+def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] = (3e-4,), *,
+                 steps: int = 200, batch_size: int = 32, warmup: int = 20, seed: int = 0,
+                 pooling: Pooling = "mean", freeze: bool = False, from_init: bool = False,
+                 passage_bytes: int = 256, gap: int = 1024, weight_decay: float = 0.01,
+                 min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
+                 train_eval_max: int = 2048, test_max: int | None = None,
+                 window: int | None = None, val_fraction: float = 0.0,
+                 val_max: int | None = None, standardize: int = 512, device: str = "auto",
+                 force: bool = False, progress: Callable[[str], None] | None = None
+                 ) -> list[dict[str, Any]]:
+    """:func:`finetune` at each of ``lrs``, in order, each lr's result in its own file (the one
+    :func:`finetune` at that lr reads and writes); the lrs not stored yet are trained together
+    (:func:`finetune_model_lrs`: with ``freeze=True``, one pass of the body over the passages
+    for all of them)."""
     from normlab.train import RunFolderError, read_run_config, read_summary
     from normlab.train.rundir import find_run
 
@@ -466,21 +548,30 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         if (run_cfg.model.positions == "learned" and isinstance(passage_bytes, int)
                 and passage_bytes > context and passage_bytes % context == 0):
             window = context
-    settings = finetune_settings(
+    lrs = list(lrs)
+    if not lrs:
+        raise FinetuneError("lrs: at least one learning rate")
+    all_settings = [finetune_settings(
         task, steps=steps, lr=lr, batch_size=batch_size, warmup=warmup, seed=seed,
         pooling=pooling, freeze=freeze, passage_bytes=passage_bytes, gap=gap,
         weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
         train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize)
-    path = finetune_path(run_dir, settings, from_init)
+        val_fraction=val_fraction, val_max=val_max, standardize=standardize) for lr in lrs]
+    paths = [finetune_path(run_dir, s, from_init) for s in all_settings]
+    out: list[dict[str, Any] | None] = [None] * len(lrs)
     if not force:
-        stored = read_json(path)  # None when missing or damaged: recomputed
-        if isinstance(stored, dict) and stored.get("settings") == settings:
-            return stored | {"cached": True}
+        for i, (path, settings) in enumerate(zip(paths, all_settings, strict=True)):
+            stored = read_json(path)  # None when missing or damaged: recomputed
+            if isinstance(stored, dict) and stored.get("settings") == settings:
+                out[i] = stored | {"cached": True}
+    todo = [i for i, r in enumerate(out) if r is None]
+    if not todo:
+        return out  # type: ignore[return-value]
     run_cfg, model = _load_run_model(run_dir, from_init)
     if run_cfg.data.task is not None:
         raise FinetuneError(f"{run_dir}: trained on data.task={run_cfg.data.task}; the "
                             f"{task} task reads text, which this model's tokens are not")
+    settings = all_settings[0]
     hint = " or pretrain with a larger model.max_seq_len"
     read = settings["window"] or settings["passage_bytes"]
     if read > run_cfg.model.max_seq_len:
@@ -493,37 +584,42 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
             f"the model reads {read} bytes at once, more than the run's data.seq_len="
             f"{run_cfg.data.seq_len}: learned positions beyond it were never trained (set "
             f"window to a divisor of passage_bytes at most {run_cfg.data.seq_len})",
-            NormlabWarning, stacklevel=2)
-    result = finetune_model(model, task, device=device, progress=progress, **{
-        k: settings[k] for k in ("steps", "lr", "batch_size", "warmup", "seed", "pooling",
+            NormlabWarning, stacklevel=3)
+    results = finetune_model_lrs(model, task, [lrs[i] for i in todo], device=device,
+                                 progress=progress, **{
+        k: settings[k] for k in ("steps", "batch_size", "warmup", "seed", "pooling",
                                  "freeze", "passage_bytes", "gap", "weight_decay",
                                  "min_lr_ratio", "grad_clip", "train_eval_max",
                                  "test_max", "window", "val_fraction", "val_max",
                                  "standardize")})
     summary = read_summary(run_dir) or {}
-    result |= {"run_dir": str(run_dir), "run_id": run_dir.name, "from_init": from_init,
-               "checkpoint_step": None if from_init else _checkpoint_step(run_dir),
-               "pretrain": {k: summary.get(k) for k in ("outcome", "step", "train_loss",
-                                                        "val_loss", "best_val_loss")},
-               "path": str(path)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, result)
-    return result | {"cached": False}
+    for i, result in zip(todo, results, strict=True):
+        result |= {"run_dir": str(run_dir), "run_id": run_dir.name, "from_init": from_init,
+                   "checkpoint_step": None if from_init else _checkpoint_step(run_dir),
+                   "pretrain": {k: summary.get(k) for k in ("outcome", "step", "train_loss",
+                                                            "val_loss", "best_val_loss")},
+                   "path": str(paths[i])}
+        paths[i].parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(paths[i], result)
+        out[i] = result | {"cached": False}
+    return out  # type: ignore[return-value]
 
 
-def _finetune_job(job: tuple[str, dict[str, Any], int]) -> dict[str, Any]:
+def _finetune_job(job: tuple[str, dict[str, Any], int]) -> Any:
     run_dir, kwargs, threads = job
     torch.set_num_threads(threads)
-    return finetune(run_dir, **kwargs)
+    return finetune_lrs(run_dir, **kwargs) if "lrs" in kwargs else finetune(run_dir, **kwargs)
 
 
 def finetune_many(jobs: list[tuple[Path | str, dict[str, Any]]], workers: int = 1
-                  ) -> list[dict[str, Any]]:
-    """``finetune(run_dir, **kwargs)`` for every job, in order; with ``workers > 1`` on that many
-    fresh (spawned) processes, each with its share of the CPU threads. Results are cached in the
-    run folders as usual, so a later ``finetune`` call with the same settings reads them."""
+                  ) -> list[Any]:
+    """``finetune(run_dir, **kwargs)`` for every job, in order (``finetune_lrs`` for a job whose
+    kwargs give ``lrs``: its list of results); with ``workers > 1`` on that many fresh (spawned)
+    processes, each with its share of the CPU threads. Results are cached in the run folders as
+    usual, so a later ``finetune`` call with the same settings reads them."""
     if workers <= 1 or len(jobs) < 2:
-        return [finetune(run_dir, **kwargs) for run_dir, kwargs in jobs]
+        return [finetune_lrs(run_dir, **kw) if "lrs" in kw else finetune(run_dir, **kw)
+                for run_dir, kw in jobs]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 

@@ -309,6 +309,43 @@ def test_finetune_many_on_workers_gives_the_sequential_results(tiny_run, tmp_pat
     assert fresh["loss_curve"] == parallel[1]["loss_curve"]
 
 
+def test_an_lr_grid_gives_each_lr_s_own_run_and_a_frozen_one_shares_the_features(tiny_run,
+                                                                                  tmp_path):
+    """`finetune_model_lrs` gives, lr by lr, what `finetune_model` gives (a frozen body's
+    features computed once for all of them); `finetune_lrs` stores each lr's result in the
+    file `finetune` at that lr reads, and trains only the lrs not stored yet."""
+    import shutil
+
+    from normlab.finetune import finetune_lrs, finetune_many, finetune_model_lrs
+    from normlab.train import load_trained_model
+
+    _, model = load_trained_model(tiny_run)
+    task = small_task("genre")
+    kw = dict(steps=4, batch_size=8, warmup=1, device="cpu", seed=2, standardize=32)
+    for freeze in (True, False):
+        together = finetune_model_lrs(model, task, [1e-3, 1e-1], freeze=freeze, **kw)
+        alone = [finetune_model(model, task, lr=lr, freeze=freeze, **kw) for lr in (1e-3, 1e-1)]
+        for a, b in zip(together, alone, strict=True):
+            for key in ("settings", "loss_curve", "test_accuracy", "test_loss",
+                        "train_accuracy", "confusion", "trainable_params"):
+                assert a[key] == b[key], (freeze, key)
+        assert together[0]["loss_curve"] != together[1]["loss_curve"]
+    with pytest.raises(FinetuneError, match="lrs"):
+        finetune_model_lrs(model, task, [], **kw)
+    copy = tmp_path / tiny_run.name
+    shutil.copytree(tiny_run, copy)
+    small = dict(task="genre", steps=2, batch_size=4, passage_bytes=64, test_max=8,
+                 train_eval_max=4, standardize=8, device="cpu", freeze=True)
+    first = finetune_lrs(copy, lrs=[1e-2, 1e-1], **small)
+    assert [r["cached"] for r in first] == [False, False]
+    one = finetune(copy, lr=1e-1, **small)
+    assert one["cached"] is True and one["path"] == first[1]["path"]
+    assert one["test_accuracy"] == first[1]["test_accuracy"]
+    assert [r["cached"] for r in finetune_lrs(copy, lrs=[1e-1, 3e-2], **small)] == [True, False]
+    got = finetune_many([(copy, small | {"lrs": [1e-2, 3e-2]}), (copy, small | {"lr": 1e-2})])
+    assert [r["cached"] for r in got[0]] == [True, True] and got[1]["cached"] is True
+
+
 def test_long_passages_are_read_in_windows_of_the_pretraining_context(tiny_run):
     """A 128-byte passage on a model pretrained on 64-byte sequences: two windows, each from
     position 0; the pooled vector is the mean over both windows' streams."""

@@ -278,6 +278,44 @@ def test_c9_paper_inits_are_context_and_crossed_families_are_tuned(tmp_path):
     assert CLAIMS["C9"](FakeStudy(tmp_path, noise=3.0, **C9_GOOD)).verdict == "inconclusive"
 
 
+def test_c9_is_not_tested_where_the_profile_trains_no_pair_under_the_source_s_init(tmp_path):
+    """A profile whose same_inits leave out "xavier" (the long profile: none) trains nothing for
+    C9 and says it is not tested at this scale, with the smallest design that would decide it."""
+    from normlab.study.claims.c09_post_ends_better import CLAIM as C9
+
+    for settings in ({"same_inits": ()}, {"same_inits": ("gpt2_scaled",)}):
+        ctx = FakeStudy(tmp_path, settings=settings, **C9_GOOD)
+        result = CLAIMS["C9"](ctx)
+        assert ctx.tuned_calls == [] and ctx.prefetched == [] and ctx.requests == []
+        assert [(p["subject"], p["role"], p["scale"], p["kind"], p["verdict"])
+                for p in result.predictions] == [
+            ("source's pairing trained", "premise", True, "setting", "not supported")]
+        assert result.verdict == NOT_TESTED and result.needs == C9.needs
+        assert result.effect.name == result.predictions[0]["quantity"]
+        assert ("Not tested at this scale: source's pairing trained does not hold here, so "
+                "the claim's own predictions are not measured. It needs runs trained near "
+                "convergence") in result.note
+        assert "C9 trains nothing here" in result.method
+    # the needs say the design and its time on this CPU and on one GPU
+    assert "16,000 steps" in C9.needs and "2.5 h on this 2-core CPU" in C9.needs
+    assert "20 min on one GPU" in C9.needs
+    long = CLAIMS["C9"](FakeStudy(tmp_path, profile="long", **C9_GOOD))
+    assert long.verdict == NOT_TESTED and long.numbers["same_inits"] == []
+    # where the pairing is trained, the premise is not reported (the claim's own are)
+    assert "source's pairing trained" not in [
+        p["subject"] for p in CLAIMS["C9"](FakeStudy(tmp_path, **C9_GOOD)).predictions]
+
+
+def test_c9_in_the_long_profile_s_study_folder_trains_nothing(tmp_path, monkeypatch):
+    from normlab.study.experiments import StudyFolder
+
+    ctx = StudyFolder(tmp_path, PROFILES["long"], lambda m: None, claims=["C9"])
+    monkeypatch.setattr(ctx, "train", lambda configs: pytest.fail("C9 trained runs"))
+    result = CLAIMS["C9"](ctx)
+    assert result.verdict == NOT_TESTED and result.needs
+    assert not (tmp_path / "runs").exists()
+
+
 # -- C3: the merge cost in units of the block's own drop cost --------------------------------
 
 # C3 reads the deeper half of a trained model: "large t" needs 12 blocks or more (its premise)
@@ -373,6 +411,46 @@ def test_c10_with_and_without_transfer():
     no_transfer = C10_GOOD | {"pretrained_pre": 0.5, "pretrained_post": 0.5}
     result = _c10(**no_transfer)
     assert result.verdict == "inconclusive" and "pre transfer" in result.note
+
+
+# the frozen linear probe (the long profile): pretrained checkpoints above the same
+# architectures at init, post above pre
+C10_PROBE = {"probe_pretrained_pre": 0.55, "probe_pretrained_post": 0.6,
+             "probe_scratch_pre": 0.45, "probe_scratch_post": 0.45}
+PROBE_ARMS = ("pretrained", "scratch", "probe_pretrained", "probe_scratch")
+
+
+def _c10_probe(**v: float):
+    rng = random.Random(1)
+    accuracy = {arm: {p: [v[f"{arm}_{p}"] + 0.005 * rng.gauss(0, 1) for _ in range(SEEDS)]
+                      for p in ("pre", "post")} for arm in PROBE_ARMS}
+    return _c10(accuracy)
+
+
+def test_c10_s_frozen_probe_is_reported_and_never_decides():
+    """The frozen probe measures what the pretrained stream holds, which the source does not
+    speak of: its transfer and its post - pre are diagnostics; the fine-tuning decides, either
+    way, whatever the probe says."""
+    good = _c10_probe(**C10_GOOD, **C10_PROBE)
+    assert roles(good) == ["premise"] * 4 + ["claim"] + ["diagnostic"] * 3
+    assert [p["subject"] for p in good.predictions][5:] == [
+        "pre transfer, frozen probe", "post transfer, frozen probe", "post vs pre, frozen probe"]
+    assert verdicts(good) == ["supported"] * 8 and good.verdict == "supported"
+    breaks = [{"probe_pretrained_pre": 0.4}, {"probe_scratch_post": 0.65},
+              {"probe_pretrained_post": 0.5}]
+    for k, change in enumerate(breaks):
+        result = _c10_probe(**C10_GOOD, **(C10_PROBE | change))
+        expected = ["supported"] * 8
+        expected[5 + k] = "not supported"
+        assert verdicts(result) == expected, k
+        assert result.verdict == "supported", k
+    # fine-tuned post below pre refutes the claim even where the probe sides with the source
+    refuted = _c10_probe(**(C10_GOOD | {"pretrained_pre": 0.7, "pretrained_post": 0.6}),
+                         **C10_PROBE)
+    assert verdicts(refuted)[7] == "supported" and refuted.verdict == "not supported"
+    # and a premise of the fine-tuning that fails leaves it not tested, the probe or not
+    short = _c10_probe(**(C10_GOOD | {"scratch_pre": 0.3}), **C10_PROBE)
+    assert short.verdict == NOT_TESTED
 
 
 # -- C11: the cost of dropping the final norm at two depths ----------------------------------
@@ -598,6 +676,7 @@ def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, 
     ("C6a_noise", "C6a", "standard", C6_GOOD | {"noise": 3.0}),
     ("C6b_unbracketed", "C6b", "standard", C6B_GOOD | {"unbracketed_post": 1.0}),
     ("C9_not_near_convergence", "C9", "standard", C9_GOOD | {"late_post": 0.1}),
+    ("C9_long", "C9", "long", C9_GOOD),
     ("C11_quick", "C11", "quick", {k: v for k, v in C11_GOOD.items() if k != "fn12"}),
     ("C11_without_final_stalled", "C11", "standard", C11_GOOD | {"stalled_pre_nofinal": 1.0}),
 ])
@@ -616,6 +695,7 @@ def test_c10_s_prediction_words_are_the_recorded_ones(recorded_words):
     recorded_words("empirical_C10_no_transfer",
                    _c10(**(C10_GOOD | {"pretrained_pre": 0.5, "pretrained_post": 0.5})))
     recorded_words("empirical_C10_from_init_short", _c10(**(C10_GOOD | {"scratch_pre": 0.43})))
+    recorded_words("empirical_C10_frozen_probe", _c10_probe(**C10_GOOD, **C10_PROBE))
 
 
 def test_the_numbers_each_claim_reports_are_the_planted_ones(tmp_path):

@@ -212,6 +212,60 @@ def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(ti
     assert [p["scale"] for p in result.predictions] == [True] * 4 + [False]
 
 
+def test_c10_s_frozen_probe_on_real_checkpoints_trains_each_lr_it_may_reach_once(tiny_pairs,
+                                                                                 tmp_path):
+    """With the probe on, every matched checkpoint and its architecture at init get a head on
+    their frozen stream at every lr the probe's tuning may reach, in one pass each; the tuning
+    then reads those runs (their files are the ones `finetune` reads), trains none more, and
+    the probe's rows are diagnostics."""
+    import json
+
+    from normlab.study.claims.c10_transfer import lr_candidates
+    from normlab.study.claims.c10_transfer import measure as c10
+
+    probe_lrs = (1e-2, 1e-1)
+    ctx = _ctx(tmp_path, finetune_steps=3, finetune_batch_size=4, finetune_test_max=24,
+               finetune_val_max=12, finetune_lrs=(1e-3,), finetune_lr_extensions=1,
+               finetune_train_eval_max=8, finetune_standardize=16, workers=1,
+               finetune_probe=True, finetune_probe_lrs=probe_lrs)
+    result = c10(ctx, tiny_pairs)
+    n = result.numbers
+    reach = lr_candidates(probe_lrs, 1)
+    assert set(n["accuracy"]) == {"pretrained", "scratch", "probe_pretrained", "probe_scratch"}
+    for arm in ("probe_pretrained", "probe_scratch"):
+        for p in ("pre", "post"):
+            tuned = n["tuned_lr"][arm][p]
+            assert {float(k) for k in tuned["scores"]} <= {float(f"{v:g}") for v in reach}
+            runs = n["runs"][arm][p][f"{tuned['best']:g}"]
+            assert n["accuracy"][arm][p] == [runs[s]["test_accuracy"] for s in (0, 1)]
+            assert all(r["settings"]["freeze"] and r["settings"]["window"] == 64
+                       for r in runs.values())
+    for c in tiny_pairs:  # one frozen run per lr reached, pretrained and at init: no more
+        frozen = [json.loads(f.read_text()) for f in (c.run_dir / "finetune").glob("*.json")]
+        frozen = [r for r in frozen if r["settings"]["freeze"]]
+        assert sorted((r["from_init"], r["settings"]["lr"]) for r in frozen) == sorted(
+            (init, lr) for init in (False, True) for lr in reach)
+    assert [p["role"] for p in result.predictions] == (["premise"] * 4 + ["claim"]
+                                                       + ["diagnostic"] * 3)
+    assert "frozen linear probe" in result.method and "never deciding" in result.method
+    assert result.verdict == "inconclusive"  # 3 steps: the fine-tuning's premises undecided
+
+
+def test_lr_candidates_hold_every_lr_tune_lr_may_ask_for():
+    from normlab.study.claims.c10_transfer import lr_candidates, tune_lr
+
+    grid = (1e-3, 1e-2, 1e-1)
+    for extensions in (0, 1, 2, 3):
+        reach = lr_candidates(grid, extensions)
+        assert len(reach) == 3 + 2 * extensions and reach == sorted(reach)
+        for score in (lambda lr: (lr, 0.0), lambda lr: (-lr, 0.0),
+                      lambda lr: (-abs(math.log(lr / 1e-2)), 0.0)):
+            asked: list[float] = []
+            tune_lr(lambda lr, f=score, a=asked: a.append(lr) or f(lr), grid, extensions)
+            assert set(asked) <= set(reach)  # the same floats, not merely close ones
+    assert lr_candidates((1e-3,), 2) == [1e-3]  # one lr: tune_lr extends nothing
+
+
 def test_tune_lr_extends_the_grid_past_a_winning_edge():
     from normlab.study.claims.c10_transfer import tune_lr
 
@@ -732,6 +786,41 @@ def test_c10_finetune_reads_the_profile_s_grid_extensions_workers_and_tolerance(
     assert {kw["lr"] for _, kw in calls["many"][-1][0]} == {1e-3, 3e-3}
     assert res["tuned_lr"]["scratch"]["post"]["extended"] == pytest.approx([9e-3])
     assert c10_transfer.c10_finetune(ctx, _pairs_at(0.08), tolerance=0.1)["seeds"] == [0, 1]
+
+
+def test_c10_finetune_s_probe_jobs_ask_every_lr_the_probe_may_reach_at_once(
+        planted_finetuning, tmp_path):
+    _, calls = planted_finetuning
+    ctx, logged, _ = _finetune_ctx(tmp_path, finetune_probe=True, finetune_lr_extensions=1,
+                                   finetune_probe_lrs=(1e-3, 1e-2, 1e-1))
+    res = c10_transfer.c10_finetune(ctx, _pairs_at(0.01))
+    jobs, _ = calls["many"][0]
+    reach = c10_transfer.lr_candidates((1e-3, 1e-2, 1e-1), 1)
+    assert reach == pytest.approx([1e-3 / 3, 1e-3, 1e-2, 1e-1, 0.3])
+    probe_jobs = [(name, kw) for name, kw in jobs if "lrs" in kw]
+    assert [(name, kw.get("from_init", False)) for name, kw in probe_jobs] == [
+        (f"{pl}-{s}", init) for init in (False, True) for pl in ("pre", "post") for s in (0, 1)]
+    assert all(kw["lrs"] == reach and kw["freeze"] is True and "lr" not in kw
+               for _, kw in probe_jobs)
+    assert all("freeze" not in kw for _, kw in jobs if "lrs" not in kw)  # fine-tuning as before
+    assert len(jobs) - len(probe_jobs) == 2 * 2 * 3 * 2
+    assert logged[1].startswith("C10: frozen linear probe of the same 2 pair(s)")
+    # the planted pretrained peak at 1e-3 (the grid's low edge: one extension below, inside);
+    # from init the larger the better (one extension above, still at the edge)
+    tuned = res["tuned_lr"]
+    assert tuned["probe_pretrained"]["post"]["best"] == 1e-3
+    assert tuned["probe_pretrained"]["post"]["extended"] == [reach[0]]
+    assert tuned["probe_scratch"]["pre"]["extended"] == [reach[-1]]
+    assert not tuned["probe_scratch"]["pre"]["bracketed"]
+    frozen = [kw for name, kw in calls["finetune"] if kw.get("freeze")]
+    assert frozen and {kw["lr"] for kw in frozen} <= set(reach)
+    assert set(res["accuracy"]) == {"pretrained", "scratch", "probe_pretrained", "probe_scratch"}
+    # off (every profile but long): no probe
+    calls["many"].clear()
+    ctx, _, _ = _finetune_ctx(tmp_path)
+    assert set(c10_transfer.c10_finetune(ctx, _pairs_at(0.01))["accuracy"]) == {
+        "pretrained", "scratch"}
+    assert not [kw for _, kw in calls["many"][0][0] if "lrs" in kw or "freeze" in kw]
 
 
 def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypatch):

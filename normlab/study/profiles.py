@@ -101,6 +101,14 @@ class Profile:
     # C12, C13's matched pairs)
     match_tolerance: float = 0.05
     workers: int = 2
+    # C10's frozen linear probe: a head trained on the frozen pooled stream of each matched
+    # checkpoint and of the same architecture at init, its lr tuned on its own grid (extended
+    # like the fine-tuning grid); reported as diagnostics (docs/study.md, C10)
+    # the claims at initialization (C1, C4, C5, C7, C8: those traced along a ladder); the long
+    # profile leaves them to the standard profile, whose ladders are the same size
+    theory: bool = True
+    finetune_probe: bool = False
+    finetune_probe_lrs: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
 
     @property
     def warmup(self) -> int:
@@ -164,11 +172,11 @@ PROFILES: dict[str, Profile] = {
         update_blocks=24, update_lr=5e-4,
         train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=1600,
         lrs=(7.5e-4, 1.5e-3, 3e-3, 6e-3), warmup_frac=0.04, seeds=4, eval_batches=16,
-        same_inits=(), finetune_steps=1000, finetune_batch_size=16, finetune_test_max=512,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
+        same_inits=(), finetune_steps=1000, finetune_batch_size=8, finetune_test_max=512,
+        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8, theory=False,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
         deep_lrs=(3.75e-4, 1.5e-3, 6e-3), c11_blocks=12, probe_deep=True,
-        khop_depths=(2, 3)),
+        finetune_probe=True, khop_depths=(2, 3)),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,

@@ -26,6 +26,14 @@ from normlab.study.schema import ClaimResult
 SAME_INIT_PAIRS = (("both Xavier", "pre_xavier", "post", "xavier"),
                    ("both GPT-2 scaled", "pre", "post_gpt2", "gpt2_scaled"))
 
+# The smallest design that decides C9 (docs/study.md, C9, shows the arithmetic): the source's
+# pairing near convergence at normlab's width, 2 families x 3 lrs x 4 seeds of 16,000 steps
+# (the late fall, still about 0.07 nats at 1600 steps, must shrink about 4x: 6,400-25,600
+# steps), at the long study's measured 46.5 ms a step on each of 2 one-thread workers, and at
+# an assumed 3 ms a step on one GPU (a width-64 step is bound by kernel launches, not FLOPs).
+DESIGN = {"blocks": 6, "width": 64, "steps": 16_000, "lrs": 3, "seeds": 4, "runs": 24,
+          "cpu_h": 2.5, "gpu_min": 20}
+
 CLAIM = Claim(
     id="C9", title="Post-LN ends better when it trains (shallow models)",
     statement="With warmup and a tuned learning rate, a shallow (6-layer, B2T's depth) Post-LN "
@@ -38,10 +46,24 @@ CLAIM = Claim(
     paper="B2T Table (WMT, 6 layers): post 27.4 vs pre 26.9 BLEU, post unstable at >= 10 "
           "layers; ProRes (1.3B): post 11.62 ppl vs pre 10.32.",
     trains=(("pre", True), ("post", True), ("pre_xavier", True), ("post_gpt2", True)),
-    needs=("runs trained near convergence (B2T trains 6-layer models for about 50k updates, "
-           "to convergence): at this width, thousands of steps, until the validation loss "
-           f"falls by less than {COMPARABLE:g} nats over the last quarter of the run"),
+    needs=("runs trained near convergence under the source's pairing, pre and post both Xavier "
+           "(B2T trains 6-layer models for about 50k updates, to convergence): at this width, "
+           f"until the validation loss falls by less than {COMPARABLE:g} nats over the last "
+           f"quarter of the run. The smallest such design, pre_xavier and post at "
+           f"{DESIGN['blocks']} blocks and width {DESIGN['width']} for about "
+           f"{DESIGN['steps']:,} steps, {DESIGN['lrs']} lrs around the tuned best and "
+           f"{DESIGN['seeds']} seeds ({DESIGN['runs']} runs), takes about "
+           f"{DESIGN['cpu_h']:g} h on this 2-core CPU and about {DESIGN['gpu_min']} min on one "
+           "GPU (docs/study.md, C9)"),
     predictions=(
+        PredictionSpec(
+            "source's pairing trained", "pre and post trained under one init, both Xavier "
+            "(1: the profile's same_inits trains it; 0: it does not)",
+            "B2T compares the placements under fairseq's Xavier init for both",
+            Rule("setting", ">=", 1.0,
+                 origin="the design: the claim is decided on the source's own pairing only, "
+                        "which a profile trains when its same_inits name 'xavier'"),
+            role="premise", scale=True),
         PredictionSpec(
             "trained near convergence", "val loss fall over the last quarter of the run, the "
             "worse of pre and post (per seed, the source's pairing)",
@@ -74,6 +96,8 @@ CLAIM = Claim(
 
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
+    if "xavier" not in p.same_inits:
+        return _not_trained(ctx)
     pairs = [q for q in SAME_INIT_PAIRS if q[3] in p.same_inits]
     families = dict.fromkeys(["pre", "post", *(f for q in pairs for f in q[1:3])])
     tuned = {f: ctx.tuned(f) for f in families}
@@ -113,6 +137,21 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "GPT-2 scaled).",
         predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned.values()),
         note=_bracket_note(*tuned.values()))
+
+
+def _not_trained(ctx: StudyContext) -> ClaimResult:
+    """C9 in a profile that trains no pre/post pair under the source's init (`same_inits`
+    without "xavier"): nothing is trained for it, and it is not tested at this scale."""
+    p = ctx.profile
+    return claim_result(
+        CLAIM,
+        f"Not trained in this profile: its same_inits ({list(p.same_inits)}) leave out the "
+        "source's pairing (pre and post both Xavier), the only one C9 decides, so C9 trains "
+        f"nothing here. Deciding it needs that pairing trained near convergence, far beyond "
+        f"this profile's {p.steps} steps at this width.",
+        [CLAIM.predict("source's pairing trained", [0.0])],
+        {"same_inits": list(p.same_inits), "steps": p.steps, "smallest_design": DESIGN}, [],
+        note="No pre and post under one init are trained in this profile.")
 
 
 CLAIM = CLAIM.bind(measure)

@@ -25,6 +25,38 @@ width) ``inconclusive``; the trigram baseline is context.
 
 Checkpoints come as :class:`Pretrained` records, paired by seed at matched loss
 (:func:`normlab.study.claims.common.matched_pairs`, whose doc states the pairing).
+
+The frozen linear probe (``profile.finetune_probe``, on in the long profile): each matched
+checkpoint's body frozen, a linear head trained on its standardized pooled stream with the
+fine-tuning's steps, batch and warmup (:func:`normlab.finetune.finetune_model` with
+``freeze=True``), and the same architecture at random init (the run's seed), frozen, as the
+probe's from-scratch baseline. Its lr is tuned like the fine-tuning's, per placement and arm, on
+the same validation passages, over ``profile.finetune_probe_lrs`` (default 1e-3, 1e-2, 1e-1: a
+head on unit-scale features) with the same extensions; the body's features are computed once per
+checkpoint and every lr the tuning may reach is trained on them (:func:`lr_candidates`). Reported:
+each arm's test accuracy and three diagnostics, written before any run: the probe's transfer per
+placement (frozen pretrained - frozen at init > 0) and post vs pre on the probe (> 0).
+
+Why diagnostics, and neither a claim prediction nor a premise. The source speaks of fine-tuning
+("at roughly the same pretraining results, Post Norm's fine-tuning performance is noticeably
+better"); a frozen probe measures what the pretrained stream holds, of which it says nothing.
+- As a claim prediction, post below pre on the probe would refute a sentence about fine-tuning
+  with a measurement of something else, and post above pre would add a condition the source
+  never stated: a post model may fine-tune better because its weights adapt more easily from a
+  stream that holds no more of the task than pre's.
+- As the transfer premise, in place of the fine-tuning's: that premise (pretrained - from init >
+  0 after the same fine-tuning) is the one that guards the claim. Fine-tuning long enough to
+  wash the pretraining out (the model from init catching up, which 1000 steps may do) leaves post
+  - pre comparing two models whose pretraining no longer matters, and only the fine-tuning's
+  own transfer catches it; a frozen pretrained stream above a random one says nothing about it.
+  Beside it, the probe's premise could only block decisions the source's words allow:
+  pretraining that helps fine-tuning through the weights rather than through a richer stream is
+  still transfer in the source's sense.
+So the verdict rests on the fine-tuning, and can come out either way: supported when both
+placements' models from init learn the task, pretraining helps both, and post's fine-tuned
+accuracy lies above pre's; not supported when the premises hold and it lies below. The probe says
+why: post's stream holding more of the task (probe post - pre > 0 beside a supported claim), or
+post fine-tuning better from a stream that holds no more.
 """
 
 from __future__ import annotations
@@ -80,6 +112,21 @@ CLAIM = Claim(
                        "at matched pretraining loss",
                        Rule("direction", ">", 0.0,
                             origin="the seed blog ('noticeably better'): " + _NONE)),
+        # the frozen linear probe (profile.finetune_probe): what the pretrained stream holds,
+        # which the source does not speak of; reported, never deciding (module doc)
+        PredictionSpec("{placement} transfer, frozen probe",
+                       "frozen-probe test accuracy, pretrained - at init (same head budget)",
+                       "not the source's words: the task the pretrained stream holds, read "
+                       "by a linear head, beyond a random stream of the same architecture",
+                       Rule("direction", ">", 0.0, origin="the design (any transfer): 0"),
+                       role="diagnostic"),
+        PredictionSpec("post vs pre, frozen probe", "frozen-probe test accuracy post - pre",
+                       "not the source's words (it speaks of fine-tuning): whether post's "
+                       "pretrained stream holds more of the task than pre's at matched loss",
+                       Rule("direction", ">", 0.0,
+                            origin="the seed blog speaks of fine-tuning, not of the "
+                                   "stream: " + _NONE),
+                       role="diagnostic"),
     ),
 )
 
@@ -125,6 +172,19 @@ def tune_lr(score: Callable[[float], tuple[float, float]], grid: Sequence[float]
             "extended": extended, "bracketed": best not in (lrs[0], lrs[-1])}
 
 
+def lr_candidates(grid: Sequence[float], extensions: int, factor: float = 3.0) -> list[float]:
+    """Every lr `tune_lr` may ask for on `grid`: the grid and up to `extensions` lrs beyond each
+    edge, computed as `tune_lr` computes them (the same floats)."""
+    lrs = sorted(float(v) for v in grid)
+    out = set(lrs)
+    if len(lrs) >= 2:
+        low, high = lrs[0], lrs[-1]
+        for _ in range(extensions):
+            low, high = low / factor, high * factor
+            out |= {low, high}
+    return sorted(out)
+
+
 def _window(run_dir: Path, passage: int) -> int | None:
     """The window a pretrained run reads passages in (`normlab.finetune.finetune`'s default),
     given explicitly to the same architecture at init so both read the text alike."""
@@ -137,12 +197,19 @@ def _window(run_dir: Path, passage: int) -> int | None:
     return None
 
 
+# arm -> (from init, frozen): fine-tuning of every weight, and the frozen linear probe
+FINETUNE_ARMS = {"pretrained": (False, False), "scratch": (True, False)}
+PROBE_ARMS = {"probe_pretrained": (False, True), "probe_scratch": (True, True)}
+
+
 def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                  tolerance: float | None = None) -> dict[str, Any]:
     """C10's measurements: every matched pre/post pair fine-tuned on the genre task, and the
     same architecture fine-tuned from random init (the run's seed) with the same budget, each
-    with its lr tuned on validation passages (module doc); the trigram baseline on the same
-    passages as context. Fine-tuning results are cached in each run folder."""
+    with its lr tuned on validation passages (module doc); with ``profile.finetune_probe``,
+    also the frozen linear probe of both (arms ``probe_pretrained`` and ``probe_scratch``, on
+    the grid ``profile.finetune_probe_lrs``); the trigram baseline on the same passages as
+    context. Fine-tuning results are cached in each run folder."""
     from normlab.data.genre import genre_task, naive_bayes_baseline
     from normlab.finetune import finetune, finetune_many
 
@@ -150,15 +217,19 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     s = c10_settings(ctx)
     pairs, left_out = matched_pairs(checkpoints, tol)
     seeds = sorted(pairs)
-    arms = {"pretrained": False, "scratch": True}
+    probe = ctx.profile.finetune_probe
+    arms = FINETUNE_ARMS | (PROBE_ARMS if probe else {})
     runs: dict[str, dict[str, dict[str, dict[int, dict[str, Any]]]]] = {
         arm: {p: {} for p in PLACEMENTS} for arm in arms}
 
     def kwargs(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
+        from_init, frozen = arms[arm]
         kw = {"task": "genre", "lr": lr, "seed": seed, "device": "cpu", **s}
-        if arms[arm]:
+        if from_init:
             kw |= {"from_init": True,
                    "window": _window(pairs[seed][placement].run_dir, s["passage_bytes"])}
+        if frozen:
+            kw["freeze"] = True
         return kw
 
     def run(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
@@ -169,7 +240,8 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
         return res
 
     def mean_score(arm: str, placement: str, lr: float) -> tuple[float, float]:
-        ctx.log(f"C10: fine-tuning {placement} ({arm}) at lr {lr:g} ({len(seeds)} seeds)")
+        what = "probing" if arms[arm][1] else "fine-tuning"
+        ctx.log(f"C10: {what} {placement} ({arm}) at lr {lr:g} ({len(seeds)} seeds)")
         got = [run(arm, placement, lr, seed) for seed in seeds]
         acc = [r["val_accuracy"] for r in got]
         loss = [r["val_loss"] if isinstance(r["val_loss"], float) else math.inf for r in got]
@@ -178,17 +250,32 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     tuned: dict[str, dict[str, Any]] = {arm: {} for arm in arms}
     accuracy: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
     if seeds:
-        grid = ctx.profile.finetune_lrs
-        extensions = ctx.profile.finetune_lr_extensions
-        workers = ctx.profile.workers
+        p_ = ctx.profile
+        grids = {arm: p_.finetune_probe_lrs if arms[arm][1] else p_.finetune_lrs for arm in arms}
+        extensions = p_.finetune_lr_extensions
+        workers = p_.workers
         ctx.log(f"C10: fine-tuning {len(seeds)} pair(s), pretrained and from init, at lrs "
-                f"{list(grid)} on {workers} worker(s)")
-        finetune_many([(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in arms
-                       for p in PLACEMENTS for lr in grid for seed in seeds], workers)
+                f"{list(p_.finetune_lrs)} on {workers} worker(s)")
+        jobs = [(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in FINETUNE_ARMS
+                for p in PLACEMENTS for lr in grids[arm] for seed in seeds]
+        if probe:
+            # a head costs little once the frozen body's features exist: every lr the tuning
+            # may reach (the grid and its extensions) is trained in one pass of the body
+            reach = lr_candidates(p_.finetune_probe_lrs, extensions)
+            ctx.log(f"C10: frozen linear probe of the same {len(seeds)} pair(s) and of their "
+                    f"architectures at init, at lrs {list(p_.finetune_probe_lrs)} (and the "
+                    f"extensions it may take: {[f'{v:g}' for v in reach]})")
+            for arm in PROBE_ARMS:
+                for p in PLACEMENTS:
+                    for seed in seeds:
+                        kw = kwargs(arm, p, reach[0], seed)
+                        del kw["lr"]
+                        jobs.append((pairs[seed][p].run_dir, kw | {"lrs": reach}))
+        finetune_many(jobs, workers)
         for arm in arms:  # reads the results just computed; trains only grid extensions
             for p in PLACEMENTS:
-                tuned[arm][p] = tune_lr(lambda lr, a=arm, p=p: mean_score(a, p, lr), grid,
-                                        extensions)
+                tuned[arm][p] = tune_lr(lambda lr, a=arm, p=p: mean_score(a, p, lr),
+                                        grids[arm], extensions)
                 chosen = runs[arm][p][f"{tuned[arm][p]['best']:g}"]
                 accuracy[arm][p] = [chosen[seed]["test_accuracy"] for seed in seeds]
     task = genre_task("genre", passage_bytes=s["passage_bytes"], val_fraction=s["val_fraction"])
@@ -207,7 +294,9 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
     """C10's predictions on per-seed test accuracies (`accuracy[arm][placement]`, arms
     "pretrained" and "scratch", paired by seed). Premises: each placement's model from init
     learns the task (beats the majority class) and pretraining helps it (pretrained - from
-    init > 0); the test: post's fine-tuned accuracy above pre's."""
+    init > 0); the test: post's fine-tuned accuracy above pre's. With the frozen probe's arms
+    ("probe_pretrained", "probe_scratch"), its diagnostics: the probe's transfer per placement
+    (pretrained - at init > 0) and post's probe accuracy above pre's."""
     out = [CLAIM.predict("{placement} from init", [a - majority for a in accuracy["scratch"][p]],
                          subject=f"{p} from init") for p in PLACEMENTS]
     out += [CLAIM.predict("{placement} transfer",
@@ -217,6 +306,14 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
     out.append(CLAIM.predict("post vs pre", [b - a for a, b in zip(accuracy["pretrained"]["pre"],
                                                                     accuracy["pretrained"]["post"],
                                                                     strict=True)]))
+    if "probe_pretrained" in accuracy:  # the frozen probe's diagnostics
+        frozen, at_init = accuracy["probe_pretrained"], accuracy["probe_scratch"]
+        out += [CLAIM.predict("{placement} transfer, frozen probe",
+                              [a - b for a, b in zip(frozen[p], at_init[p], strict=True)],
+                              subject=f"{p} transfer, frozen probe") for p in PLACEMENTS]
+        out.append(CLAIM.predict("post vs pre, frozen probe",
+                                 [b - a for a, b in zip(frozen["pre"], frozen["post"],
+                                                        strict=True)]))
     return out
 
 
@@ -240,6 +337,13 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
               "and pretraining helps both placements (premises about scale: otherwise not "
               "tested at this scale); effect per seed: fine-tuned test accuracy post - pre. A "
               "character-trigram naive Bayes on the same passages is context.")
+    if ctx.profile.finetune_probe:
+        method += (" Diagnostics, never deciding: a frozen linear probe (the body fixed, a head "
+                   f"trained on its standardized pooled stream for the same {s['steps']} steps, "
+                   "its lr tuned per placement and arm on the same validation passages over "
+                   f"the grid {list(ctx.profile.finetune_probe_lrs)}) of each checkpoint and of "
+                   "the same architecture at init: what the pretrained stream holds for the "
+                   "task, which the source does not speak of.")
     if not given:
         return ClaimResult(id="C10", title=title, statement=statement, source=source,
                            method=method, verdict="not run", rule="",

@@ -32,7 +32,8 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
     if verdict == NOT_TESTED and not stalled:
         short = [p.subject for p in predictions if p.role == "premise" and p.scale
                  and p.verdict == "not supported"]
-        note = (note + " " if note else "") + not_tested_note(short, needs)
+        note = (note + " " if note else "") + not_tested_note(
+            short, needs, measured=any(p.role == "claim" for p in predictions))
     elif failed:
         broken = [p.subject for p in predictions if p.role == "premise"
                   and p.verdict == "not supported"]
@@ -64,11 +65,13 @@ def make_claim(cid: str, title: str, statement: str, source: str, method: str,
         else "")
 
 
-def not_tested_note(short: Sequence[str], needs: str) -> str:
-    """What a claim says when premises about scale (`short`) do not hold, and what it needs."""
+def not_tested_note(short: Sequence[str], needs: str, measured: bool = True) -> str:
+    """What a claim says when premises about scale (`short`) do not hold, and what it needs;
+    `measured`: the claim's own predictions were measured (else none was)."""
     return (f"Not tested at this scale: {'; '.join(short)} does not hold here, so the claim's "
-            "own predictions are reported, not decided." + (f" It needs {needs}." if needs
-                                                            else ""))
+            + ("own predictions are reported, not decided." if measured else
+               "own predictions are not measured.")
+            + (f" It needs {needs}." if needs else ""))
 
 
 def deciding(predictions: Sequence[Prediction], verdict: str) -> Prediction:
