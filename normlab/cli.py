@@ -27,6 +27,7 @@ from normlab.config import (
     parse_config,
 )
 from normlab.console import console, err_console, fail
+from normlab.rows import output_format, render
 
 
 @app.command()
@@ -171,20 +172,29 @@ def runs(root: Annotated[Path, typer.Argument(
         metavar="ROOT", help="folder of run folders")] = Path("runs"),
          wide: Annotated[bool, typer.Option(
              help="a column per setting, however wide the terminal")] = False,
+         format: Annotated[str, typer.Option(
+             "--format", callback=output_format,
+             help="table, json (a list of row objects) or csv (a header row, then a row per run)")
+         ] = "table",
          ) -> None:
     """List the runs under ROOT.
 
     Shows the settings in which they differ, the outcome and the final losses; a damaged folder
     is listed as damaged, with why. In a terminal narrower than the table the settings fold into
-    one column (--wide: a column each)."""
-    from normlab.train.listing import runs_table
+    one column (--wide: a column each). --format json or csv prints the same rows as data, keyed
+    by config path (model.placement) and result (val_loss), numbers unformatted."""
+    from normlab.train.listing import list_runs, runs_table
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
-    table = runs_table(root)
+    listing = list_runs(root)
+    if format != "table":
+        sys.stdout.write(render(listing.records(), listing.record_keys, format))
+        return
+    table = runs_table(root, listing=listing)
     if console.is_terminal:
         if not wide and _natural_width(table) > console.width:
-            table = runs_table(root, compact=True)
+            table = runs_table(root, compact=True, listing=listing)
         console.print(table)
         return
     width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs

@@ -248,3 +248,52 @@ def test_runs_in_a_narrow_terminal_folds_its_settings_unless_wide(pre_post, monk
     narrow.file = io.StringIO()
     assert CliRunner().invoke(app, ["runs", str(pre_post), "--wide"]).exit_code == 0
     assert "settings" not in narrow.file.getvalue()
+
+
+def test_runs_as_json_and_csv_hold_the_same_rows_as_data(pre_post):
+    """--format json: a list of row objects with stable keys (config paths, result names) and
+    numbers as numbers; --format csv: the same keys as a header row, the same values."""
+    import csv
+    import io
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows_ = json.loads(r.output)
+    assert len(rows_) == 2
+    keys = ["run_id", "path", "sweep", "model.final_norm", "model.init", "model.placement",
+            "outcome", "reason", "step", "steps_planned", "train_loss", "val_loss",
+            "best_val_loss", "val_acc"]
+    assert all(list(row) == keys for row in rows_)
+    by_placement = {row["model.placement"]: row for row in rows_}
+    assert by_placement["post"]["model.init"] == "xavier"
+    for row in rows_:
+        summary = json.loads((pre_post / row["run_id"] / "summary.json").read_text())
+        assert row["path"] == row["run_id"] and row["sweep"] is None
+        assert row["outcome"] in ("completed", "stalled")
+        assert row["step"] == row["steps_planned"] == 2
+        assert isinstance(row["train_loss"], float) and row["train_loss"] == summary["train_loss"]
+        assert row["val_acc"] is None  # a text run has none
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split(",") == keys
+    read = list(csv.DictReader(io.StringIO(r.output)))
+    assert [row["run_id"] for row in read] == [row["run_id"] for row in rows_]
+    for got, want in zip(read, rows_, strict=True):
+        assert float(got["val_loss"]) == want["val_loss"] and got["step"] == "2"
+        assert got["sweep"] == "" and got["model.init"] == want["model.init"]
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "yaml"])
+    assert r.exit_code == 2 and "'yaml' is not one of table, json, csv" in r.output
+
+
+def test_runs_as_json_of_a_damaged_folder_says_why(pre_post, tmp_path):
+    run = next(pre_post.iterdir())
+    shutil.copytree(run, tmp_path / run.name)
+    (tmp_path / run.name / "summary.json").write_text("{cut")
+    r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    assert row["outcome"] == "damaged" and "summary.json: damaged" in row["reason"]
+    assert row["train_loss"] is None

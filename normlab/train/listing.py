@@ -13,6 +13,7 @@ shows every run with its outcome and losses and no word is split.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,19 +114,78 @@ def sweep_names(root: Path, folders: list[Path]) -> dict[Path, str]:
     return out
 
 
-def runs_table(root: Path, compact: bool = False):
-    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
-    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
-    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
-    brackets)."""
-    from rich.table import Table
-    from rich.text import Text
+RECORD_RESULTS = ("outcome", "reason", "step", "steps_planned", "train_loss", "val_loss",
+                  "best_val_loss", "val_acc")
 
+
+@dataclass
+class RunsListing:
+    """What `normlab runs` lists under `root`: every run folder, read; the settings in which they
+    differ (`columns`: config paths, then `meta.*`); the sweep of each run that belongs to one;
+    the name each is shown by (its id in ROOT or a sweep, else its path below ROOT)."""
+
+    root: Path
+    folders: list[RunFolder]
+    flats: list[dict[str, Any]]
+    columns: list[str]
+    sweeps: dict[Path, str]
+    names: list[str]
+
+    @property
+    def record_keys(self) -> list[str]:
+        """The keys of each of `records`' rows, in order."""
+        return ["run_id", "path", "sweep", *self.columns, *RECORD_RESULTS]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One row per run, with the values as they are (numbers as numbers, lists as tuples):
+        the `--format json|csv` of `normlab runs`. `reason` is the summary's (why a run
+        diverged or stalled), or for a damaged folder why it is damaged."""
+        out = []
+        for f, flat in zip(self.folders, self.flats, strict=True):
+            s = f.summary
+            row: dict[str, Any] = {"run_id": f.run_id,
+                                   "path": f.path.relative_to(self.root).as_posix(),
+                                   "sweep": self.sweeps.get(f.path)}
+            row.update((c, _value(f, flat, c)) for c in self.columns)
+            planned = _number(s.get("steps_planned"))
+            row.update({
+                "outcome": f.outcome,
+                "reason": "; ".join(f.problems) if f.damaged else s.get("reason"),
+                "step": _number(s.get("step")),
+                "steps_planned": planned if planned is not None else (
+                    f.config.train.steps if f.config else None),
+                **{k: _number(s.get(k)) for k in RECORD_RESULTS[4:]},
+            })
+            out.append(row)
+        return out
+
+
+def _number(v: Any) -> int | float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def list_runs(root: Path) -> RunsListing:
+    """Read every run folder below `root` (see `RunsListing`)."""
     paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
     sweeps = sweep_names(root, paths)
     folders = [read_run_folder(p) for p in paths]
     flats = [flatten(described_config(f)) for f in folders]
-    columns = run_columns(folders, flats)
+    names = [f.run_id if f.path.parent == root or f.path in sweeps else
+             f.path.relative_to(root).as_posix() for f in folders]
+    return RunsListing(root, folders, flats, run_columns(folders, flats), sweeps, names)
+
+
+def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = None):
+    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
+    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
+    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
+    brackets). `listing`: the folders already read by `list_runs(root)`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    listing = listing or list_runs(root)
+    folders, flats, columns = listing.folders, listing.flats, listing.columns
+    sweeps, names = listing.sweeps, listing.names
     damaged = sum(f.damaged for f in folders)
     accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
@@ -136,8 +196,6 @@ def runs_table(root: Path, compact: bool = False):
     heads = ["run", *(["sweep"] if sweeps else []), *settings,
              *(COMPACT_HEADS.get(h, h) if compact else h for h in results)] + (
         ["why damaged"] if damaged else [])
-    names = [f.run_id if f.path.parent == root or f.path in sweeps else
-             f.path.relative_to(root).as_posix() for f in folders]
     # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
     # more lines rather than end in "..."
     table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
