@@ -297,3 +297,32 @@ def test_runs_as_json_of_a_damaged_folder_says_why(pre_post, tmp_path):
     (row,) = json.loads(r.output)
     assert row["outcome"] == "damaged" and "summary.json: damaged" in row["reason"]
     assert row["train_loss"] is None
+
+
+def test_runs_of_one_name_are_told_apart_by_a_short_id_prefix(tmp_path):
+    """Two runs named alike (different configs, so different ids) show the name with a short
+    prefix of each one's id, a prefix `sample` accepts; a name no other run has shows alone."""
+    from normlab.train.listing import id_prefix
+    from normlab.train.rundir import find_run
+
+    a = train_run(tiny("train.name=baseline"), tmp_path, progress=False)
+    b = train_run(tiny("train.name=baseline", "train.seed=1"), tmp_path, progress=False)
+    c = train_run(tiny("train.name=other", "train.seed=2"), tmp_path, progress=False)
+    out = runs(tmp_path)
+    cols = header(out)
+    shown = {k: r[cols.index("name")] for k, r in rows(out).items() if k != "run"}
+    prefix = {s["run_id"]: shown[s["run_id"]].split("(")[-1].rstrip(")") for s in (a, b)}
+    assert shown[a["run_id"]] == f"baseline ({prefix[a['run_id']]})"
+    assert shown[b["run_id"]] == f"baseline ({prefix[b['run_id']]})"
+    assert prefix[a["run_id"]] != prefix[b["run_id"]]
+    assert shown[c["run_id"]] == "other"
+    for run_id, p in prefix.items():  # the prefix names the run where a command takes one
+        assert run_id.startswith(p) and len(p) < len(run_id)
+        assert find_run(p, tmp_path) == tmp_path / run_id
+    # the json keeps the name as it is: run_id tells the rows apart
+    r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
+    assert sorted(row["train.name"] for row in json.loads(r.output)) == [
+        "baseline", "baseline", "other"]
+    # the shortest unique prefix, never shorter than the readable part and 4 hash characters
+    assert id_prefix("pre-L4-d64-abcdef123456", ["pre-L4-d64-abce00000000"]) == "pre-L4-d64-abcd"
+    assert id_prefix("pre-L4-d64-abcdef123456", ["pre-L4-d64-abcd00000000"]) == "pre-L4-d64-abcde"

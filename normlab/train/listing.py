@@ -4,7 +4,8 @@ every folder shown.
 Columns: the run id, its sweep, the settings in which the listed runs differ (config fields as
 the placement resolved them, and the thread count or versions they ran with), the outcome, the
 step and the losses, and the validation accuracy when a run has one (a synthetic task's,
-`data.task`). A damaged folder is a row
+`data.task`). Runs that share a `train.name` show, after it, a short prefix of their id (what
+`normlab sample` takes in place of the name). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
 In `compact` form (a terminal narrower than the table) the settings fold into one column, one
 `field=value` per line, and the result headers take two lines, so that a 100-column terminal
@@ -164,6 +165,41 @@ def _number(v: Any) -> int | float | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def id_prefix(run_id: str, others: list[str]) -> str:
+    """The shortest prefix of `run_id` that starts none of `others` (other runs' ids), and at
+    least the readable part and 4 characters of the hash (`pre-L4-d64-f232`): what `normlab
+    sample` and the other commands that take a run accept in place of the whole id."""
+    start = run_id.rfind("-") + 5
+    for n in range(min(start, len(run_id)), len(run_id) + 1):
+        if not any(o.startswith(run_id[:n]) for o in others):
+            return run_id[:n]
+    return run_id
+
+
+def name_labels(listing: RunsListing) -> dict[int, str]:
+    """For each run (by its index) whose `train.name` another listed run shares, the name with
+    what tells them apart: a short prefix of its id, or its path when the ids are the same too
+    (one run copied into two folders)."""
+    by_name: dict[str, list[int]] = {}
+    for i, flat in enumerate(listing.flats):
+        name = flat.get("train.name")
+        if isinstance(name, str) and name:
+            by_name.setdefault(name, []).append(i)
+    every_id = [f.run_id for f in listing.folders]
+    labels = {}
+    for name, group in by_name.items():
+        if len(group) < 2:
+            continue
+        ids = [every_id[i] for i in group]
+        for i, run_id in zip(group, ids, strict=True):
+            if ids.count(run_id) == 1:  # a prefix that no other listed run's id starts with
+                tell = id_prefix(run_id, [o for o in every_id if o != run_id])
+            else:
+                tell = listing.folders[i].path.relative_to(listing.root).as_posix()
+            labels[i] = f"{name} ({tell})"
+    return labels
+
+
 def list_runs(root: Path) -> RunsListing:
     """Read every run folder below `root` (see `RunsListing`)."""
     paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
@@ -206,12 +242,14 @@ def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = 
                          overflow="ellipsis" if whole else "fold",
                          # in the compact form neither shrinks to nothing in a narrow terminal
                          min_width={"settings": 14, "outcome": 9}.get(head) if compact else None)
-    for f, flat, name in zip(folders, flats, names, strict=True):
+    labels = name_labels(listing)  # runs of one name told apart
+    for i, (f, flat, name) in enumerate(zip(folders, flats, names, strict=True)):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
         # folded at spaces only: a list's items joined by ", " in the compact form
-        values = [_text(_value(f, flat, c), ", " if compact else ",") for c in columns]
+        values = [labels[i] if c == "train.name" and i in labels else
+                  _text(_value(f, flat, c), ", " if compact else ",") for c in columns]
         if compact:  # one `field=value` per line
             values = ["\n".join(f"{c.split('.', 1)[-1]}={v}" for c, v in
                                 zip(columns, values, strict=True))] if columns else []
