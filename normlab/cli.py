@@ -252,10 +252,13 @@ def advise(
                                   ] = False,
     check_steps: Annotated[int, typer.Option(min=1, help="steps of each stability-check run")
                            ] = 60,
-    measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
+    measure: Annotated[bool, typer.Option(
+        help="measure at this shape (a few minutes); --no-measure: say what the recorded studies "
+             "(docs/results) found at this shape instead, or that they measured nothing here")
+                       ] = True,
 ) -> None:
     """Placement guidance for your shape. Each rule is shown with what normlab measures
-    there."""
+    there, or without measuring with what its recorded studies found there."""
     from normlab.advise import advise as run_advise
     from normlab.memory import check_fits, estimate
 
@@ -273,7 +276,8 @@ def advise(
                                 f"measuring: {msg} ...", highlight=False))
     except ConfigError as e:
         fail(str(e))
-    table = Table(title=f"guidance for {blocks} blocks, width {width}")
+    table = Table(title=f"rules of thumb for {blocks} blocks, width {width} (the literature's "
+                        "guidance)")
     table.add_column("rule")
     table.add_column("applies")
     for r in advice.rules:
@@ -288,6 +292,15 @@ def advise(
                        r["outcome"] + (f" ({r['reason']} @ {r['step']})" if r["reason"] else ""),
                        f"{r['val_loss']:.3f}" if r["val_loss"] is not None else "-")
         console.print(st)
+    if advice.recorded is not None and advice.recorded.rows:
+        rt = Table(title=f"recorded studies at {blocks} blocks, width {width} (docs/results)")
+        for col in ("claim", "study", "verdict", "measured: estimate [95% interval], n"):
+            rt.add_column(col)
+        for r in advice.recorded.rows:
+            needs = [f"needs: {r['needs']}"] if r["needs"] else []
+            rt.add_row(f"{r['claim']} {r['title']}", r["study"], r["verdict"],
+                       "\n".join([*r["numbers"], *needs]))
+        console.print(rt)
     console.print(f"recommendation: {advice.recommendation}", style="bold", highlight=False)
     for reason in advice.reasons:
         console.print(f"  - {reason}", highlight=False)
