@@ -15,6 +15,13 @@ Measured at the user's shape: the init gradient profile and stream growth of pre
 user's depth. The advice follows the check: when one placement is at least as good in every
 cell and better in one, and the rules chose the other, the advice takes the measured one and
 says that it overrides the rule and why (`recommend`).
+
+Without measuring (`measure=False`, `--no-measure`) the rules of thumb are not given as advice:
+the recorded studies (docs/results/study_*/study.json, `normlab.recorded`) contradict the
+shallow one at the shape they trained (6 blocks, width 64: Post-LN did not end better, C9, and
+needed warmup, C6a/C6b). The advice then says what those studies found at the shape, or that
+nothing was measured there and what to run to measure it, and picks a placement only where the
+record does (C9 supported at the shape: post); otherwise it is `undecided`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 
 from normlab.config import ModelConfig, load_run_config, parse_config
 from normlab.probe import probe_model, text_batches
+from normlab.recorded import Recorded, recorded_at
 from normlab.train.trainer import train_many_step
 
 DEEP = 12  # "pre-norm past about 12 blocks"
@@ -40,6 +48,7 @@ class Advice:
     rules: list[dict[str, Any]] = field(default_factory=list)
     measured: dict[str, Any] = field(default_factory=dict)
     rule_recommendation: str = ""  # the rules of thumb alone
+    recorded: Recorded | None = None  # what the recorded studies found here (without measuring)
 
 
 def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict[str, Any]:
@@ -94,9 +103,11 @@ def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
 def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool = False,
            warmup_budget: int | None = None, intermediate_heads: bool = False,
            check_width: int = 64, check_steps: int = 60, measure: bool = True,
-           root: Path | None = None, progress: Callable[[str], None] | None = None) -> Advice:
-    """Measure at the shape (unless `measure` is False), then `recommend`; `progress` is told
-    each step of the measurement as it starts."""
+           root: Path | None = None, progress: Callable[[str], None] | None = None,
+           results: Path | None = None) -> Advice:
+    """Measure at the shape, then `recommend`; `progress` is told each step of the measurement
+    as it starts. With `measure` False, what the recorded studies found at the shape stands in
+    for the measurement (`results`: their folder; default the repository's docs/results)."""
     heads = heads or max(1, width // 64)
     measured: dict[str, Any] = {}
     if measure:
@@ -110,8 +121,11 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
                 (0, max(1, check_steps // 3)), root or Path(tmp), progress=progress)
         measured["check_width"] = min(width, check_width)
         measured["check_steps"] = check_steps
+    claims = ("C6a", "C6b", "C9", "C11", "C12", *(("C10",) if finetune else ()),
+              *(("C13",) if intermediate_heads else ()))  # the ones this question turns on
+    recorded = None if measure else recorded_at(blocks, width, results, claims)
     return recommend(blocks, finetune=finetune, warmup_budget=warmup_budget,
-                     intermediate_heads=intermediate_heads, measured=measured)
+                     intermediate_heads=intermediate_heads, measured=measured, recorded=recorded)
 
 
 TIE_NATS = 0.01  # final validation losses closer than this count as a tie in the check
@@ -174,13 +188,15 @@ def _cell_text(r: dict[str, Any]) -> str:
 
 
 def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None = None,
-              intermediate_heads: bool = False, measured: dict[str, Any] | None = None
-              ) -> Advice:
+              intermediate_heads: bool = False, measured: dict[str, Any] | None = None,
+              recorded: Recorded | None = None) -> Advice:
     """The rules of thumb for this shape, then what the measurements (`advise`'s, or none) say.
     The stability check decides when it has a winner (at least as good in every cell) that
     differs from the rule's choice; the advice then says it overrides the rule, and why. It
     does not override the fine-tuning rule: a check trained from scratch says nothing about
-    which placement a checkpoint should keep."""
+    which placement a checkpoint should keep. Without measurements, `recorded` (what the
+    recorded studies found at the shape) replaces the rules of thumb (`from_record`); with
+    neither, the rules decide."""
     measured = measured or {}
     long_warmup = warmup_budget is not None and warmup_budget >= 1000
     deep = blocks > DEEP
@@ -193,23 +209,19 @@ def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None 
         {"rule": "intermediate heads under Pre-Norm need a norm at every extraction point",
          "applies": intermediate_heads},
     ]
-    reasons = []
     if finetune:
-        rec = "post"
-        reasons.append("rule of thumb: you fine-tune, so keep a Post-Norm checkpoint's placement")
+        rec, why = "post", "you fine-tune, so keep a Post-Norm checkpoint's placement"
     elif deep and not long_warmup:
-        rec = "pre"
-        reasons.append(f"rule of thumb: {blocks} blocks > {DEEP} and no long warmup budget: pre")
+        rec, why = "pre", f"{blocks} blocks > {DEEP} and no long warmup budget: pre"
     elif deep:
-        rec = "pre"
-        reasons.append(f"rule of thumb: {blocks} blocks > {DEEP}: even with a long warmup "
-                       "Post-Norm is at risk; consider deepnorm or lns if you need Post-Norm's "
-                       "depth use")
+        rec, why = "pre", (f"{blocks} blocks > {DEEP}: even with a long warmup Post-Norm is at "
+                           "risk; consider deepnorm or lns if you need Post-Norm's depth use")
     else:
-        rec = "post"
-        reasons.append(f"rule of thumb: {blocks} blocks <= {DEEP}: Post-Norm trains and tends "
-                       "to end better")
+        rec, why = "post", f"{blocks} blocks <= {DEEP}: Post-Norm trains and tends to end better"
+    reasons = [f"rule of thumb: {why}"]
     rule_rec = rec
+    if recorded is not None and not measured and not finetune:
+        rec, reasons = from_record(recorded, rule_rec, why)
 
     init = measured.get("init")
     if init:
@@ -240,9 +252,58 @@ def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None 
                 "models trained far longer; a short check at reduced width is weaker evidence "
                 "about the end of a long run, so re-check with more --check-steps if it "
                 "matters")
-    if rec == "pre":
-        reasons.append("use a final norm (final_norm=auto does it for pre)")
+    if rec in ("pre", UNDECIDED):
+        when = "" if rec == "pre" else "with pre: "
+        reasons.append(f"{when}use a final norm (final_norm=auto does it for pre)")
         if intermediate_heads:
-            reasons.append("put a norm at every extraction point of an intermediate head")
+            reasons.append(f"{when}put a norm at every extraction point of an intermediate head")
     return Advice(recommendation=rec, reasons=reasons, rules=rules, measured=measured,
-                  rule_recommendation=rule_rec)
+                  rule_recommendation=rule_rec, recorded=recorded)
+
+
+UNDECIDED = "undecided"
+
+
+def from_record(recorded: Recorded, rule_rec: str, rule_text: str) -> tuple[str, list[str]]:
+    """(recommendation, reasons) from what the recorded studies found at the shape, in place of
+    the rule of thumb (`rule_rec`, because `rule_text`): post where C9 (Post-LN ends better when
+    it trains) was supported by every study that trained the shape; otherwise `undecided`,
+    saying what was found, or that nothing was measured here, and what to run to measure it."""
+    b, w = recorded.blocks, recorded.width
+    shape = f"{b} blocks, width {w}"
+    rule = f"the rule of thumb ({rule_rec}: {rule_text})"
+    measure = (f"to measure at this shape: `normlab advise --blocks {b} --width {w}` (without "
+               "--no-measure: pre and post at init at this shape, then a short lr x warmup "
+               "stability check at your depth, a few minutes), or for runs as long as yours a "
+               "sweep of model.placement x train.lr x train.warmup at this shape "
+               "(docs/sweeps.md)")
+    if recorded.where is None:
+        return UNDECIDED, [
+            "the recorded studies (docs/results/study_*/study.json) are not available here: they "
+            "are kept in normlab's repository, not in an installed package, so nothing recorded "
+            f"can be said about {shape}", f"{rule} is unchecked here", measure]
+    if not recorded.studies:
+        return UNDECIDED, [f"no recorded study could be read under {recorded.where}",
+                           *recorded.problems, f"{rule} is unchecked here", measure]
+    reasons = [*recorded.problems]
+    if not recorded.measured_here:
+        names = ", ".join(st.name for st in recorded.studies)
+        reasons += [f"nothing was measured at {shape} by the recorded studies ({names}); they "
+                    f"trained {recorded.shapes_text()}",
+                    f"{rule} is unchecked at this shape", measure]
+        return UNDECIDED, reasons
+    studies = ", ".join(dict.fromkeys(r["study"] for r in recorded.rows))
+    c9 = [(r["study"], r["verdict"]) for r in recorded.rows if r["claim"] == "C9"]
+    reasons.append(f"the recorded studies ({studies}) trained at {shape}: what they found is "
+                   "in the table above")
+    if c9 and all(v == "supported" for _, v in c9):
+        reasons.append("C9 (Post-LN ends better when it trains) was supported by every study "
+                       "that trained this shape: post")
+        return "post", [*reasons, measure]
+    found = ("; ".join(f"{v} ({st})" for st, v in c9) if c9 else
+             "not measured at this shape (no study trained both placements to compare here)")
+    then = (f"so {rule} is not given, and nothing recorded picks a placement" if rule_rec == "post"
+            else f"nothing recorded picks a placement, and {rule} is unchecked here")
+    reasons.append(f"C9 (Post-LN ends better when it trains): {found}. The record does not show "
+                   f"Post-Norm ending better here, {then}")
+    return UNDECIDED, [*reasons, measure]

@@ -33,7 +33,8 @@ app = command_group("normlab: where the normalization goes in a Transformer.")
 # Options shared by several commands.
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", metavar="FIELD=VALUE",
-    help="override a model field, e.g. --set d_model=128 (repeatable)")]
+    help="override a model field, e.g. --set d_model=128 or --set model.d_model=128 "
+         "(repeatable)")]
 
 
 def finite(value: float | None) -> float | None:

@@ -27,6 +27,7 @@ from normlab.config import (
     parse_config,
 )
 from normlab.console import console, err_console, fail
+from normlab.rows import output_format, render
 
 
 @app.command()
@@ -171,20 +172,29 @@ def runs(root: Annotated[Path, typer.Argument(
         metavar="ROOT", help="folder of run folders")] = Path("runs"),
          wide: Annotated[bool, typer.Option(
              help="a column per setting, however wide the terminal")] = False,
+         format: Annotated[str, typer.Option(
+             "--format", callback=output_format,
+             help="table, json (a list of row objects) or csv (a header row, then a row per run)")
+         ] = "table",
          ) -> None:
     """List the runs under ROOT.
 
     Shows the settings in which they differ, the outcome and the final losses; a damaged folder
     is listed as damaged, with why. In a terminal narrower than the table the settings fold into
-    one column (--wide: a column each)."""
-    from normlab.train.listing import runs_table
+    one column (--wide: a column each). --format json or csv prints the same rows as data, keyed
+    by config path (model.placement) and result (val_loss), numbers unformatted."""
+    from normlab.train.listing import list_runs, runs_table
 
     if not root.is_dir():
         fail(f"{root}: no such folder of runs")
-    table = runs_table(root)
+    listing = list_runs(root)
+    if format != "table":
+        sys.stdout.write(render(listing.records(), listing.record_keys, format))
+        return
+    table = runs_table(root, listing=listing)
     if console.is_terminal:
         if not wide and _natural_width(table) > console.width:
-            table = runs_table(root, compact=True)
+            table = runs_table(root, compact=True, listing=listing)
         console.print(table)
         return
     width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs
@@ -242,10 +252,13 @@ def advise(
                                   ] = False,
     check_steps: Annotated[int, typer.Option(min=1, help="steps of each stability-check run")
                            ] = 60,
-    measure: Annotated[bool, typer.Option(help="measure at this shape (a few minutes)")] = True,
+    measure: Annotated[bool, typer.Option(
+        help="measure at this shape (a few minutes); --no-measure: say what the recorded studies "
+             "(docs/results) found at this shape instead, or that they measured nothing here")
+                       ] = True,
 ) -> None:
     """Placement guidance for your shape. Each rule is shown with what normlab measures
-    there."""
+    there, or without measuring with what its recorded studies found there."""
     from normlab.advise import advise as run_advise
     from normlab.memory import check_fits, estimate
 
@@ -263,7 +276,8 @@ def advise(
                                 f"measuring: {msg} ...", highlight=False))
     except ConfigError as e:
         fail(str(e))
-    table = Table(title=f"guidance for {blocks} blocks, width {width}")
+    table = Table(title=f"rules of thumb for {blocks} blocks, width {width} (the literature's "
+                        "guidance)")
     table.add_column("rule")
     table.add_column("applies")
     for r in advice.rules:
@@ -278,6 +292,15 @@ def advise(
                        r["outcome"] + (f" ({r['reason']} @ {r['step']})" if r["reason"] else ""),
                        f"{r['val_loss']:.3f}" if r["val_loss"] is not None else "-")
         console.print(st)
+    if advice.recorded is not None and advice.recorded.rows:
+        rt = Table(title=f"recorded studies at {blocks} blocks, width {width} (docs/results)")
+        for col in ("claim", "study", "verdict", "measured: estimate [95% interval], n"):
+            rt.add_column(col)
+        for r in advice.recorded.rows:
+            needs = [f"needs: {r['needs']}"] if r["needs"] else []
+            rt.add_row(f"{r['claim']} {r['title']}", r["study"], r["verdict"],
+                       "\n".join([*r["numbers"], *needs]))
+        console.print(rt)
     console.print(f"recommendation: {advice.recommendation}", style="bold", highlight=False)
     for reason in advice.reasons:
         console.print(f"  - {reason}", highlight=False)

@@ -371,7 +371,10 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
             section = _section_class(cls, item["loc"][:-1])
             known = sorted(section.model_fields)
             name = str(item["loc"][-1])
-            hint = _in_a_section(section, name) or did_you_mean(name, known)
+            # a near miss inside a section is named by its full path, as --set takes it
+            within = "".join(f"{part}." for part in item["loc"][:-1])
+            hint = _in_a_section(section, name) or did_you_mean(
+                name, known, [within + k for k in known])
             msg = f"unknown field{hint}; known fields are: {', '.join(known)}"
         elif item["type"] == "literal_error":
             got = item.get("input")
@@ -386,15 +389,19 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
 
 
-def did_you_mean(word: str, choices: list[str]) -> str:
+def did_you_mean(word: str, choices: list[str], shown: list[str] | None = None) -> str:
     """`" (did you mean 'placement'?)"` for the choice closest to a mistyped `word` (one that
-    starts with it or it starts with, else difflib's closest match), or "" when none is close."""
+    starts with it or it starts with, else difflib's closest match), or "" when none is close.
+    `shown`: how each choice is named in the message (its full path), when not as matched."""
     lowered = word.lower()
     near = [c for c in choices if c != word and (
         c.lower().startswith(lowered) or lowered.startswith(c.lower()))]
     near = sorted(near, key=lambda c: abs(len(c) - len(word)))[:1] or difflib.get_close_matches(
         word, choices, n=1, cutoff=0.6)
-    return f" (did you mean {near[0]!r}?)" if near and word else ""
+    if not (near and word):
+        return ""
+    named = dict(zip(choices, shown or choices, strict=True))[near[0]]
+    return f" (did you mean {named!r}?)"
 
 
 def _in_a_section(cls: type[BaseModel], name: str) -> str:
@@ -732,6 +739,21 @@ def load_model_config(path: str | Path | None = None, overrides: list[str] | Non
         raise ConfigError(f"config file {path}: model: expected a mapping of model fields, got "
                           f"{type(data).__name__}")
     data = deep_merge(data, {k: v for k, v in (fields or {}).items() if v is not None})
-    parsed = parse_overrides(overrides)
-    data = deep_merge(data, parsed.get("model", parsed))
-    return parse_config(ModelConfig, data)
+    return parse_config(ModelConfig, deep_merge(data, model_overrides(overrides)))
+
+
+def model_overrides(overrides: list[str] | None) -> dict[str, Any]:
+    """The model fields of `--set` items given as `FIELD=VALUE` or `model.FIELD=VALUE` alike (in
+    the order given); a run config's other sections (`train.lr=...`) are refused, by name."""
+    out: dict[str, Any] = {}
+    for item in overrides or []:
+        parsed = parse_overrides([item])
+        section = next(iter(parsed))
+        if section in RunConfig.model_fields and section != "model":
+            key = item.partition("=")[0].strip()
+            raise ConfigError(
+                f"--set {key}: a {section} setting, which only a run has (`normlab train --set "
+                f"{key}=...`); here --set takes model fields, as FIELD=VALUE or model.FIELD=VALUE")
+        nested = section == "model" and isinstance(parsed["model"], dict)
+        out = deep_merge(out, parsed["model"] if nested else parsed)
+    return out

@@ -33,12 +33,15 @@ field descriptions there, then rerun it (tests/test_config_docs.py checks the tw
 
 A run config is a YAML file with up to three sections, `model`, `data` and `train`; every field is
 optional and takes the default below. Set any of them on the command line with
-`--set SECTION.FIELD=VALUE` (values are read as YAML: `--set train.tags=[a,b]`). An unknown field
-or a value outside the allowed ones is refused with the field's name and a "did you mean". The
-run's folder is named by a hash of the resolved config, except the fields marked *not hashed*
-(they change how or under what label a run is computed, not what). Defaults a placement decides
-(`init`, `final_norm`, the DeepNorm and Admin constants, ...) are shown resolved by `normlab
-plan`, `normlab runs` and the report. Examples: [examples/](../examples).
+`--set SECTION.FIELD=VALUE` (values are read as YAML: `--set train.tags=[a,b]`); a field without
+its section (`--set d_ff=256`) is refused, naming it with its section (`model.d_ff`). `normlab
+plan` and `normlab probe`, which build a model and train nothing, take its fields as `FIELD=VALUE`
+or `model.FIELD=VALUE` alike. An unknown field or a value outside the allowed ones is refused with
+the field's name and a "did you mean". The run's folder is named by a hash of the resolved config,
+except the fields marked *not hashed* (they change how or under what label a run is computed, not
+what). Defaults a placement decides (`init`, `final_norm`, the DeepNorm and Admin constants, ...)
+are shown resolved by `normlab plan`, `normlab runs` and the report. Examples:
+[examples/](../examples).
 """
 
 

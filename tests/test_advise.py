@@ -1,5 +1,9 @@
 """`normlab advise`: the advice follows its own measurements, and says when it overrides a rule
-of thumb. The measurement tables are stubs, so each case is exact and fast."""
+of thumb. The measurement tables are stubs, so each case is exact and fast. Without measuring it
+follows the recorded studies (written here as small study.json files, and the repository's own),
+never a rule of thumb they do not support."""
+
+import json
 
 import pytest
 
@@ -93,3 +97,120 @@ def test_advise_says_each_measurement_as_it_starts(monkeypatch, tmp_path):
     assert told.count("trained") == 8 and len(told) == 17
     assert advise(6, 128, measure=False, progress=told.append).measured == {}
     assert len(told) == 17  # no measurement, nothing told
+
+
+# -- without measuring: the recorded studies, not the rules of thumb ---------------------------
+
+def study_json(folder, profile: str, blocks: int, width: int, c9: str, deep: int = 0) -> None:
+    """A recorded study at `blocks` x `width` with C9's verdict `c9` and a C6a with numbers."""
+    claims = [
+        {"id": "C6a", "title": "At a common peak lr, Post-LN needs warmup and Pre-LN does not",
+         "verdict": "inconclusive", "needs": "", "predictions": [
+             {"role": "claim", "subject": "post, lr 0.0015", "verdict": "supported",
+              "quantity": "val loss without warmup - with warmup",
+              "effect": {"estimate": 0.663, "ci_low": 0.462, "ci_high": 0.863, "n": 4}},
+             {"role": "premise", "subject": "hidden", "verdict": "supported",
+              "quantity": "a premise", "effect": {"estimate": 1.0}}]},
+        {"id": "C9", "title": "Post-LN ends better when it trains (shallow models)",
+         "verdict": c9, "needs": "runs trained near convergence" if c9.startswith("not t") else "",
+         "predictions": []},
+        {"id": "C1", "title": "an init claim", "verdict": "supported", "predictions": []},
+    ]
+    path = folder / f"study_{profile}" / "study.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"profile": profile, "claims": claims, "profile_settings": {
+        "train_blocks": blocks, "train_width": width, "train_heads": 2, "steps": 400,
+        "seeds": 4, "deep_blocks": deep}}))
+
+
+def test_no_measure_says_what_the_studies_found_at_a_shape_they_trained(tmp_path):
+    """6 blocks, width 64 where the studies trained it and C9 was not tested at this scale: no
+    Post-Norm rule of thumb, the record's findings instead, and what to run to measure."""
+    study_json(tmp_path, "standard", 6, 64, "not tested at this scale", deep=12)
+    advice = advise(6, 64, measure=False, results=tmp_path)
+    assert advice.rule_recommendation == "post" and advice.recommendation == "undecided"
+    assert advice.measured == {}
+    text = " ".join(advice.reasons)
+    assert "Post-Norm trains and tends to end better) is not given" in text
+    assert "C9 (Post-LN ends better when it trains): not tested at this scale (standard)" in text
+    assert "`normlab advise --blocks 6 --width 64` (without --no-measure" in text
+    rows = {r["claim"]: r for r in advice.recorded.rows}
+    assert list(rows) == ["C6a", "C9"]  # the training claims it has; not the init claim C1
+    assert rows["C6a"]["numbers"] == ["post, lr 0.0015: val loss without warmup - with warmup "
+                                      "+0.663 [+0.462, +0.863], n=4 (supported)"]
+    assert rows["C9"]["verdict"] == "not tested at this scale"
+    assert rows["C9"]["needs"] == "runs trained near convergence"
+    # fine-tuning a Post-Norm checkpoint keeps its placement: not a rule the record can overturn
+    assert advise(6, 64, finetune=True, measure=False, results=tmp_path).recommendation == "post"
+
+
+def test_no_measure_follows_the_record_where_it_supports_post(tmp_path):
+    study_json(tmp_path, "long", 6, 64, "supported")
+    advice = advise(6, 64, measure=False, results=tmp_path)
+    assert advice.recommendation == "post"
+    assert "C9 (Post-LN ends better when it trains) was supported" in " ".join(advice.reasons)
+
+
+def test_no_measure_at_a_shape_no_study_trained_says_so_and_what_to_run(tmp_path):
+    study_json(tmp_path, "standard", 6, 64, "not tested at this scale", deep=12)
+    advice = advise(48, 512, measure=False, results=tmp_path)
+    assert advice.rule_recommendation == "pre" and advice.recommendation == "undecided"
+    assert advice.recorded.rows == []
+    text = " ".join(advice.reasons)
+    assert ("nothing was measured at 48 blocks, width 512 by the recorded studies (standard); "
+            "they trained 6 blocks, width 64 (standard: 400 steps, 4 seeds, 2 heads); 12 blocks, "
+            "width 64 (standard: C11, C12)") in text
+    assert "`normlab advise --blocks 48 --width 512`" in text and "sweep" in text
+
+
+def test_no_measure_without_the_recorded_studies_says_they_are_not_available(
+        tmp_path, monkeypatch):
+    """An installed copy has no docs/results: nothing recorded is claimed."""
+    import normlab.recorded
+
+    monkeypatch.setattr(normlab.recorded, "REPO", tmp_path)  # a folder with no repository
+    advice = advise(6, 64, measure=False)
+    assert advice.recommendation == "undecided" and advice.recorded.rows == []
+    assert "the recorded studies (docs/results/study_*/study.json) are not available here" in (
+        advice.reasons[0])
+    # a study.json that does not read (one being written) is named, the others are used
+    study_json(tmp_path, "standard", 6, 64, "supported")
+    (tmp_path / "study_cut").mkdir()
+    (tmp_path / "study_cut" / "study.json").write_text('{"claims": [')
+    advice = advise(6, 64, measure=False, results=tmp_path)
+    assert advice.recommendation == "post"
+    assert any("study_cut/study.json: cannot be read" in r for r in advice.reasons)
+
+
+def test_advise_no_measure_reads_the_repository_studies():
+    """`normlab advise --no-measure` from the repository: at 6 blocks, width 64 (the studies'
+    shape) the findings of docs/results, with their verdicts, and never the Post-Norm rule; at
+    48 blocks, width 512, that nothing was measured there."""
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+    from normlab.recorded import read_studies, results_dir
+
+    studies, _ = read_studies(results_dir())
+    here = [st for st in studies if (st.settings["train_blocks"], st.settings["train_width"])
+            == (6, 64)]
+    assert here, "the repository records studies at 6 blocks, width 64"
+    c9 = [st.claims["C9"]["verdict"] for st in here]
+    r = CliRunner().invoke(app, ["advise", "--blocks", "6", "--width", "64", "--no-measure"],
+                           terminal_width=250)
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "recorded studies at 6 blocks, width 64" in out
+    for st in here:
+        assert f"C9 Post-LN ends better when it trains (shallow models) │ {st.name} │" in out
+    want = "post" if all(v == "supported" for v in c9) else "undecided"
+    assert f"recommendation: {want}" in out
+    if want == "undecided":
+        assert "Post-Norm trains and tends to end better) is not given" in out
+
+    r = CliRunner().invoke(app, ["advise", "--blocks", "48", "--width", "512", "--no-measure"],
+                           terminal_width=250)
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert "recommendation: undecided" in out and "recorded studies at" not in out
+    assert "nothing was measured at 48 blocks, width 512 by the recorded studies" in out

@@ -145,10 +145,17 @@ CASES = [
     ("sample runs", "runs: not a run folder"),
     ("sample afile --tokens 0", "--tokens"),
     # a near miss is named: "did you mean", for fields and for values
-    ("train --set model.placment=pre", "model.placment: unknown field (did you mean 'placement'?)"),
+    ("train --set model.placment=pre",
+     "model.placment: unknown field (did you mean 'model.placement'?)"),
+    ("plan --set plcement=pre", "plcement: unknown field (did you mean 'placement'?)"),
     # a section's field given without its section, exactly or nearly
     ("train --set placement=prenorm", "placement: unknown field (did you mean 'model.placement'?)"),
     ("train --set warmpu=10", "warmpu: unknown field (did you mean 'train.warmup'?)"),
+    # a bare model field, which plan takes, is named with its section in a run config
+    ("train --set d_ff=256", "d_ff: unknown field (did you mean 'model.d_ff'?)"),
+    # plan and probe take model fields only: a run's other settings are refused by name
+    ("plan --set train.lr=1e-3", "--set train.lr: a train setting, which only a run has"),
+    ("probe --set data.seq_len=8", "--set data.seq_len: a data setting, which only a run has"),
     ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
     ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
     ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
@@ -213,6 +220,24 @@ def test_a_read_only_output_folder_is_named(files, monkeypatch):
 FLOAT_FIELDS = [(section, name) for section, cls in (("model", ModelConfig), ("data", DataConfig),
                                                      ("train", TrainConfig))
                 for name, field in cls.model_fields.items() if "float" in str(field.annotation)]
+
+
+@pytest.mark.parametrize("sets", [
+    ["d_ff=256", "norm=rmsnorm"], ["model.d_ff=256", "model.norm=rmsnorm"],
+    ["d_ff=256", "model.norm=rmsnorm"], ["model.d_ff=256", "norm=rmsnorm"]])
+def test_plan_takes_a_model_field_bare_or_dotted_alike(sets):
+    """`normlab plan --set` takes `d_ff=256` and `model.d_ff=256` (the form `train --set` needs)
+    alike, mixed in one command too: none is dropped."""
+    r = _invoke(["plan", *(f"--set={s}" for s in sets)])
+    assert r.exit_code == 0, r.output
+    assert "MLP: gelu, width 256" in r.output and "Attn(RMS(x))" in r.output
+
+
+def test_a_later_set_of_one_field_wins_whichever_its_form():
+    from normlab.config import load_model_config
+
+    assert load_model_config(None, ["d_ff=64", "model.d_ff=128"]).d_ff == 128
+    assert load_model_config(None, ["model.d_ff=128", "d_ff=64"]).d_ff == 64
 
 
 def test_the_float_fields_are_found():

@@ -248,3 +248,81 @@ def test_runs_in_a_narrow_terminal_folds_its_settings_unless_wide(pre_post, monk
     narrow.file = io.StringIO()
     assert CliRunner().invoke(app, ["runs", str(pre_post), "--wide"]).exit_code == 0
     assert "settings" not in narrow.file.getvalue()
+
+
+def test_runs_as_json_and_csv_hold_the_same_rows_as_data(pre_post):
+    """--format json: a list of row objects with stable keys (config paths, result names) and
+    numbers as numbers; --format csv: the same keys as a header row, the same values."""
+    import csv
+    import io
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows_ = json.loads(r.output)
+    assert len(rows_) == 2
+    keys = ["run_id", "path", "sweep", "model.final_norm", "model.init", "model.placement",
+            "outcome", "reason", "step", "steps_planned", "train_loss", "val_loss",
+            "best_val_loss", "val_acc"]
+    assert all(list(row) == keys for row in rows_)
+    by_placement = {row["model.placement"]: row for row in rows_}
+    assert by_placement["post"]["model.init"] == "xavier"
+    for row in rows_:
+        summary = json.loads((pre_post / row["run_id"] / "summary.json").read_text())
+        assert row["path"] == row["run_id"] and row["sweep"] is None
+        assert row["outcome"] in ("completed", "stalled")
+        assert row["step"] == row["steps_planned"] == 2
+        assert isinstance(row["train_loss"], float) and row["train_loss"] == summary["train_loss"]
+        assert row["val_acc"] is None  # a text run has none
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].split(",") == keys
+    read = list(csv.DictReader(io.StringIO(r.output)))
+    assert [row["run_id"] for row in read] == [row["run_id"] for row in rows_]
+    for got, want in zip(read, rows_, strict=True):
+        assert float(got["val_loss"]) == want["val_loss"] and got["step"] == "2"
+        assert got["sweep"] == "" and got["model.init"] == want["model.init"]
+
+    r = CliRunner().invoke(app, ["runs", str(pre_post), "--format", "yaml"])
+    assert r.exit_code == 2 and "'yaml' is not one of table, json, csv" in r.output
+
+
+def test_runs_as_json_of_a_damaged_folder_says_why(pre_post, tmp_path):
+    run = next(pre_post.iterdir())
+    shutil.copytree(run, tmp_path / run.name)
+    (tmp_path / run.name / "summary.json").write_text("{cut")
+    r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.output)
+    assert row["outcome"] == "damaged" and "summary.json: damaged" in row["reason"]
+    assert row["train_loss"] is None
+
+
+def test_runs_of_one_name_are_told_apart_by_a_short_id_prefix(tmp_path):
+    """Two runs named alike (different configs, so different ids) show the name with a short
+    prefix of each one's id, a prefix `sample` accepts; a name no other run has shows alone."""
+    from normlab.train.listing import id_prefix
+    from normlab.train.rundir import find_run
+
+    a = train_run(tiny("train.name=baseline"), tmp_path, progress=False)
+    b = train_run(tiny("train.name=baseline", "train.seed=1"), tmp_path, progress=False)
+    c = train_run(tiny("train.name=other", "train.seed=2"), tmp_path, progress=False)
+    out = runs(tmp_path)
+    cols = header(out)
+    shown = {k: r[cols.index("name")] for k, r in rows(out).items() if k != "run"}
+    prefix = {s["run_id"]: shown[s["run_id"]].split("(")[-1].rstrip(")") for s in (a, b)}
+    assert shown[a["run_id"]] == f"baseline ({prefix[a['run_id']]})"
+    assert shown[b["run_id"]] == f"baseline ({prefix[b['run_id']]})"
+    assert prefix[a["run_id"]] != prefix[b["run_id"]]
+    assert shown[c["run_id"]] == "other"
+    for run_id, p in prefix.items():  # the prefix names the run where a command takes one
+        assert run_id.startswith(p) and len(p) < len(run_id)
+        assert find_run(p, tmp_path) == tmp_path / run_id
+    # the json keeps the name as it is: run_id tells the rows apart
+    r = CliRunner().invoke(app, ["runs", str(tmp_path), "--format", "json"])
+    assert sorted(row["train.name"] for row in json.loads(r.output)) == [
+        "baseline", "baseline", "other"]
+    # the shortest unique prefix, never shorter than the readable part and 4 hash characters
+    assert id_prefix("pre-L4-d64-abcdef123456", ["pre-L4-d64-abce00000000"]) == "pre-L4-d64-abcd"
+    assert id_prefix("pre-L4-d64-abcdef123456", ["pre-L4-d64-abcd00000000"]) == "pre-L4-d64-abcde"

@@ -117,12 +117,15 @@ def test_second_writer_refused_and_a_dead_holder_never_blocks(tmp_path):
     finally:
         first.kill()
         first.wait(timeout=60)
-    # the holder died by SIGKILL: the kernel released its lock; the run resumes and its records
-    # continue the checkpoint's without a gap or a duplicate
+    # the holder died by SIGKILL: the kernel released its lock; the run resumes, saying it
+    # cleared the lock the dead process left, and its records continue the checkpoint's without
+    # a gap or a duplicate
     assert is_live(run_dir) is False
     state = json.loads((run_dir / "checkpoint" / "trainer_state.json").read_text())
-    s = train_run(cfg, tmp_path / "runs", progress=False, interrupt_at=state["step"] + 3)
+    s, noted = train_noting(cfg, tmp_path / "runs", interrupt_at=state["step"] + 3)
     assert s["outcome"] == "interrupted" and s["step"] == state["step"] + 3
+    assert f"{run_dir}: cleared a stale lock: it named process {first.pid}, which no longer " \
+           "exists; the run proceeds" in noted
     assert [r["step"] for r in read_metrics(run_dir / "metrics.jsonl")] == list(
         range(1, s["step"] + 1))
 
@@ -153,6 +156,99 @@ def test_a_held_folder_refuses_the_trainer_and_the_group(tmp_path):
         holder.wait(timeout=30)
     with hold_run(run_dir):  # re-entrant in one process: a sweep worker holds, the trainer enters
         assert train_run(cfg, tmp_path, progress=False)["outcome"] in ("completed", "stalled")
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended and been reaped: no process has it now (until the
+    system hands it out again, which takes a full turn of pids)."""
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait(timeout=60)
+    if sys.platform == "linux":
+        assert not Path(f"/proc/{done.pid}").exists()
+    return done.pid
+
+
+def test_a_stale_lock_is_cleared_with_a_message_and_a_live_one_refuses(tmp_path):
+    """A lock file naming a process that no longer exists (it was killed while it held the
+    lock): the run proceeds, saying it cleared the stale lock, with that pid and the run; the
+    note is kept in summary.json. A clean end leaves the file empty, so the next run says
+    nothing. A lock a live process holds still refuses, naming that process."""
+    pytest.importorskip("fcntl")
+    cfg = tiny("train.steps=4")
+    run_dir = tmp_path / cfg.run_id()
+    run_dir.mkdir()
+    pid = dead_pid()
+    (run_dir / ".lock").write_text(f"{pid}\n")  # as a killed holder leaves it
+    s, noted = train_noting(cfg, tmp_path)
+    assert s["outcome"] in ("completed", "stalled")
+    stale = [n for n in noted if "stale lock" in n]
+    assert stale == [f"{run_dir}: cleared a stale lock: it named process {pid}, which no longer "
+                     "exists; the run proceeds"]
+    assert read_summary(run_dir)["repairs"] == stale
+    assert (run_dir / ".lock").read_text() == ""  # let go cleanly: nothing to clear next time
+    again, noted = train_noting(cfg, tmp_path)
+    assert again["outcome"] == s["outcome"] and not [n for n in noted if "stale" in n]
+
+    # the CLI says it too, on stderr, and trains
+    fresh = tiny("train.steps=4", "train.seed=1")
+    (tmp_path / fresh.run_id()).mkdir()
+    (tmp_path / fresh.run_id() / ".lock").write_text(f"{pid}\n")
+    r = subprocess.run(normlab_cmd("train", *(f"--set={a}" for a in TINY),
+                                   "--set=train.steps=4", "--set=train.seed=1", "--quiet",
+                                   f"--root={tmp_path}"),
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    message = " ".join(r.stderr.split())
+    assert f"cleared a stale lock: it named process {pid}, which no longer exists" in message
+    assert fresh.run_id() in message
+
+    # a live holder: refused, naming it; the lock file is left as it is
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from pathlib import Path; "
+         "from normlab.train.rundir import hold_run\n"
+         f"with hold_run(Path({str(run_dir)!r})):\n print('held', flush=True); time.sleep(120)"],
+        env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        from normlab.train import RunLockedError
+
+        with pytest.raises(RunLockedError) as e:
+            train_run(cfg, tmp_path, progress=False)
+        assert str(e.value) == (
+            f"{run_dir}: in use by process {holder.pid}, which is training this run (a `normlab "
+            "train`, a sweep or a study); wait for it to finish or stop it, then run again")
+        assert (run_dir / ".lock").read_text().split()[0] == str(holder.pid)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+def test_a_lock_held_by_a_child_of_a_dead_process_names_both(tmp_path):
+    """The process named in the lock file has ended, but a process it forked still holds the
+    lock (it inherited it): the run is refused, saying so, not blamed on the dead pid."""
+    pytest.importorskip("fcntl")
+    from normlab.train import RunLockedError
+    from normlab.train.rundir import hold_run
+
+    run_dir = tmp_path / "run"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, time; from pathlib import Path; "
+         "from normlab.train.rundir import hold_run\n"
+         f"with hold_run(Path({str(run_dir)!r})):\n"
+         "    if os.fork() == 0:\n"
+         "        print(os.getpid(), flush=True); time.sleep(120); os._exit(0)\n"
+         "    os._exit(0)  # at once, without letting go: the child holds the lock on"],
+        env=ENV, stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.wait(timeout=60)
+    try:
+        with pytest.raises(RunLockedError) as e, hold_run(run_dir):
+            pass
+        assert str(e.value).startswith(
+            f"{run_dir}: locked by a process that process {parent.pid}, which no longer exists, "
+            "started and that still runs (it inherited the lock")
+    finally:
+        os.kill(child, 9)
 
 
 # -- 2: a damaged line in metrics.jsonl ---------------------------------------------------------

@@ -258,6 +258,28 @@ def test_summarize_and_map_commands(grid, tmp_path):
     assert r.exit_code == 0 and len((tmp_path / "s.csv").read_text().splitlines()) == 9
     r = runner.invoke(sweep_app, ["summarize", str(root)])
     assert r.exit_code == 0 and "diverged" in r.output and "failed" in r.output
+    # json: a list of row objects keyed by the columns, numbers as numbers (a non-finite loss of
+    # a diverged run as null); to DIR/summary.json by default, to stdout with --out -
+    r = runner.invoke(sweep_app, ["summarize", str(root), "--format", "json", "--out", "-"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)
+    columns = ["run_id", "model.placement", "train.lr", "train.warmup", *RESULT_COLUMNS]
+    assert len(rows) == 8 and all(list(row) == columns for row in rows)
+    assert {row["train.lr"] for row in rows} == {3e-3, 50}
+    for row in rows:
+        assert isinstance(row["step"], int) and isinstance(row["steps_planned"], int)
+        if row["outcome"] == "stalled":
+            assert isinstance(row["val_loss"], float) and row["diverged_step"] is None
+        if row["outcome"] == "diverged":
+            assert row["diverged_step"] == row["step"] and row["val_loss"] is None
+    r = runner.invoke(sweep_app, ["summarize", str(root), "--format", "json"])
+    assert r.exit_code == 0 and json.loads((root / "summary.json").read_text()) == rows
+    (root / "summary.json").unlink()
+    r = runner.invoke(sweep_app, ["summarize", str(root), "--format", "csv", "--out", "-"])
+    assert r.exit_code == 0, r.output
+    read = list(csv.DictReader(r.output.splitlines()))
+    assert list(read[0]) == columns
+    assert [row["run_id"] for row in read] == [row["run_id"] for row in rows]
     r = runner.invoke(sweep_app, ["summarize", str(root), "--format", "parquet", "--out",
                                   str(tmp_path / "s.parquet")])
     try:

@@ -143,19 +143,28 @@ def sweep_run(
 @sweep_app.command("summarize")
 def sweep_summarize(
     dir: DirArg,
-    format: Annotated[str, typer.Option(help="table (terminal), csv or parquet")] = "table",
+    format: Annotated[str, typer.Option(
+        help="table (terminal), json (a list of row objects), csv (a header row, then a row per "
+             "run) or parquet")] = "table",
     out: Annotated[Path | None, typer.Option(
         callback=output_file,
-        help="output file for csv/parquet [default: DIR/summary.csv|parquet]; - for stdout "
-             "(csv)")] = None,
+        help="output file for json/csv/parquet [default: DIR/summary.json|csv|parquet]; - for "
+             "stdout (json, csv)")] = None,
 ) -> None:
     """One table of every run of a sweep. Axes, outcome, divergence step and reason, losses,
     tokens/s."""
-    from normlab.sweep.summarize import SummaryError, collect, summarize, to_csv, to_rich
+    from normlab.sweep.summarize import (
+        SummaryError,
+        collect,
+        summarize,
+        to_csv,
+        to_json,
+        to_rich,
+    )
 
     try:
-        if format == "csv" and str(out) == "-":
-            sys.stdout.write(to_csv(collect(dir)))
+        if format in ("csv", "json") and str(out) == "-":
+            sys.stdout.write((to_csv if format == "csv" else to_json)(collect(dir)))
             return
         table, path = summarize(dir, format, out)
     except SummaryError as e:

@@ -1,6 +1,6 @@
 """One table of all the runs of a sweep folder: config axes, outcome, divergence step and reason,
 final train/val loss, best val loss, token-varying share of the final stream, tokens/s. As rows
-(dicts), CSV, Parquet or a rich table.
+(dicts), JSON, CSV, Parquet or a rich table.
 
 The runs and axes come from `sweep.json`; a folder of runs without one (e.g. several `normlab
 train` runs) works too: the axes are then the config fields that differ between its runs. A run
@@ -26,7 +26,7 @@ from normlab.train.rundir import read_run_folder, run_folders
 
 RESULT_COLUMNS = ("outcome", "reason", "step", "steps_planned", "diverged_step", "train_loss",
                   "val_loss", "best_val_loss", "token_share", "tokens_per_s")
-FORMATS = ("table", "csv", "parquet")
+FORMATS = ("table", "json", "csv", "parquet")
 
 
 class SummaryError(RuntimeError):
@@ -136,6 +136,18 @@ def to_csv(table: SweepTable, path: Path | None = None) -> str:
     return text
 
 
+def to_json(table: SweepTable, path: Path | None = None) -> str:
+    """The rows as a JSON list of objects keyed by `table.columns` (numbers as numbers, a
+    non-finite one as null; see `normlab.rows`)."""
+    from normlab.rows import to_json as rows_json
+
+    text = rows_json(table.rows, table.columns)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return text
+
+
 def to_parquet(table: SweepTable, path: Path) -> None:
     try:
         import pyarrow as pa
@@ -197,14 +209,16 @@ def to_rich(table: SweepTable):
 
 def summarize(root: Path | str, fmt: str = "table", out: Path | None = None
               ) -> tuple[SweepTable, Path | None]:
-    """Collect the table and write it as `fmt` (csv/parquet to `out`, default in the folder);
-    returns the table and the file written (None for `table`)."""
+    """Collect the table and write it as `fmt` (json/csv/parquet to `out`, default in the
+    folder); returns the table and the file written (None for `table`)."""
     if fmt not in FORMATS:
         raise SummaryError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
     table = collect(root)
     path = None if fmt == "table" else out or table.root / f"summary.{fmt}"
     if fmt == "csv":
         to_csv(table, path)
+    elif fmt == "json":
+        to_json(table, path)
     elif fmt == "parquet":
         to_parquet(table, path)
     return table, path

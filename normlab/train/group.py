@@ -180,12 +180,12 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
     members: list[_Member] = []
     with contextlib.ExitStack() as held:
         # every member's lock (re-entered when a sweep worker holds them), in one order everywhere
-        for cfg in sorted(cfgs, key=lambda c: c.run_id()):
-            held.enter_context(hold_run(Path(root) / cfg.run_id()))
+        stale = {cfg.run_id(): held.enter_context(hold_run(Path(root) / cfg.run_id()))
+                 for cfg in sorted(cfgs, key=lambda c: c.run_id())}
         for cfg in cfgs:
             run_dir = Path(root) / cfg.run_id()
-            try:
-                repairs = recover_run_folder(run_dir)
+            try:  # a stale lock cleared (warned as it was) is kept with the repairs
+                repairs = [*filter(None, [stale[cfg.run_id()]]), *recover_run_folder(run_dir)]
                 finished = check_run_folder(cfg, run_dir, "auto")
                 if finished is not None:
                     summaries[cfg.run_id()] = finished

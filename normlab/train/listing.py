@@ -4,7 +4,8 @@ every folder shown.
 Columns: the run id, its sweep, the settings in which the listed runs differ (config fields as
 the placement resolved them, and the thread count or versions they ran with), the outcome, the
 step and the losses, and the validation accuracy when a run has one (a synthetic task's,
-`data.task`). A damaged folder is a row
+`data.task`). Runs that share a `train.name` show, after it, a short prefix of their id (what
+`normlab sample` takes in place of the name). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
 In `compact` form (a terminal narrower than the table) the settings fold into one column, one
 `field=value` per line, and the result headers take two lines, so that a 100-column terminal
@@ -13,6 +14,7 @@ shows every run with its outcome and losses and no word is split.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,19 +115,113 @@ def sweep_names(root: Path, folders: list[Path]) -> dict[Path, str]:
     return out
 
 
-def runs_table(root: Path, compact: bool = False):
-    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
-    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
-    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
-    brackets)."""
-    from rich.table import Table
-    from rich.text import Text
+RECORD_RESULTS = ("outcome", "reason", "step", "steps_planned", "train_loss", "val_loss",
+                  "best_val_loss", "val_acc")
 
+
+@dataclass
+class RunsListing:
+    """What `normlab runs` lists under `root`: every run folder, read; the settings in which they
+    differ (`columns`: config paths, then `meta.*`); the sweep of each run that belongs to one;
+    the name each is shown by (its id in ROOT or a sweep, else its path below ROOT)."""
+
+    root: Path
+    folders: list[RunFolder]
+    flats: list[dict[str, Any]]
+    columns: list[str]
+    sweeps: dict[Path, str]
+    names: list[str]
+
+    @property
+    def record_keys(self) -> list[str]:
+        """The keys of each of `records`' rows, in order."""
+        return ["run_id", "path", "sweep", *self.columns, *RECORD_RESULTS]
+
+    def records(self) -> list[dict[str, Any]]:
+        """One row per run, with the values as they are (numbers as numbers, lists as tuples):
+        the `--format json|csv` of `normlab runs`. `reason` is the summary's (why a run
+        diverged or stalled), or for a damaged folder why it is damaged."""
+        out = []
+        for f, flat in zip(self.folders, self.flats, strict=True):
+            s = f.summary
+            row: dict[str, Any] = {"run_id": f.run_id,
+                                   "path": f.path.relative_to(self.root).as_posix(),
+                                   "sweep": self.sweeps.get(f.path)}
+            row.update((c, _value(f, flat, c)) for c in self.columns)
+            planned = _number(s.get("steps_planned"))
+            row.update({
+                "outcome": f.outcome,
+                "reason": "; ".join(f.problems) if f.damaged else s.get("reason"),
+                "step": _number(s.get("step")),
+                "steps_planned": planned if planned is not None else (
+                    f.config.train.steps if f.config else None),
+                **{k: _number(s.get(k)) for k in RECORD_RESULTS[4:]},
+            })
+            out.append(row)
+        return out
+
+
+def _number(v: Any) -> int | float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def id_prefix(run_id: str, others: list[str]) -> str:
+    """The shortest prefix of `run_id` that starts none of `others` (other runs' ids), and at
+    least the readable part and 4 characters of the hash (`pre-L4-d64-f232`): what `normlab
+    sample` and the other commands that take a run accept in place of the whole id."""
+    start = run_id.rfind("-") + 5
+    for n in range(min(start, len(run_id)), len(run_id) + 1):
+        if not any(o.startswith(run_id[:n]) for o in others):
+            return run_id[:n]
+    return run_id
+
+
+def name_labels(listing: RunsListing) -> dict[int, str]:
+    """For each run (by its index) whose `train.name` another listed run shares, the name with
+    what tells them apart: a short prefix of its id, or its path when the ids are the same too
+    (one run copied into two folders)."""
+    by_name: dict[str, list[int]] = {}
+    for i, flat in enumerate(listing.flats):
+        name = flat.get("train.name")
+        if isinstance(name, str) and name:
+            by_name.setdefault(name, []).append(i)
+    every_id = [f.run_id for f in listing.folders]
+    labels = {}
+    for name, group in by_name.items():
+        if len(group) < 2:
+            continue
+        ids = [every_id[i] for i in group]
+        for i, run_id in zip(group, ids, strict=True):
+            if ids.count(run_id) == 1:  # a prefix that no other listed run's id starts with
+                tell = id_prefix(run_id, [o for o in every_id if o != run_id])
+            else:
+                tell = listing.folders[i].path.relative_to(listing.root).as_posix()
+            labels[i] = f"{name} ({tell})"
+    return labels
+
+
+def list_runs(root: Path) -> RunsListing:
+    """Read every run folder below `root` (see `RunsListing`)."""
     paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
     sweeps = sweep_names(root, paths)
     folders = [read_run_folder(p) for p in paths]
     flats = [flatten(described_config(f)) for f in folders]
-    columns = run_columns(folders, flats)
+    names = [f.run_id if f.path.parent == root or f.path in sweeps else
+             f.path.relative_to(root).as_posix() for f in folders]
+    return RunsListing(root, folders, flats, run_columns(folders, flats), sweeps, names)
+
+
+def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = None):
+    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
+    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
+    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
+    brackets). `listing`: the folders already read by `list_runs(root)`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    listing = listing or list_runs(root)
+    folders, flats, columns = listing.folders, listing.flats, listing.columns
+    sweeps, names = listing.sweeps, listing.names
     damaged = sum(f.damaged for f in folders)
     accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
@@ -136,8 +232,6 @@ def runs_table(root: Path, compact: bool = False):
     heads = ["run", *(["sweep"] if sweeps else []), *settings,
              *(COMPACT_HEADS.get(h, h) if compact else h for h in results)] + (
         ["why damaged"] if damaged else [])
-    names = [f.run_id if f.path.parent == root or f.path in sweeps else
-             f.path.relative_to(root).as_posix() for f in folders]
     # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
     # more lines rather than end in "..."
     table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
@@ -148,12 +242,14 @@ def runs_table(root: Path, compact: bool = False):
                          overflow="ellipsis" if whole else "fold",
                          # in the compact form neither shrinks to nothing in a narrow terminal
                          min_width={"settings": 14, "outcome": 9}.get(head) if compact else None)
-    for f, flat, name in zip(folders, flats, names, strict=True):
+    labels = name_labels(listing)  # runs of one name told apart
+    for i, (f, flat, name) in enumerate(zip(folders, flats, names, strict=True)):
         s = f.summary
         outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
         planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
         # folded at spaces only: a list's items joined by ", " in the compact form
-        values = [_text(_value(f, flat, c), ", " if compact else ",") for c in columns]
+        values = [labels[i] if c == "train.name" and i in labels else
+                  _text(_value(f, flat, c), ", " if compact else ",") for c in columns]
         if compact:  # one `field=value` per line
             values = ["\n".join(f"{c.split('.', 1)[-1]}={v}" for c, v in
                                 zip(columns, values, strict=True))] if columns else []

@@ -2,8 +2,11 @@
 
     runs/<run_id>/.lock   held (flock) by the one process that trains the run: `normlab train`,
                           a sweep's worker, the study's runs, rank 0 of a multi-process run. It
-                          holds that process's pid; the kernel releases the lock when the process
-                          ends, however it ends, so a dead holder never blocks anyone.
+                          holds that process's pid (and host) while it holds the lock, and is
+                          emptied when it lets go; the kernel releases the lock when the process
+                          ends, however it ends, so a dead holder never blocks anyone. A pid left
+                          in the file is a holder that ended without letting go (killed, crashed):
+                          the next holder says that it cleared that stale lock.
 
 `read_run_folder` is the one reader of run folders for everything that lists them (`normlab runs`,
 `sweep summarize`, `report`): a folder whose config.yaml or summary.json cannot be read is
@@ -15,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import threading
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +29,7 @@ from typing import Any
 import yaml
 
 from normlab.config import ConfigError, RunConfig, parse_config, read_yaml
+from normlab.warnings import NormlabWarning
 
 try:
     import fcntl
@@ -45,24 +51,89 @@ class RunLockedError(RunFolderError):
 
 # -- the lock ----------------------------------------------------------------------------------
 
-_held: dict[Path, list[int]] = {}  # run folder -> [fd, depth]: locks this process holds
+# run folder -> [fd, depth, note]: the locks this process holds, each with what taking it said
+_held: dict[Path, list[Any]] = {}
 _held_guard = threading.Lock()
+_HOST = socket.gethostname()
 
 
 def lock_holder(run_dir: Path) -> int | None:
-    """The pid written into the run's lock file by its last holder (None if unknown)."""
+    """The pid written into the run's lock file by its holder (None if unknown or none)."""
+    return _lock_text_holder(_read_lock(Path(run_dir) / LOCK_FILE))[0]
+
+
+def _read_lock(path: Path) -> str:
     try:
-        return int((run_dir / LOCK_FILE).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _lock_text_holder(text: str) -> tuple[int | None, str | None]:
+    """(pid, host) from a lock file's text, `"<pid> <host>"` (older files: the pid alone)."""
+    words = text.split()
+    try:
+        pid = int(words[0])
+    except (ValueError, IndexError):
+        return None, None
+    return pid, words[1] if len(words) > 1 else None
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process of this id exists on this machine (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return True  # cannot tell: taken as alive, so that nothing is said wrongly
+    return True
+
+
+def _holder_text(pid: int | None, host: str | None) -> str:
+    if pid is None:
+        return "process (unknown pid)"
+    return f"process {pid}" + (f" on host {host}" if host and host != _HOST else "")
+
+
+def _stale_note(run_dir: Path, text: str) -> str | None:
+    """What to say on taking a lock whose file still names a holder: one that ended without
+    letting go (killed, crashed). None when it names none, this process, or a process of this
+    machine that still exists (a reused pid, or a file left by an older normlab)."""
+    pid, host = _lock_text_holder(text)
+    if pid is None or (host in (None, _HOST) and (pid == os.getpid() or pid_exists(pid))):
         return None
+    gone = ("which no longer exists" if host in (None, _HOST) else
+            "which did not let go of it (killed, or its host went down)")
+    return (f"{run_dir}: cleared a stale lock: it named {_holder_text(pid, host)}, {gone}; "
+            "the run proceeds")
+
+
+def _locked_message(run_dir: Path) -> str:
+    """Why the lock cannot be taken: its holder, by pid; or, when the named process no longer
+    exists, the process it started that holds the lock still (a child that inherited it)."""
+    pid, host = _lock_text_holder(_read_lock(run_dir / LOCK_FILE))
+    if pid is not None and host in (None, _HOST) and not pid_exists(pid):
+        return (f"{run_dir}: locked by a process that process {pid}, which no longer exists, "
+                f"started and that still runs (it inherited the lock; `fuser "
+                f"{run_dir / LOCK_FILE}` names it); stop it, then run again")
+    return (f"{run_dir}: in use by {_holder_text(pid, host)}, which is training this run (a "
+            "`normlab train`, a sweep or a study); wait for it to finish or stop it, then run "
+            "again")
 
 
 @contextlib.contextmanager
-def hold_run(run_dir: Path, *, wait: bool = False) -> Iterator[None]:
+def hold_run(run_dir: Path, *, wait: bool = False) -> Iterator[str | None]:
     """Hold the run's lock for the block: re-entrant within a process (a sweep worker holds it,
     then the trainer takes it again). Another process holding it: with `wait`, block until it is
     free (a sweep's worker waiting out an earlier worker); otherwise raise `RunLockedError`,
-    naming the folder and the holder's pid."""
+    naming the folder and the holder's pid. A lock file left by a holder that ended without
+    letting go (killed) is a stale lock: taking it warns, naming that pid and the run, and the
+    block is given the note (the trainer keeps it with the run's repairs); otherwise None."""
     run_dir = Path(run_dir)
     key = run_dir.resolve()
     with _held_guard:
@@ -73,34 +144,34 @@ def hold_run(run_dir: Path, *, wait: bool = False) -> Iterator[None]:
             reentered = False
     if reentered:
         try:
-            yield
+            yield _held[key][2]
         finally:
             with _held_guard:
                 _held[key][1] -= 1
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     if fcntl is None:
-        yield
+        yield None
         return
     fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            pid = lock_holder(run_dir)
-            raise RunLockedError(
-                f"{run_dir}: in use by process {pid if pid is not None else '(unknown pid)'}, "
-                "which is training this run (a `normlab train`, a sweep or a study); wait for it "
-                "to finish or stop it, then run again") from None
+            raise RunLockedError(_locked_message(run_dir)) from None
+        note = _stale_note(run_dir, os.pread(fd, 4096, 0).decode("utf-8", "replace"))
+        if note is not None:
+            warnings.warn(note, NormlabWarning, stacklevel=3)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {_HOST}\n".encode(), 0)
         with _held_guard:
-            _held[key] = [fd, 1]
+            _held[key] = [fd, 1, note]
         try:
-            yield
+            yield note
         finally:
             with _held_guard:
                 _held.pop(key, None)
+            os.ftruncate(fd, 0)  # let go: a pid left in the file means a holder that did not
     finally:
         os.close(fd)  # closing releases the lock
 

@@ -366,11 +366,11 @@ def train_run(
         refused, repairs = None, []
         if dist.main:
             try:
-                held.enter_context(hold_run(run_dir))
+                stale = held.enter_context(hold_run(run_dir))
             except RunLockedError as e:
                 refused = e
-            else:
-                repairs = recover_run_folder(run_dir)
+            else:  # a stale lock cleared (warned as it was) is kept with the repairs
+                repairs = [*([stale] if stale else []), *recover_run_folder(run_dir)]
         if dist.max(int(refused is not None)):  # (a collective: the others wait for rank 0)
             raise refused or RunLockedError(
                 f"{run_dir}: in use by process {lock_holder(run_dir)}, which is training this "
