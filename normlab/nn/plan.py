@@ -85,6 +85,10 @@ class SublayerPlan:
         return out + (f"   [{', '.join(extras)}]" if extras else "")
 
 
+# A block's two sublayer plans, attention then MLP.
+Sublayers = tuple[SublayerPlan, SublayerPlan]
+
+
 @dataclass(frozen=True)
 class BlockPlan:
     index: int  # 0-based
@@ -191,9 +195,6 @@ class BlockSettings:
     omega: float  # Admin's initial skip scale
     rezero_gate: float
     skipinit_gate: float
-
-
-Sublayers = tuple[SublayerPlan, SublayerPlan]
 
 
 def _post(n: str) -> Sublayers:
