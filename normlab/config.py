@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -24,20 +24,23 @@ from pydantic import (
     model_validator,
 )
 
+from normlab import placements
+
 NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
-Placement = Literal[
-    "post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "mix", "lns",
-    "hybrid", "hybrid_star", "rezero", "skipinit", "custom",
-]
-# Placements that describe one block on their own, usable in a per-block list (`custom`).
-BlockPlacement = Literal[
-    "post", "pre", "sandwich", "deepnorm", "admin", "b2t", "lns", "hybrid", "rezero", "skipinit",
-]
+# The allowed placements are the registry's names (normlab.placements), in its order; those that
+# describe one block on their own are usable in a per-block list (`custom`). The Literals are
+# built from the registry, which type checkers cannot follow: to them the fields are strings.
+if TYPE_CHECKING:
+    Placement = str
+    BlockPlacement = str
+else:
+    Placement = Literal[placements.PLACEMENTS]
+    BlockPlacement = Literal[placements.BLOCK_PLACEMENTS]
 InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
 DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
 
 MAX_BLOCKS = 4096
-PLACEMENTS: tuple[str, ...] = Placement.__args__  # type: ignore[attr-defined]
+PLACEMENTS: tuple[str, ...] = placements.PLACEMENTS
 NORM_KINDS: tuple[str, ...] = NormKind.__args__  # type: ignore[attr-defined]
 INIT_SCHEMES: tuple[str, ...] = InitScheme.__args__  # type: ignore[attr-defined]
 
@@ -109,13 +112,16 @@ class ModelConfig(_Frozen):
     )
     final_norm: Literal["auto", "on", "off"] = Field(
         "auto", description="norm before the head; auto: on where the placement leaves the "
-        "stream unnormalized (pre, sandwich, peri, lns, resi_dual, hybrid)")
-    embed_norm: bool | None = Field(None, description="norm on the embedding output (peri: on)")
+        f"stream unnormalized ({', '.join(placements.NEEDS_FINAL_NORM)}, and mix or custom "
+        "with a block of one of them)")
+    embed_norm: bool | None = Field(
+        None, description="norm on the embedding output "
+        f"({', '.join(f'{p}: on' for p in placements.EMBED_NORM)})")
     residual_attention: bool = Field(False, description="RealFormer residual attention scores")
 
     init: InitScheme | None = Field(
-        None, description="init scheme; null: the placement's paper's (pre: gpt2_scaled, post: "
-        "xavier; `normlab plan` prints it)")
+        None, description="init scheme; null: the placement's paper's "
+        f"({placements.default_init_text()}; `normlab plan` prints it)")
     init_std: float = Field(0.02, gt=0.0, description="std of the normal-based inits")
     deepnorm_arch: DeepNormArch | None = Field(
         None, description="which DeepNet table row sets alpha/beta (default from kind)"

@@ -5,6 +5,10 @@ formula: it reads the model's parameter tensors from the module tree but recompu
 attention (softmax(QK^T/sqrt(dk) + causal mask) V), the MLP and the residual wiring by hand,
 never through `Sublayer`/`Block`/`Attention` forwards. Norm gains/biases, linear biases, gates and
 Admin's omegas are perturbed away from their init so that a misplaced or missing norm shows.
+
+The case lists come from the registry (`normlab.placements`), so a placement added there is
+tested here at once; its reference formula (`ref_stream`, `block_names`, `REF_UNNORMALIZED`) is
+the one thing this file needs added (docs/design.md, "Adding a placement").
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import math  # noqa: E402
+import typing  # noqa: E402
 import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from normlab.config import PLACEMENTS, ConfigError, make_model_config  # noqa: E402
+from normlab.config import PLACEMENTS, ConfigError, ModelConfig, make_model_config  # noqa: E402
 from normlab.nn import (  # noqa: E402
     admin_closed_form_omega,
     build_model,
@@ -29,12 +35,15 @@ from normlab.nn import (  # noqa: E402
     deepnorm_constants,
 )
 from normlab.nn.norms import TokenBatchNorm  # noqa: E402
+from normlab.nn.plan import PLACEMENT_PLANS  # noqa: E402
+from normlab.placements import BLOCK_PLACEMENTS, REGISTRY  # noqa: E402
 from normlab.warnings import NormlabWarning  # noqa: E402
 
 D, H, L, T, B, V = 16, 2, 3, 5, 2, 32
 TOL = {"rtol": 1e-9, "atol": 1e-10}
-BLOCK_PLACEMENTS = ("post", "pre", "sandwich", "deepnorm", "admin", "b2t", "lns", "hybrid",
-                    "rezero", "skipinit")
+# Placements whose formula cases need more than the name (a depth, a list of blocks): their own
+# cases stand below each case list.
+OWN_CASES = ("mix", "custom")
 
 
 # --- building ---
@@ -195,6 +204,17 @@ def block_names(placement: str, n_blocks: int, mix_k: int | None = None,
     return [placement] * n_blocks
 
 
+# The block formulas below whose output stream is unnormalized: the model passes its stream
+# through a final norm before the head when any of its blocks is one of them (ResiDual's output,
+# `a + Norm(d)`, normalizes its second stream).
+REF_UNNORMALIZED = ("pre", "sandwich", "lns", "hybrid", "hybrid_star")
+
+
+def ref_final_norm(placement: str, names: list[str]) -> bool:
+    """Whether the formulas put a norm before the head (`final_norm: auto`)."""
+    return placement == "resi_dual" or any(n in REF_UNNORMALIZED for n in names)
+
+
 def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: int | None = None,
                custom: tuple[str, ...] | None = None, residual_attention: bool = False,
                rope: bool = False, causal: bool = True, swiglu: bool = False,
@@ -275,17 +295,24 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
             x = x + ml.gate * mlp(ml, x)
         else:
             raise AssertionError(name)
-    if final_norm and any(n in ("pre", "sandwich", "lns", "hybrid") for n in names):
+    if final_norm and ref_final_norm(placement, names):
         x = norm(model.final.norm, x)
     return x
 
 
 # --- every placement against its formula ---
 
+# Every placement that the name alone describes, in the registry's order.
+PLAIN = [p for p in PLACEMENTS if p not in OWN_CASES]
+
+
+def _has_norms(placement: str) -> bool:
+    subs = [s for b in build_plan(make_cfg(placement=placement)).blocks for s in b.sublayers]
+    return any(s.in_norm or s.out_norm or s.post_norm or s.qkv_norm for s in subs)
+
+
 FORMULA_CASES = [
-    pytest.param({"placement": p}, id=p)
-    for p in ("post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "lns",
-              "hybrid", "hybrid_star", "rezero", "skipinit")
+    pytest.param({"placement": p}, id=p) for p in PLAIN
 ] + [
     pytest.param({"placement": "mix", "n_blocks": 4}, id="mix-L4"),
     pytest.param({"placement": "mix", "n_blocks": 8}, id="mix-L8"),
@@ -295,8 +322,7 @@ FORMULA_CASES = [
     pytest.param({"placement": "skipinit", "gate_init": 0.7}, id="skipinit-gate"),
 ] + [
     pytest.param({"placement": p, "norm": "rmsnorm"}, id=f"{p}-rmsnorm")
-    for p in ("post", "pre", "sandwich", "peri", "deepnorm", "admin", "resi_dual", "b2t", "lns",
-              "hybrid", "hybrid_star")
+    for p in PLAIN if _has_norms(p)  # not rezero and skipinit: no norm to change
 ] + [
     pytest.param({"placement": p, "norm": "dyt"}, id=f"{p}-dyt")
     for p in ("post", "pre", "sandwich", "deepnorm")
@@ -823,10 +849,7 @@ def test_lns_default_init_does_not_warn():
 # --- final norm ---
 
 @pytest.mark.parametrize(("placement", "on"), [
-    ("pre", True), ("sandwich", True), ("peri", True), ("lns", True), ("resi_dual", True),
-    ("hybrid", True), ("hybrid_star", True),
-    ("post", False), ("deepnorm", False), ("admin", False), ("b2t", False),
-    ("rezero", False), ("skipinit", False),
+    (p, ref_final_norm(p, block_names(p, L, custom=BLOCK_PLACEMENTS[:L]))) for p in PLACEMENTS
 ])
 def test_final_norm_auto(placement, on):
     plan = build_plan(make_cfg(placement=placement))
@@ -866,3 +889,67 @@ def test_embed_norm_only_for_peri():
     assert build_plan(make_cfg(placement="sandwich")).embed_norm is None
     assert build_plan(make_cfg(placement="pre", embed_norm=True)).embed_norm == "layernorm"
     assert build_plan(make_cfg(placement="peri", embed_norm=False)).embed_norm is None
+
+
+# --- the registry ---
+
+def test_registry_and_plans_name_the_same_placements():
+    """The data of each placement (normlab.placements) and how its blocks are built
+    (nn/plan.py's PLACEMENT_PLANS) are keyed by the same names, in the same order; the config
+    allows exactly these."""
+    assert list(PLACEMENT_PLANS) == list(REGISTRY) == list(PLACEMENTS)
+    fields = ModelConfig.model_fields
+    assert typing.get_args(fields["placement"].annotation) == PLACEMENTS
+    listed = typing.get_args(fields["block_placements"].annotation)[0]  # tuple[Literal, ...]
+    assert typing.get_args(typing.get_args(listed)[0]) == BLOCK_PLACEMENTS
+
+
+@pytest.mark.parametrize("placement", BLOCK_PLACEMENTS)
+def test_a_per_block_placement_is_its_own_block_at_every_depth(placement):
+    """A placement usable in `block_placements` is one block on its own: a custom model of only
+    its blocks has the placement's plan and final norm."""
+    plans = PLACEMENT_PLANS[placement]
+    assert plans.block is not None and plans.blocks is None and not plans.dual_stream
+    assert not REGISTRY[placement].embed_norm
+    own = build_plan(make_cfg(placement=placement))
+    custom = build_plan(make_cfg(placement="custom", block_placements=(placement,) * L))
+    assert custom.blocks == own.blocks
+    assert custom.final_norm == own.final_norm
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_plan_defaults_are_the_registry_entry(placement):
+    entry = REGISTRY[placement]
+    plan = build_plan(make_cfg(placement=placement))
+    assert plan.init == entry.default_init
+    assert (plan.embed_norm is not None) == entry.embed_norm
+    assert plan.dual_stream == PLACEMENT_PLANS[placement].dual_stream
+    if not entry.final_norm:  # mix and custom may still get one from their blocks
+        assert placement in OWN_CASES or plan.final_norm is None
+
+
+def test_a_placement_without_a_block_of_its_own_is_refused_by_name():
+    bad = make_cfg(placement="custom", n_blocks=1, block_placements=("post",)).model_copy(
+        update={"block_placements": ("peri",)})  # past the config's own check
+    with pytest.raises(ValueError, match=r"^placement 'peri' has no block of its own"):
+        build_plan(bad)
+
+
+def test_the_config_texts_name_the_registry_defaults():
+    fields = ModelConfig.model_fields
+    for p in PLACEMENTS:
+        if REGISTRY[p].final_norm:
+            assert p in fields["final_norm"].description
+        assert p in fields["init"].description
+    assert "peri: on" in fields["embed_norm"].description
+
+
+def test_reference_page_names_every_placement_and_its_paper():
+    """docs/reference.md section 1 has a row for each placement, citing its paper's arXiv id."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    section = text.split("## 1. Placements", 1)[1].split("\n## ", 1)[0]
+    for p in PLACEMENTS:
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{p}` |")),
+                   None)
+        assert row is not None, f"docs/reference.md section 1 has no row for {p}"
+        assert REGISTRY[p].arxiv in row

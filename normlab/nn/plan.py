@@ -9,15 +9,19 @@ which scales apply; the one `Block` executes it. The sublayer computes
     x = post_norm(skip_scale * r + y [+ x_block])  (x_block: B2T's skip from the block input)
     d = d + y                                       (ResiDual's second stream, when `dual`)
 
-Every builder below cites its paper; `normlab plan` prints the resolved formulas.
+Every builder below cites its paper; `normlab plan` prints the resolved formulas. The placements
+themselves are listed once, in `normlab.placements` (name, default init, final norm, paper);
+`PLACEMENT_PLANS` below says how each one's blocks are built, keyed by the same names.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from normlab.config import ModelConfig, RunConfig
+from normlab.placements import DEFAULT_INIT, EMBED_NORM, NEEDS_FINAL_NORM
 
 NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "identity": "Id",
                "batchnorm": "BN"}
@@ -81,6 +85,10 @@ class SublayerPlan:
         return out + (f"   [{', '.join(extras)}]" if extras else "")
 
 
+# A block's two sublayer plans, attention then MLP.
+Sublayers = tuple[SublayerPlan, SublayerPlan]
+
+
 @dataclass(frozen=True)
 class BlockPlan:
     index: int  # 0-based
@@ -89,7 +97,7 @@ class BlockPlan:
     mlp: SublayerPlan
 
     @property
-    def sublayers(self) -> tuple[SublayerPlan, SublayerPlan]:
+    def sublayers(self) -> Sublayers:
         return (self.attn, self.mlp)
 
 
@@ -168,82 +176,73 @@ def admin_o1_omega(n_residual_sublayers: int) -> float:
     return math.sqrt(n_residual_sublayers)
 
 
-DEFAULT_INIT = {
-    "post": "xavier",  # Vaswani et al. 2017 / fairseq baselines
-    "pre": "gpt2_scaled",  # GPT-2
-    "sandwich": "normal",
-    "peri": "normal",
-    "deepnorm": "deepnorm",
-    "admin": "admin",
-    "resi_dual": "xavier",  # fairseq-based
-    "b2t": "xavier",  # fairseq-based
-    "mix": "normal",  # LLaMA-style code base
-    "lns": "normal",  # LLaMA-style code base; not gpt2_scaled (Curse of Depth)
-    "hybrid": "gpt2_scaled",  # the released HybridNorm config's Megatron init (see _hybrid)
-    "hybrid_star": "gpt2_scaled",
-    "rezero": "xavier",
-    "skipinit": "xavier",
-    "custom": "normal",
-}
-
 # Pairings reported as harmful, with the reason shown in the warning.
 HARMFUL_INIT = {
     ("lns", "gpt2_scaled"): "Curse of Depth (arXiv 2502.05795) found LNS with scaled init worse",
     ("lns", "ds_init"): "LNS already scales by depth; Curse of Depth found depth-scaled init worse",
 }
 
-# Placements whose block output is unnormalized and so need a final norm before the head.
-_NEEDS_FINAL_NORM = {"pre", "sandwich", "peri", "lns", "resi_dual", "hybrid", "hybrid_star"}
-
 
 # --- per-block builders ---------------------------------------------------------------------
 
-def _post(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+@dataclass(frozen=True)
+class BlockSettings:
+    """What a block builder reads: the norm kinds and the constants `build_plan` resolved."""
+
+    norm: str  # the kind of every norm the placement puts in
+    out_norm: str  # sandwich / peri's branch-output norm
+    alpha: float | None  # DeepNorm's skip scale (None where no block and no init uses it)
+    omega: float  # Admin's initial skip scale
+    rezero_gate: float
+    skipinit_gate: float
+
+
+def _post(n: str) -> Sublayers:
     """Post-LN, `x = Norm(x + F(x))`: Vaswani et al. 2017, "Attention Is All You Need"
     (arXiv 1706.03762)."""
     return SublayerPlan("attn", post_norm=n), SublayerPlan("mlp", post_norm=n)
 
 
-def _pre(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _pre(n: str) -> Sublayers:
     """Pre-LN, `x = x + F(Norm(x))`: Xiong et al. 2020, "On Layer Normalization in the
     Transformer Architecture" (arXiv 2002.04745); GPT-2; LLaMA."""
     return SublayerPlan("attn", in_norm=n), SublayerPlan("mlp", in_norm=n)
 
 
-def _sandwich(n: str, out: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _sandwich(n: str, out: str) -> Sublayers:
     """Sandwich-LN, `x = x + Norm_out(F(Norm_in(x)))`: CogView (arXiv 2105.13290); the same
     sublayer as Peri-LN (arXiv 2502.02732)."""
     return (SublayerPlan("attn", in_norm=n, out_norm=out),
             SublayerPlan("mlp", in_norm=n, out_norm=out))
 
 
-def _deepnorm(n: str, alpha: float) -> tuple[SublayerPlan, SublayerPlan]:
+def _deepnorm(n: str, alpha: float) -> Sublayers:
     """DeepNorm, `x = Norm(alpha*x + F(x))`: DeepNet, Wang et al. 2022 (arXiv 2203.00555)."""
     return (SublayerPlan("attn", post_norm=n, skip_scale=alpha),
             SublayerPlan("mlp", post_norm=n, skip_scale=alpha))
 
 
-def _admin(n: str, omega: float) -> tuple[SublayerPlan, SublayerPlan]:
+def _admin(n: str, omega: float) -> Sublayers:
     """Admin, `x = Norm(w*x + F(x))` with w a learned per-dimension vector: Liu et al. 2020,
     "Understanding the Difficulty of Training Transformers" (arXiv 2004.08249)."""
     return (SublayerPlan("attn", post_norm=n, skip_scale=omega, skip_learned=True),
             SublayerPlan("mlp", post_norm=n, skip_scale=omega, skip_learned=True))
 
 
-def _b2t(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _b2t(n: str) -> Sublayers:
     """B2T connection, `h = Norm(x + Attn(x))`, `out = Norm(h + MLP(h) + x)`: Takase et al. 2022,
     "On Layer Normalizations and Residual Connections in Transformers" (arXiv 2206.00330)."""
     return SublayerPlan("attn", post_norm=n), SublayerPlan("mlp", post_norm=n, add_block_input=True)
 
 
-def _lns(n: str, block_1based: int) -> tuple[SublayerPlan, SublayerPlan]:
+def _lns(n: str, block_1based: int) -> Sublayers:
     """LayerNorm Scaling, pre-LN with each norm output divided by sqrt(l): Sun et al. 2025,
     "The Curse of Depth in Large Language Models" (arXiv 2502.05795)."""
     s = 1.0 / math.sqrt(block_1based)
     return SublayerPlan("attn", in_norm=n, in_scale=s), SublayerPlan("mlp", in_norm=n, in_scale=s)
 
 
-def _hybrid(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _hybrid(n: str) -> Sublayers:
     """HybridNorm, Zhuo et al. 2025, "HybridNorm: Towards Stable and Efficient Transformer
     Training via Hybrid Normalization" (arXiv 2503.04598), wired as the authors' released code
     (github BryceZhuo/HybridNorm, `dense_model/olmo/model.py`, `OLMoSequentialBlock.forward`,
@@ -264,7 +263,7 @@ def _hybrid(n: str) -> tuple[SublayerPlan, SublayerPlan]:
     return SublayerPlan("attn", qkv_norm=n), SublayerPlan("mlp", in_norm=n, skip_normed=True)
 
 
-def _hybrid_star_first(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _hybrid_star_first(n: str) -> Sublayers:
     """HybridNorm*'s first block (arXiv 2503.04598): a Pre-Norm block that keeps the QKV norms,
     `x = x + Attn[QKV-Norm](Norm(x))`, `x = x + MLP(Norm(x))`. The released code's
     `norm_pos_special_config="_{0:{'attn_norm':True,'ffn_residual':False}}_"` (README of
@@ -274,39 +273,99 @@ def _hybrid_star_first(n: str) -> tuple[SublayerPlan, SublayerPlan]:
     return SublayerPlan("attn", in_norm=n, qkv_norm=n), SublayerPlan("mlp", in_norm=n)
 
 
-def _gated(gate: float) -> tuple[SublayerPlan, SublayerPlan]:
+def _gated(gate: float) -> Sublayers:
     """`x = x + g*F(x)`, no norm. ReZero (Bachlechner et al. 2020, arXiv 2003.04887) starts g at 0;
     SkipInit (De & Smith 2020, arXiv 2002.10444) at a small value, 1/sqrt(L) by default."""
     return SublayerPlan("attn", gate_init=gate), SublayerPlan("mlp", gate_init=gate)
 
 
-def _resi_dual(n: str) -> tuple[SublayerPlan, SublayerPlan]:
+def _resi_dual(n: str) -> Sublayers:
     """ResiDual: post-norm stream `a = Norm(a + F(a))` plus an un-normalized stream `d = d + F(a)`
     started at the embedding; output `a_L + Norm(d_L)`. Xie et al. 2023 (arXiv 2304.14802)."""
     return (SublayerPlan("attn", post_norm=n, dual=True),
             SublayerPlan("mlp", post_norm=n, dual=True))
 
 
+# --- the registry ---------------------------------------------------------------------------
+
+def _custom_blocks(cfg: ModelConfig) -> list[str]:
+    assert cfg.block_placements is not None  # the config requires them with placement=custom
+    return list(cfg.block_placements)
+
+
+def _mix_blocks(cfg: ModelConfig) -> list[str]:
+    """Mix-LN: post for blocks [0, k), pre for [k, L) (`ModelConfig.mix_switch_block`)."""
+    k = cfg.mix_switch_block
+    return ["post"] * k + ["pre"] * (cfg.n_blocks - k)
+
+
+def _hybrid_star_blocks(cfg: ModelConfig) -> list[str]:
+    """HybridNorm*: its own (pre-norm) block first, hybrid blocks after it."""
+    return ["hybrid_star"] + ["hybrid"] * (cfg.n_blocks - 1)
+
+
+@dataclass(frozen=True)
+class PlacementPlans:
+    """How the blocks of one placement are built (its name, the defaults it decides and its paper
+    are its entry in `normlab.placements`).
+
+    `block` gives the sublayer plans of a block named after the placement, from the resolved
+    settings and the block's 0-based index; `blocks` names the block at each depth (default: the
+    placement's own block at every depth), so that a placement may be built of other placements'
+    blocks (peri of sandwich blocks, mix of post and pre). A placement usable in
+    `block_placements` has its own block and the default `blocks`."""
+
+    block: Callable[[BlockSettings, int], Sublayers] | None = None
+    blocks: Callable[[ModelConfig], list[str]] | None = None
+    dual_stream: bool = False  # ResiDual's second, un-normalized stream
+
+
+PLACEMENT_PLANS: dict[str, PlacementPlans] = {
+    "post": PlacementPlans(lambda s, i: _post(s.norm)),
+    "pre": PlacementPlans(lambda s, i: _pre(s.norm)),
+    "sandwich": PlacementPlans(lambda s, i: _sandwich(s.norm, s.out_norm)),
+    "peri": PlacementPlans(blocks=lambda cfg: ["sandwich"] * cfg.n_blocks),
+    "deepnorm": PlacementPlans(lambda s, i: _deepnorm(s.norm, s.alpha)),  # type: ignore[arg-type]
+    "admin": PlacementPlans(lambda s, i: _admin(s.norm, s.omega)),
+    "resi_dual": PlacementPlans(lambda s, i: _resi_dual(s.norm), dual_stream=True),
+    "b2t": PlacementPlans(lambda s, i: _b2t(s.norm)),
+    "mix": PlacementPlans(blocks=_mix_blocks),
+    "lns": PlacementPlans(lambda s, i: _lns(s.norm, i + 1)),
+    "hybrid": PlacementPlans(lambda s, i: _hybrid(s.norm)),
+    "hybrid_star": PlacementPlans(lambda s, i: _hybrid_star_first(s.norm),
+                                  blocks=_hybrid_star_blocks),
+    "rezero": PlacementPlans(lambda s, i: _gated(s.rezero_gate)),
+    "skipinit": PlacementPlans(lambda s, i: _gated(s.skipinit_gate)),
+    "custom": PlacementPlans(blocks=_custom_blocks),
+}
+
+
+def block_names(cfg: ModelConfig) -> list[str]:
+    """The placement of each block of `cfg`, in depth order (`BlockPlan.placement`)."""
+    plans = PLACEMENT_PLANS[cfg.placement]
+    return plans.blocks(cfg) if plans.blocks is not None else [cfg.placement] * cfg.n_blocks
+
+
+def _block_builder(name: str) -> Callable[[BlockSettings, int], Sublayers]:
+    """The sublayer plans of a block of placement `name` (the config admits only names with a
+    block of their own in `block_placements`; this names the problem past its check)."""
+    if name not in PLACEMENT_PLANS:
+        raise ValueError(f"unknown placement {name!r}")
+    build = PLACEMENT_PLANS[name].block
+    if build is None:
+        raise ValueError(f"placement {name!r} has no block of its own; its blocks are "
+                         "other placements'")
+    return build
+
+
 def build_plan(cfg: ModelConfig) -> ModelPlan:
     """Resolve `cfg.placement` into one `BlockPlan` per block."""
     n, L = cfg.norm, cfg.n_blocks
-    out = cfg.out_norm or n
     constants: dict[str, float] = {}
-
-    names: list[str]
-    if cfg.placement == "custom":
-        assert cfg.block_placements is not None
-        names = list(cfg.block_placements)
-    elif cfg.placement == "mix":
-        k = cfg.mix_switch_block
-        constants["mix_switch_block"] = k
-        names = ["post"] * k + ["pre"] * (L - k)
-    elif cfg.placement == "peri":
-        names = ["sandwich"] * L
-    elif cfg.placement == "hybrid_star":
-        names = ["hybrid_star"] + ["hybrid"] * (L - 1)
-    else:
-        names = [cfg.placement] * L
+    if cfg.placement == "mix":
+        constants["mix_switch_block"] = cfg.mix_switch_block
+    names = block_names(cfg)
+    placement = PLACEMENT_PLANS[cfg.placement]
 
     init = cfg.init or DEFAULT_INIT[cfg.placement]
     alpha = beta = None
@@ -326,37 +385,14 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         elif isinstance(cfg.admin_omega, float):
             omega = cfg.admin_omega
         constants["admin_omega"] = omega  # "profile": 1.0 until the profiling pass sets it
-    rezero_gate = cfg.gate_init if cfg.gate_init is not None else 0.0
-    skipinit_gate = cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L)
+    settings = BlockSettings(
+        norm=n, out_norm=cfg.out_norm or n, alpha=alpha, omega=omega,
+        rezero_gate=cfg.gate_init if cfg.gate_init is not None else 0.0,
+        skipinit_gate=cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L))
 
     blocks = []
     for i, name in enumerate(names):
-        if name == "post":
-            subs = _post(n)
-        elif name == "pre":
-            subs = _pre(n)
-        elif name == "sandwich":
-            subs = _sandwich(n, out)
-        elif name == "deepnorm":
-            subs = _deepnorm(n, alpha)  # type: ignore[arg-type]
-        elif name == "admin":
-            subs = _admin(n, omega)
-        elif name == "b2t":
-            subs = _b2t(n)
-        elif name == "lns":
-            subs = _lns(n, i + 1)
-        elif name == "hybrid":
-            subs = _hybrid(n)
-        elif name == "hybrid_star":
-            subs = _hybrid_star_first(n)
-        elif name == "rezero":
-            subs = _gated(rezero_gate)
-        elif name == "skipinit":
-            subs = _gated(skipinit_gate)
-        elif name == "resi_dual":
-            subs = _resi_dual(n)
-        else:  # pragma: no cover - the config's Literal rules this out
-            raise ValueError(f"unknown placement {name!r}")
+        subs = _block_builder(name)(settings, i)
         if cfg.attention == "none":
             subs = (SublayerPlan("attn", absent=True), subs[1])
         blocks.append(BlockPlan(i, name, *subs))
@@ -366,15 +402,15 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
     elif cfg.final_norm == "off":
         final = None
     else:
-        needs = cfg.placement in _NEEDS_FINAL_NORM or any(b in _NEEDS_FINAL_NORM for b in names)
+        needs = cfg.placement in NEEDS_FINAL_NORM or any(b in NEEDS_FINAL_NORM for b in names)
         final = n if needs else None
-    embed_norm = cfg.embed_norm if cfg.embed_norm is not None else cfg.placement == "peri"
+    embed_norm = cfg.embed_norm if cfg.embed_norm is not None else cfg.placement in EMBED_NORM
     return ModelPlan(
         placement=cfg.placement,
         blocks=tuple(blocks),
         embed_norm=n if embed_norm else None,
         final_norm=final,
-        dual_stream=cfg.placement == "resi_dual",
+        dual_stream=placement.dual_stream,
         init=init,
         constants=constants,
         setting=setting_lines(cfg),
