@@ -17,7 +17,7 @@ cell and better in one, and the rules chose the other, the advice takes the meas
 says that it overrides the rule and why (`recommend`).
 
 Without measuring (`measure=False`, `--no-measure`) the rules of thumb are not given as advice:
-the recorded studies (docs/results/study_*/study.json, `normlab.recorded`) contradict the
+the recorded studies (docs/results/study_*/study.json, `normlab.study.recorded`) contradict the
 shallow one at the shape they trained (6 blocks, width 64: Post-LN did not end better, C9, and
 needed warmup, C6a/C6b). The advice then says what those studies found at the shape, or that
 nothing was measured there and what to run to measure it, and picks a placement only where the
@@ -35,7 +35,7 @@ from typing import Any
 
 from normlab.config import ModelConfig, load_run_config, parse_config
 from normlab.probe import probe_model, text_batches
-from normlab.recorded import Recorded, recorded_at
+from normlab.study.recorded import Recorded, recorded_at
 from normlab.train.trainer import train_many_step
 
 DEEP = 12  # "pre-norm past about 12 blocks"

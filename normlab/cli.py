@@ -27,7 +27,14 @@ from normlab.config import (
     parse_config,
 )
 from normlab.console import console, err_console, fail
-from normlab.rows import output_format, render
+from normlab.train.rows import FORMATS, render
+
+
+def output_format(value: str) -> str:
+    """Option callback for `--format`: one of `FORMATS`, named in the error otherwise."""
+    if value not in FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(FORMATS)}")
+    return value
 
 
 @app.command()

@@ -166,9 +166,9 @@ def test_no_measure_at_a_shape_no_study_trained_says_so_and_what_to_run(tmp_path
 def test_no_measure_without_the_recorded_studies_says_they_are_not_available(
         tmp_path, monkeypatch):
     """An installed copy has no docs/results: nothing recorded is claimed."""
-    import normlab.recorded
+    import normlab.study.recorded
 
-    monkeypatch.setattr(normlab.recorded, "REPO", tmp_path)  # a folder with no repository
+    monkeypatch.setattr(normlab.study.recorded, "REPO", tmp_path)  # a folder with no repository
     advice = advise(6, 64, measure=False)
     assert advice.recommendation == "undecided" and advice.recorded.rows == []
     assert "the recorded studies (docs/results/study_*/study.json) are not available here" in (
@@ -189,7 +189,7 @@ def test_advise_no_measure_reads_the_repository_studies():
     from typer.testing import CliRunner
 
     from normlab.cli import app
-    from normlab.recorded import read_studies, results_dir
+    from normlab.study.recorded import read_studies, results_dir
 
     studies, _ = read_studies(results_dir())
     here = [st for st in studies if (st.settings["train_blocks"], st.settings["train_width"])

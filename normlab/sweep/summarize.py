@@ -138,8 +138,8 @@ def to_csv(table: SweepTable, path: Path | None = None) -> str:
 
 def to_json(table: SweepTable, path: Path | None = None) -> str:
     """The rows as a JSON list of objects keyed by `table.columns` (numbers as numbers, a
-    non-finite one as null; see `normlab.rows`)."""
-    from normlab.rows import to_json as rows_json
+    non-finite one as null; see `normlab.train.rows`)."""
+    from normlab.train.rows import to_json as rows_json
 
     text = rows_json(table.rows, table.columns)
     if path is not None:

@@ -17,16 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import typer
-
 FORMATS = ("table", "json", "csv")
-
-
-def output_format(value: str) -> str:
-    """Option callback for `--format`: one of `FORMATS`, named in the error otherwise."""
-    if value not in FORMATS:
-        raise typer.BadParameter(f"{value!r} is not one of {', '.join(FORMATS)}")
-    return value
 
 
 def json_value(v: Any) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # the claims a study measures by training at its shape, and those it measures on its deeper models
 TRAINED_CLAIMS = ("C6a", "C6b", "C9", "C10", "C11", "C13")
 DEEP_CLAIMS = ("C11", "C12")
