@@ -23,7 +23,7 @@ def blocks() -> dict[Path, dict[str, str]]:
     from normlab.study.table import findings, markdown_table, study_header
 
     readme: dict[str, str] = {}
-    for profile in ("quick", "standard"):
+    for profile in ("quick", "standard", "long"):
         path = RESULTS / f"study_{profile}" / "study.json"
         if not path.exists():
             continue
