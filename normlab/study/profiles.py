@@ -173,7 +173,7 @@ PROFILES: dict[str, Profile] = {
         train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=1600,
         lrs=(7.5e-4, 1.5e-3, 3e-3, 6e-3), warmup_frac=0.04, seeds=4, eval_batches=16,
         same_inits=(), finetune_steps=1000, finetune_batch_size=8, finetune_test_max=512,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8, theory=False,
+        finetune_lrs=(3e-4, 1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8, theory=False,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
         deep_lrs=(3.75e-4, 1.5e-3, 6e-3), c11_blocks=12, probe_deep=True,
         finetune_probe=True, khop_depths=(2, 3)),
