@@ -29,6 +29,10 @@ Predictions (`CLAIM`), written before the runs:
   seed. Sanford et al.'s numbers are printed beside ours.
 - claim, per depth: hop score post - pre > 0 (each at its tuned lr, per seed).
 - diagnostics, per depth: each successor (DeepNorm, Mix-LN, LayerNorm Scaling) - pre.
+
+In the long profile (2-3 blocks) the large-t premise fails by construction, so C14 is a pilot
+there: it decides nothing and reports the numbers a deciding design needs (docs/study.md, C14,
+and the design review of the long profile).
 """
 
 from __future__ import annotations
