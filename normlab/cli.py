@@ -297,6 +297,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("normlab.report.command", "Write one self-contained HTML report."),
     "finetune": ("normlab.finetune_command", "Fine-tune a trained run on a Shakespeare task."),
     "sweep": ("normlab.sweep.command", "Many runs from one spec, resumable."),
+    "prepare": ("normlab.data.command", "Tokenize a corpus into token files."),
 }
 
 

@@ -18,7 +18,8 @@ from normlab.data import DataError, TokenArray, load_run_data, load_text_data, l
 from normlab.data.tokenfiles import prepare, read_token_folder
 from normlab.data.tokenizer import ByteTokenizer, load_tokenizer_file, train_bpe
 from normlab.sample import sample_run
-from normlab.train import train_run
+from normlab.train import read_run_config, train_run
+from normlab.train.listing import runs_table
 from normlab.train.logging import read_metrics
 
 TINY = ["model.n_blocks=1", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
@@ -226,6 +227,28 @@ def test_prepare_writes_what_a_run_would_build_and_resumes(corpus, tmp_path):
     assert (out / "train.bin").stat().st_mtime_ns == stamp
 
 
+def test_prepare_shakespeare_bpe_then_train_and_sample_offline(tmp_path, monkeypatch):
+    """The issue's own check: `normlab prepare shakespeare --tokenizer bpe:2048 --out DIR`, a
+    run on DIR that logs loss per token and bits per byte, and `normlab sample` decoding it."""
+    monkeypatch.chdir(tmp_path)
+    r = cli("prepare", "shakespeare", "--tokenizer", "bpe:2048", "--out", "data/shakespeare_bpe",
+            "--quiet")
+    assert r.exit_code == 0, r.output
+    assert "vocabulary 2048" in said(r)
+    r = cli("train", "--set", "data.source=data/shakespeare_bpe", *(f"--set={s}" for s in TINY),
+            "--root", "runs")
+    assert r.exit_code == 0, r.output
+    assert "val_bpb" in r.output and "val_loss" in r.output
+    run = next(Path("runs").iterdir())
+    assert read_run_config(run).model.vocab_size == 2048
+    summary = json.loads((run / "summary.json").read_text())
+    assert 0 < summary["val_bpb"] < summary["val_loss"] / math.log(2)  # > 1 byte per token
+    r = cli("sample", run, "--prompt", "ROMEO:", "--tokens", "8")
+    assert r.exit_code == 0 and r.output.startswith("ROMEO:"), r.output
+    table = runs_table(Path("runs"))
+    assert "val bpb" in [c.header for c in table.columns]
+
+
 # -- bad input: one clear error naming the file, exit 2, nothing written ---------------------------
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     high = write_nanogpt(tmp_path / "high", [1, 2, 300] * 40, [1, 2, 3] * 40)
@@ -277,6 +300,19 @@ def test_bad_input_is_one_error_naming_the_file_exit_2(case, tmp_path):
     # nothing written beside, nothing removed (but the cache of what Hugging Face datasets read)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name not in ("runs", "cache")) == [
         n for n in before if n not in ("runs", "cache")]
+
+
+def test_prepare_reports_bad_input_and_keeps_what_is_there(tmp_path):
+    (tmp_path / "nofield.jsonl").write_text('{"text": "a"}\n{"body": "c"}\n')
+    r = cli("prepare", tmp_path / "nofield.jsonl", "--out", tmp_path / "out")
+    assert r.exit_code == 2 and "line 2: no field 'text'" in said(r), r.output
+    other = write_nanogpt(tmp_path / "other", [1, 2, 3], [4, 5])
+    r = cli("prepare", "shakespeare", "--out", other, "--quiet")
+    assert r.exit_code == 2 and "already holds token files of another preparation" in said(r)
+    assert np.fromfile(other / "train.bin", dtype=np.uint16).tolist() == [1, 2, 3]
+    r = cli("prepare", "shakespeare", "--tokenizer", tmp_path / "nope.json", "--out",
+            tmp_path / "o2")
+    assert r.exit_code == 2 and "does not exist" in said(r), r.output
 
 
 def test_token_arrays_keep_their_memory_map_and_dtype(tmp_path):
