@@ -320,3 +320,21 @@ def test_token_arrays_keep_their_memory_map_and_dtype(tmp_path):
     data = read_token_folder(folder)
     assert isinstance(data.train, TokenArray) and repr(data.train).endswith("100 tokens, 1 works)")
     assert ByteTokenizer().decode(np.frombuffer(b"abc", dtype=np.uint8)) == "abc"
+
+
+def test_probes_read_a_checkpoint_s_text_through_its_own_tokenizer(corpus, tmp_path,
+                                                                    monkeypatch):
+    import normlab.probe.inputs as inputs
+
+    cfg = load_run_config(None, [*TINY, f"data.source={corpus}", "data.tokenizer=bpe:300"])
+    run = tmp_path / "runs" / train_run(cfg, tmp_path / "runs", progress=False)["run_id"]
+    seen = []
+    real = inputs.text_batches
+    monkeypatch.setattr(inputs, "text_batches",
+                        lambda *a, **k: seen.append(k["tokenizer"]) or real(*a, **k))
+    out = tmp_path / "probe"
+    r = cli("probe", "--checkpoint", run, "--out", out, "--batches", "1", "--batch-size", "2")
+    assert r.exit_code == 0, r.output
+    assert seen and all(t == str(run / "tokenizer.json") for t in seen)
+    batches = real(corpus, tokenizer=seen[0], n_batches=1, batch_size=2, seq_len=16)
+    assert int(batches[0][0].max()) >= 256  # BPE ids, not bytes
