@@ -144,6 +144,9 @@ def test_a_bpe_run_saves_its_tokenizer_and_sample_decodes_through_it(corpus, tmp
     assert isinstance(text, str) and text  # 5 BPE tokens, decoded
     r = cli("sample", run, "--prompt", "the fox", "--tokens", "5", "--top-k", "299")
     assert r.exit_code == 0, r.output
+    # the genre task reads bytes: a BPE run is refused by name, not fed byte ids
+    r = cli("finetune", run, "--task", "genre", "--steps", "1")
+    assert r.exit_code == 2 and "fine-tune a byte-level run" in said(r), r.output
 
 
 def test_bits_per_byte_of_a_byte_run_is_its_loss_over_ln2(tmp_path):
@@ -260,6 +263,7 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     (tmp_path / "binary.txt").write_bytes(b"text\x00\x01\x02 more")
     (tmp_path / "nofield.jsonl").write_text('{"text": "a"}\n{"text": "b"}\n\n{"body": "c"}\n')
     (tmp_path / "bad_tokenizer.json").write_text('{"version": "1.0", "model": 42}')
+    (tmp_path / "notjson.jsonl").write_text('{"text": "ok"}\n\n{"text": "fine"}\n{"text": \n')
     return {
         "id above the vocabulary": (
             [f"data.source={high}"],
@@ -277,6 +281,9 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "JSONL line without the text field": (
             [f"data.source={tmp_path / 'nofield.jsonl'}"],
             f"JSONL file {tmp_path / 'nofield.jsonl'}, line 4: no field 'text'"),
+        "JSONL line that is not JSON": (
+            [f"data.source={tmp_path / 'notjson.jsonl'}"],
+            f"JSONL file {tmp_path / 'notjson.jsonl'} cannot be read: JSON parse error"),
         "tokenizer file that does not parse": (
             [f"data.tokenizer={tmp_path / 'bad_tokenizer.json'}", "model.vocab_size=256"],
             f"tokenizer file {tmp_path / 'bad_tokenizer.json'} does not parse"),
@@ -284,7 +291,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
 
 
 CASES = ["id above the vocabulary", "not a whole number of tokens", "empty .bin", "empty file",
-         "binary file", "JSONL line without the text field", "tokenizer file that does not parse"]
+         "binary file", "JSONL line without the text field", "JSONL line that is not JSON",
+         "tokenizer file that does not parse"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -338,3 +346,15 @@ def test_probes_read_a_checkpoint_s_text_through_its_own_tokenizer(corpus, tmp_p
     assert seen and all(t == str(run / "tokenizer.json") for t in seen)
     batches = real(corpus, tokenizer=seen[0], n_batches=1, batch_size=2, seq_len=16)
     assert int(batches[0][0].max()) >= 256  # BPE ids, not bytes
+
+
+def test_the_bpe_example_trains_pre_and_post_on_a_bpe_vocabulary():
+    from normlab.sweep.spec import plan_sweep
+
+    path = Path(__file__).parents[1] / "examples" / "sweeps" / "bpe_pre_post.yaml"
+    plan = plan_sweep(path)
+    configs = [run.config for run in plan.runs]
+    assert sorted(c.model.placement for c in configs) == ["post", "pre"]
+    for c in configs:
+        assert c.data.tokenizer == "bpe:2048" and c.model.vocab_size == 2048
+        assert c.data.source == "shakespeare" and "example" in c.train.tags
