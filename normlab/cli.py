@@ -143,7 +143,7 @@ def train(
     line = f"{summary['run_id']}{named}: {outcome} at step {summary['step']}"
     if summary.get("reason"):
         line += f" ({summary['reason']})"
-    for key in ("train_loss", "val_loss", "val_acc"):
+    for key in ("train_loss", "val_loss", "val_bpb", "val_acc"):
         if summary.get(key) is not None:
             line += f", {key} {summary[key]:.4f}"
     console.print(line, highlight=False)
@@ -219,16 +219,18 @@ def sample(
                                 "id, a unique prefix of it or its train.name")],
     prompt: Annotated[str, typer.Option(help="text the model continues",
                                         show_default="a newline")] = "\n",
-    tokens: Annotated[int, typer.Option(min=1, help="bytes to generate")] = 200,
+    tokens: Annotated[int, typer.Option(min=1, help="tokens to generate (bytes for a "
+                                                    "byte-level run)")] = 200,
     temperature: Annotated[float, typer.Option(
-        min=0, callback=finite, help="softmax temperature; 0: the most likely byte each time")
+        min=0, callback=finite, help="softmax temperature; 0: the most likely token each time")
     ] = 0.8,
     top_k: Annotated[int | None, typer.Option(
-        min=1, max=256, help="draw from the K most likely bytes only [default: all]")] = None,
+        min=1, help="draw from the K most likely tokens only [default: all]")] = None,
     seed: Annotated[int, typer.Option(min=0, help="seed of the draws")] = 0,
 ) -> None:
-    """Generate text from a trained run. The run's byte-level model continues the prompt (as
-    nanoGPT's sample.py); the prompt and its continuation are printed."""
+    """Generate text from a trained run. The run's model continues the prompt (as nanoGPT's
+    sample.py), through the run's own tokenizer; the prompt and its continuation are
+    printed."""
     from normlab.sample import SampleError, sample_run
 
     try:
@@ -325,6 +327,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("normlab.report.command", "Write one self-contained HTML report."),
     "finetune": ("normlab.finetune_command", "Fine-tune a trained run on a Shakespeare task."),
     "sweep": ("normlab.sweep.command", "Many runs from one spec, resumable."),
+    "prepare": ("normlab.data.command", "Tokenize a corpus into token files."),
 }
 
 

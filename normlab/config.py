@@ -480,15 +480,26 @@ TASKS = ("khop",)
 # The fields of the synthetic tasks (`task` and its settings), and those that only text reads.
 KHOP_FIELDS = ("khop_alphabet", "khop_min_hops", "khop_max_hops")
 DATA_TASK_FIELDS = ("task", *KHOP_FIELDS)
-TEXT_FIELDS = ("source", "val_fraction", "split_seed")
+TEXT_FIELDS = ("source", "val_fraction", "split_seed", "tokenizer", "text_field")
+# Text fields added after run ids were first issued: hashed only when set away from their
+# default, so every run recorded before they existed keeps its id (and its folder).
+DATA_HASHED_WHEN_SET = ("tokenizer", "text_field")
 
 
 class DataConfig(_Frozen):
     """Which text, how it is split, and the context length; or a synthetic task (`task`)."""
 
     source: str | tuple[str, ...] = Field(
-        "shakespeare", description="shakespeare, a .txt file, a folder of .txt files, or a list"
+        "shakespeare", description="shakespeare, a .txt, .jsonl or .parquet file, a folder of "
+        "them, a list of these, or a folder of token files (train.bin, val.bin; docs/data.md)"
     )
+    tokenizer: str = Field(
+        "byte", description="byte (every byte a token), bpe:N (a byte-level BPE of N tokens "
+        "trained on the training split), or a path to a tokenizer.json or a Hugging Face "
+        "tokenizer folder; model.vocab_size follows it when left out")
+    text_field: str = Field(
+        "text", min_length=1, description="the field of a .jsonl/.parquet record that holds its "
+        "text")
     val_fraction: float = Field(0.1, gt=0.0, le=0.5, description="bytes held out as whole works")
     split_seed: int = Field(0, ge=0, description="seed of the choice of held-out works")
     seq_len: int = Field(128, ge=2, description="tokens per training sequence")
@@ -504,6 +515,18 @@ class DataConfig(_Frozen):
     khop_max_hops: int = Field(
         4, ge=1, description="khop: the most hops k; each training sequence draws k uniformly "
         "from khop_min_hops..khop_max_hops and starts with a token naming it")
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer(cls, value: str) -> str:
+        if value == "byte":  # (the default, checked without importing the data package)
+            return value
+        from normlab.data.tokenizer import spec_problem  # (lazy: the data package imports torch)
+
+        problem = spec_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value.strip()
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
@@ -650,6 +673,28 @@ def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | N
             f"tokens; use at least {VOCAB_SIZE}")
 
 
+def text_vocab_problem(model: ModelConfig, data: DataConfig) -> str | None:
+    """Why `model` cannot read the text of `data`, as far as the config tells: bytes need 256
+    tokens, ``bpe:N`` needs N. A folder of token files, a tokenizer file and a source that is
+    not there (a recorded run's) are checked when the data is read."""
+    from normlab.data.tokenfiles import is_token_folder
+    from normlab.data.tokenizer import bpe_size
+
+    n = bpe_size(data.tokenizer)
+    if n is not None:
+        if model.vocab_size >= n:
+            return None
+        return (f"model.vocab_size: {model.vocab_size} is smaller than the {n} tokens of "
+                f"data.tokenizer={data.tokenizer}; set model.vocab_size: {n} (or leave it out)")
+    if data.tokenizer != "byte":
+        return None
+    sources = (data.source,) if isinstance(data.source, str) else data.source
+    if any(s != "shakespeare" and not Path(s).expanduser().exists() for s in sources) or (
+            isinstance(data.source, str) and is_token_folder(data.source)):
+        return None
+    return byte_vocab_problem(model, "model.vocab_size")
+
+
 def task_model_problems(model: ModelConfig, data: DataConfig) -> list[str]:
     """Why `model` cannot learn the synthetic task of `data` (empty when it can): the task
     labels every position, so it needs a decoder, and its vocabulary is the task's."""
@@ -675,6 +720,23 @@ class RunConfig(_Frozen):
     data: DataConfig = DataConfig()
     train: TrainConfig = TrainConfig()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _vocab_follows_tokenizer(cls, data: Any) -> Any:
+        """A text run that leaves `model.vocab_size` out gets its tokenizer's vocabulary (or the
+        one its token files state); a config that gives it keeps it (config.yaml always does)."""
+        if not isinstance(data, dict):
+            return data
+        model, text = data.get("model", {}), data.get("data", {})
+        if not isinstance(model, dict) or not isinstance(text, dict) or "vocab_size" in model:
+            return data
+        if text.get("task") is not None:
+            return data
+        from normlab.data.tokenfiles import declared_vocab
+
+        vocab = declared_vocab(text.get("source", "shakespeare"), text.get("tokenizer", "byte"))
+        return data if vocab is None else {**data, "model": {**model, "vocab_size": vocab}}
+
     @model_validator(mode="after")
     def _check(self) -> RunConfig:
         problems = []
@@ -684,7 +746,8 @@ class RunConfig(_Frozen):
                 f"{self.model.max_seq_len}; raise model.max_seq_len or lower data.seq_len"
             )
         if self.data.task is None:
-            vocab = byte_vocab_problem(self.model, "model.vocab_size")
+            # (token files and tokenizer files are checked when the run reads them)
+            vocab = text_vocab_problem(self.model, self.data)
             if vocab:
                 problems.append(vocab)
         else:
@@ -705,13 +768,17 @@ class RunConfig(_Frozen):
         The execution options (`EXECUTION_OPTIONS`) change how a run is computed, not what, so
         they are left out: a run started with them can be resumed without, and the other way.
         So are its name and tags (`LABELS`): the same config under another name is the same run.
-        The fields of `HASHED_WHEN_SET` and `MODEL_HASHED_WHEN_SET` count only when they differ
-        from their default; those of a synthetic task (`DATA_TASK_FIELDS`) only in a run that sets
-        `data.task`, so a text run hashes the config it hashed before they existed.
+        The fields of `HASHED_WHEN_SET`, `MODEL_HASHED_WHEN_SET` and `DATA_HASHED_WHEN_SET` count
+        only when they differ from their default; those of a synthetic task (`DATA_TASK_FIELDS`)
+        only in a run that sets `data.task`, so a text run hashes the config it hashed before they
+        existed.
         """
         data = self.to_dict()
         if data["data"]["task"] is None:
             for key in DATA_TASK_FIELDS:
+                del data["data"][key]
+        for key in DATA_HASHED_WHEN_SET:
+            if data["data"][key] == DataConfig.model_fields[key].default:
                 del data["data"][key]
         for key in EXECUTION_OPTIONS + LABELS:
             data["train"].pop(key, None)

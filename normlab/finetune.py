@@ -571,6 +571,10 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
     if run_cfg.data.task is not None:
         raise FinetuneError(f"{run_dir}: trained on data.task={run_cfg.data.task}; the "
                             f"{task} task reads text, which this model's tokens are not")
+    if run_cfg.data.tokenizer != "byte" or (Path(run_dir) / "tokenizer.json").exists():
+        raise FinetuneError(f"{run_dir}: trained on the tokens of a tokenizer "
+                            f"({run_cfg.data.tokenizer}, or its folder's tokenizer.json); the "
+                            f"{task} task reads passages as bytes, so fine-tune a byte-level run")
     settings = all_settings[0]
     hint = " or pretrain with a larger model.max_seq_len"
     read = settings["window"] or settings["passage_bytes"]

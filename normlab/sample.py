@@ -1,10 +1,11 @@
 """Text from a trained run: `normlab sample RUN_DIR --prompt TEXT`, as nanoGPT's `sample.py`.
 
-The run's byte-level model continues the prompt one byte at a time: logits of the last position,
-divided by the temperature, cut to the `top_k` most likely bytes, and drawn from a seeded
-generator (temperature 0 takes the most likely byte). The context is the last `max_seq_len`
-bytes. Only a finished run (`completed` or `stalled`) of a decoder is sampled; anything else is a
-`SampleError` saying why and what to do.
+The run's model continues the prompt one token at a time: logits of the last position, divided by
+the temperature, cut to the `top_k` most likely tokens, and drawn from a seeded generator
+(temperature 0 takes the most likely token). The context is the last `max_seq_len` tokens. Text
+goes in and out through the run's own tokenizer: the `tokenizer.json` in its folder (a BPE or a
+tokenizer file the run trained with), else bytes. Only a finished run (`completed` or `stalled`)
+of a decoder is sampled; anything else is a `SampleError` saying why and what to do.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from normlab.data.tokens import VOCAB_SIZE, decode, encode
+from normlab.data.tokenizer import TOKENIZER_FILE, ByteTokenizer, Tokenizer
 
 SAMPLEABLE = ("completed", "stalled")
 
@@ -47,14 +48,41 @@ def generate(model: torch.nn.Module, idx: torch.Tensor, new_tokens: int, *,
     return idx
 
 
-def check_settings(tokens: int, temperature: float, top_k: int | None) -> None:
+def check_settings(tokens: int, temperature: float, top_k: int | None,
+                   vocab_size: int | None = None) -> None:
+    """`SampleError` for settings that cannot be used (`top_k` is checked against the model's
+    vocabulary when it is given)."""
     if tokens < 1:
         raise SampleError(f"--tokens {tokens}: give at least 1")
     if not temperature >= 0 or temperature == float("inf"):
         raise SampleError(f"--temperature {temperature}: give a finite number >= 0 (0: the "
-                          "most likely byte each time)")
-    if top_k is not None and not 1 <= top_k <= VOCAB_SIZE:
-        raise SampleError(f"--top-k {top_k}: give 1 to {VOCAB_SIZE}")
+                          "most likely token each time)")
+    if top_k is not None and (top_k < 1 or vocab_size is not None and top_k > vocab_size):
+        raise SampleError(f"--top-k {top_k}: give 1 to {vocab_size or 'the vocabulary size'} "
+                          "(the run's vocabulary)")
+
+
+def run_tokenizer(run_dir: Path, meta: dict | None = None) -> Tokenizer:
+    """The tokenizer a run trained with: its folder's tokenizer.json, else bytes; `SampleError`
+    when the run's data named no tokenizer (token files without one) or the file is gone."""
+    from normlab.data import DataError
+    from normlab.data.tokenizer import load_tokenizer_file
+
+    path = run_dir / TOKENIZER_FILE
+    if path.is_file():
+        try:
+            return load_tokenizer_file(path)
+        except DataError as e:
+            raise SampleError(str(e)) from None
+    meta = meta or {}
+    if "tokenizer" in meta and meta["tokenizer"] not in ("byte",):
+        if meta["tokenizer"] is None:
+            raise SampleError(f"{run_dir}: trained on token files that name no tokenizer, so "
+                              "its ids cannot be turned into text; put the tokenizer.json they "
+                              f"were written with into {run_dir}")
+        raise SampleError(f"{path} is missing: the run trained with tokenizer "
+                          f"{meta['tokenizer']!r}; put its tokenizer.json back")
+    return ByteTokenizer()
 
 
 def load_sampleable(run_dir: Path):
@@ -97,12 +125,22 @@ def load_sampleable(run_dir: Path):
 
 def sample_run(run_dir: Path | str, prompt: str = "\n", *, tokens: int = 200,
                temperature: float = 0.8, top_k: int | None = None, seed: int = 0) -> str:
-    """The text a finished run's model writes after `prompt` (the continuation only)."""
+    """The text a finished run's model writes after `prompt` (the continuation only), in and
+    out through the run's tokenizer (`run_tokenizer`)."""
+    from normlab.train.rundir import find_run, read_run_folder
+
     check_settings(tokens, temperature, top_k)
     if not prompt:
         raise SampleError("--prompt is empty; give some text to continue (e.g. a newline)")
     _, model = load_sampleable(Path(run_dir))
-    idx = torch.from_numpy(encode(prompt).astype("int64"))[None, :]
+    check_settings(tokens, temperature, top_k, model.cfg.vocab_size)
+    folder = find_run(Path(run_dir))
+    tokenizer = run_tokenizer(folder, read_run_folder(folder).meta)
+    ids = tokenizer.encode(prompt).astype("int64")
+    if not len(ids):
+        raise SampleError(f"--prompt {prompt!r} has no tokens under the run's tokenizer; give "
+                          "some text")
+    idx = torch.from_numpy(ids)[None, :]
     gen = torch.Generator().manual_seed(seed)
     out = generate(model, idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
-    return decode(out[0, idx.size(1):])
+    return tokenizer.decode(out[0, idx.size(1):])

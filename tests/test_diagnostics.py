@@ -165,7 +165,8 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
         del old["train"][key]
     for key in ("attention", "embedding"):  # model fields added later still
         del old["model"][key]
-    for key in ("task", "khop_alphabet", "khop_min_hops", "khop_max_hops"):  # data fields too
+    for key in ("task", "khop_alphabet", "khop_min_hops", "khop_max_hops", "tokenizer",
+                "text_field"):  # data fields too
         del old["data"][key]
     digest = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12]
     old_id = f"pre-L2-d32-{digest}"

@@ -7,17 +7,20 @@ straddle the end of one work and the start of the next, exactly as with one long
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from normlab.data.corpus import DEFAULT_CORPUS, DataError, Source, Work, load_works
 from normlab.data.split import split_works
+from normlab.data.tokenizer import BYTE, ByteTokenizer, Tokenizer, describe, resolve_tokenizer
 
 __all__ = [
     "SEPARATOR",
@@ -33,6 +36,8 @@ SEPARATOR = b"\n\n"
 """Bytes inserted between consecutive works in a :class:`TokenArray`."""
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32))
+CHUNK = 1 << 24  # tokens read at a time when a whole array is scanned
 
 
 class Span(NamedTuple):
@@ -44,13 +49,20 @@ class Span(NamedTuple):
 
 
 class TokenArray:
-    """One contiguous read-only ``np.uint8`` token array plus the spans of its works.
+    """One contiguous read-only token array (``np.uint8`` bytes, or ``uint16``/``uint32`` ids,
+    possibly a memory map) plus the spans of its works.
 
-    ``label`` (e.g. ``"val split of shakespeare"``) is used in error messages.
+    ``label`` (e.g. ``"val split of shakespeare"``) is used in error messages; ``path`` is the
+    file a memory-mapped array reads (None otherwise).
     """
 
+    path: Path | None = None
+
     def __init__(self, data: np.ndarray, spans: Sequence[Span], label: str = "data") -> None:
-        array = np.ascontiguousarray(data, dtype=np.uint8)
+        if data.dtype in TOKEN_DTYPES and data.ndim == 1 and data.flags.c_contiguous:
+            array = data  # (kept as it is: a memory map stays one)
+        else:
+            array = np.ascontiguousarray(data, dtype=np.uint8)
         if array.ndim != 1:
             raise DataError(f"{label}: token array must be 1-D, got shape {array.shape}")
         self.data: np.ndarray = array
@@ -58,19 +70,36 @@ class TokenArray:
         self.label = label
 
     @classmethod
-    def from_works(cls, works: Sequence[Work], label: str = "data") -> TokenArray:
-        """Concatenate the works' bytes with :data:`SEPARATOR` between them."""
+    def from_works(cls, works: Sequence[Work], label: str = "data",
+                   tokenizer: Tokenizer | None = None) -> TokenArray:
+        """Concatenate the works' tokens with :data:`SEPARATOR`'s between them (bytes, or the
+        ids of `tokenizer`, which encodes each work on its own)."""
         if not works:
             raise DataError(f"{label}: no works to build a token array from")
+        if tokenizer is not None and tokenizer.spec != BYTE:
+            parts = tokenizer.encode_many([w.text for w in works])
+            sep = tokenizer.encode(SEPARATOR)
+        else:
+            parts = [np.frombuffer(w.text, dtype=np.uint8) for w in works]
+            sep = np.frombuffer(SEPARATOR, dtype=np.uint8)
         spans: list[Span] = []
+        pieces: list[np.ndarray] = []
         pos = 0
-        for i, work in enumerate(works):
+        for i, (work, ids) in enumerate(zip(works, parts, strict=True)):
             if i:
-                pos += len(SEPARATOR)
-            spans.append(Span(work.name, pos, pos + len(work.text)))
-            pos += len(work.text)
-        joined = SEPARATOR.join(w.text for w in works)
-        return cls(np.frombuffer(joined, dtype=np.uint8), spans, label)
+                pieces.append(sep)
+                pos += len(sep)
+            spans.append(Span(work.name, pos, pos + len(ids)))
+            pieces.append(ids)
+            pos += len(ids)
+        joined = np.concatenate(pieces) if len(pieces) > 1 else pieces[0].copy()
+        joined.flags.writeable = False
+        return cls(joined, spans, label)
+
+    @property
+    def unit(self) -> str:
+        """What a token is, for messages: bytes (a byte array) or tokens."""
+        return "bytes" if self.data.dtype == np.uint8 else "tokens"
 
     @property
     def names(self) -> list[str]:
@@ -82,14 +111,37 @@ class TokenArray:
 
     @cached_property
     def unigram_entropy(self) -> float:
-        """Entropy in nats of the byte frequencies of this array (computed once): the loss of the
-        best predictor that ignores context, the plateau a language model starts from."""
-        counts = np.bincount(self.data)
+        """Entropy in nats of the token frequencies of this array (computed once): the loss of
+        the best predictor that ignores context, the plateau a language model starts from."""
+        counts = np.zeros(0, dtype=np.int64)
+        for start in range(0, len(self), CHUNK):  # (a memory map is read a chunk at a time)
+            part = np.bincount(self.data[start:start + CHUNK])
+            if len(part) > len(counts):
+                part[:len(counts)] += counts
+                counts = part
+            else:
+                counts[:len(part)] += part
         p = counts[counts > 0] / len(self)
         return float(-(p * np.log(p)).sum())
 
+    @cached_property
+    def max_id(self) -> int:
+        """The largest token id in the array (computed once, a chunk at a time)."""
+        return max(int(self.data[s:s + CHUNK].max()) for s in range(0, len(self), CHUNK))
+
+    def first_at_or_above(self, limit: int) -> tuple[int, int] | None:
+        """(position, id) of the first token id >= `limit`, or None."""
+        if len(self) == 0 or self.max_id < limit:
+            return None
+        for start in range(0, len(self), CHUNK):
+            hits = np.flatnonzero(self.data[start:start + CHUNK] >= limit)
+            if hits.size:
+                pos = start + int(hits[0])
+                return pos, int(self.data[pos])
+        return None
+
     def __repr__(self) -> str:
-        return f"TokenArray({self.label!r}, {len(self)} bytes, {len(self.spans)} works)"
+        return f"TokenArray({self.label!r}, {len(self)} {self.unit}, {len(self.spans)} works)"
 
 
 def _positive_int(value: int, field: str) -> int:
@@ -115,8 +167,8 @@ class BatchSampler:
         need = self.seq_len + 1
         if len(tokens) < need:
             raise DataError(
-                f"the {tokens.label} has {len(tokens)} bytes but seq_len={self.seq_len} needs "
-                f"at least {need}; lower seq_len, give more text, or change val_fraction"
+                f"the {tokens.label} has {len(tokens)} {tokens.unit} but seq_len={self.seq_len} "
+                f"needs at least {need}; lower seq_len, give more text, or change val_fraction"
             )
         self.tokens = tokens
         self._window = np.arange(need, dtype=np.int64)
@@ -132,7 +184,7 @@ class BatchSampler:
     def batch(self, step: int) -> Batch:
         """Return ``(x, y)``: contiguous ``int64`` CPU tensors, shape ``[batch_size, seq_len]``."""
         windows = self.tokens.data[self.offsets(step)[:, None] + self._window]
-        full = torch.from_numpy(windows).long()
+        full = torch.from_numpy(windows.astype(np.int64, copy=False))
         return full[:, :-1].contiguous(), full[:, 1:].contiguous()
 
     __call__ = batch
@@ -152,14 +204,25 @@ class TextData:
     """Train/validation token arrays and the names of the works on each side.
 
     The trainers read a run's data through `sampler`, `val_batches`, `unigram_entropy`,
-    `accuracy`, `masked_targets` and `meta`, which a synthetic task's data
-    (`normlab.data.khop.KhopData`) has too.
+    `accuracy`, `masked_targets`, `bits_per_byte` and `meta`, which a synthetic task's data
+    (`normlab.data.khop.KhopData`) has too. `tokenizer` turns text into the arrays' ids (None for
+    token files that name none); `vocab_size` is the number of ids the data may hold (the
+    tokenizer's, or what the token files' meta.json states; None: not stated); `val_bytes` is the
+    length in bytes of the held-out text (None: not known), for `bits_per_byte`.
     """
 
     train: TokenArray
     val: TokenArray
     train_works: list[str]
     val_works: list[str]
+    tokenizer: Tokenizer | None = field(default_factory=ByteTokenizer)
+    vocab_size: int | None = None
+    val_bytes: int | None = None
+    source_meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.vocab_size is None and self.tokenizer is not None:
+            self.vocab_size = self.tokenizer.vocab_size
 
     def sampler(self, batch_size: int, seq_len: int, seed: int) -> BatchSampler:
         """The training batches of a run with this seed."""
@@ -172,8 +235,24 @@ class TextData:
 
     @property
     def unigram_entropy(self) -> float:
-        """Of the training bytes: the loss a context-free predictor reaches (`stalled`)."""
+        """Of the training tokens: the loss a context-free predictor reaches (`stalled`)."""
         return self.train.unigram_entropy
+
+    @property
+    def tokens_per_byte(self) -> float | None:
+        """Held-out tokens per byte of held-out text (None when its bytes are not known)."""
+        if not self.val_bytes:
+            return None
+        return len(self.val) / self.val_bytes
+
+    def bits_per_byte(self, loss: float) -> float | None:
+        """A validation loss in nats per token as bits per byte of the held-out text:
+        ``loss / ln 2 * tokens / bytes`` over the whole held-out split, so runs with different
+        tokenizers compare (for bytes it is ``loss / ln 2``); None when the bytes are not known."""
+        ratio = self.tokens_per_byte
+        if ratio is None or loss is None:
+            return None
+        return float(loss) / math.log(2) * ratio
 
     def accuracy(self) -> None:
         """Text has no accuracy metric (a synthetic task's data returns its accumulator)."""
@@ -181,12 +260,47 @@ class TextData:
 
     @property
     def masked_targets(self) -> bool:
-        """Whether some targets are ignored (-100); never in text: every byte is predicted."""
+        """Whether some targets are ignored (-100); never in text: every token is predicted."""
         return False
 
-    def meta(self) -> dict[str, list[str]]:
-        """What config.yaml's `meta` records about the data: the works on each side."""
-        return {"train_works": self.train_works, "val_works": self.val_works}
+    def meta(self) -> dict[str, Any]:
+        """What config.yaml's `meta` records about the data: the works on each side, and the
+        tokenizer and the token files when they are not bytes read from text."""
+        out: dict[str, Any] = {"train_works": self.train_works, "val_works": self.val_works}
+        if self.tokenizer is not None and self.tokenizer.spec != BYTE:
+            out.update(describe(self.tokenizer))
+        return out | self.source_meta
+
+    def save_tokenizer(self, run_dir: Path) -> None:
+        """Put the run's tokenizer in its folder as tokenizer.json (bytes need none), where
+        `normlab sample` and the probes read it."""
+        if self.tokenizer is not None and self.tokenizer.spec != BYTE:
+            self.tokenizer.save(run_dir)
+
+    def check_vocab(self, model_vocab: int) -> None:
+        """`DataError` when the model cannot read these ids: a vocabulary smaller than the
+        tokenizer's (or the token files' stated one), or a token id at or above either."""
+        what = (f"tokenizer {self.tokenizer.spec!r}" if self.tokenizer is not None
+                else "token files")
+        if self.vocab_size is not None and model_vocab < self.vocab_size:
+            raise DataError(
+                f"model.vocab_size: {model_vocab} is smaller than the {self.vocab_size} tokens of "
+                f"the {what}; set model.vocab_size: {self.vocab_size}")
+        limit = min(model_vocab, self.vocab_size or model_vocab)
+        for array in (self.train, self.val):
+            if getattr(array, "path", None) is None:
+                continue  # (ids a tokenizer made here lie below its vocabulary)
+            bad = array.first_at_or_above(limit)
+            if bad is not None:
+                pos, value = bad
+                stated = (f"the vocabulary of {self.vocab_size} tokens stated for them"
+                          if self.vocab_size is not None and limit == self.vocab_size else
+                          f"model.vocab_size={model_vocab}")
+                raise DataError(
+                    f"{array.path}: token id {value} (at token {pos}) is at or above {stated}; "
+                    "the file was written with a larger vocabulary: set model.vocab_size above "
+                    f"{array.max_id} (and vocab_size in meta.json), or prepare the file again "
+                    "with the tokenizer the run uses")
 
 
 def _describe(source: Source) -> str:
@@ -197,15 +311,26 @@ def _describe(source: Source) -> str:
 
 
 def load_text_data(
-    source: Source = DEFAULT_CORPUS, val_fraction: float = 0.1, seed: int = 0
+    source: Source = DEFAULT_CORPUS, val_fraction: float = 0.1, seed: int = 0,
+    tokenizer: str = BYTE, text_field: str = "text",
 ) -> TextData:
-    """Load ``source`` (see :func:`load_works`), split it by whole works, and tokenise."""
-    works = load_works(source)
+    """Load ``source`` (see :func:`load_works`), split it by whole works, and tokenise with
+    `tokenizer` (see `normlab.data.tokenizer`; ``bpe:N`` is trained on the training works).
+    A folder holding ``train.bin`` and ``val.bin`` is read as token files instead
+    (`normlab.data.tokenfiles`)."""
+    from normlab.data.tokenfiles import is_token_folder, read_token_folder
+
+    if is_token_folder(source):
+        return read_token_folder(Path(source), tokenizer, val_fraction=val_fraction, seed=seed)
+    works = load_works(source, text_field=text_field)
     train, val = split_works(works, val_fraction=val_fraction, seed=seed)
+    tok = resolve_tokenizer(tokenizer, train)
     where = _describe(source)
     return TextData(
-        train=TokenArray.from_works(train, label=f"train split of {where}"),
-        val=TokenArray.from_works(val, label=f"val split of {where}"),
+        train=TokenArray.from_works(train, label=f"train split of {where}", tokenizer=tok),
+        val=TokenArray.from_works(val, label=f"val split of {where}", tokenizer=tok),
         train_works=[w.name for w in train],
         val_works=[w.name for w in val],
+        tokenizer=tok,
+        val_bytes=sum(len(w.text) for w in val) + len(SEPARATOR) * (len(val) - 1),
     )

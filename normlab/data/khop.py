@@ -315,6 +315,16 @@ class KhopData:
     def accuracy(self) -> HopAccuracy:
         return HopAccuracy(self.task)
 
+    def bits_per_byte(self, loss: float) -> None:
+        """The task's tokens are not text: no bits per byte."""
+        return None
+
+    def save_tokenizer(self, run_dir: Any) -> None:
+        """The task's tokens need no tokenizer file."""
+
+    def check_vocab(self, model_vocab: int) -> None:
+        """The config checks the task's vocabulary (`normlab.config.task_model_problems`)."""
+
     @property
     def masked_targets(self) -> bool:
         """Positions without an answer have target -100: the trainers weight losses by the

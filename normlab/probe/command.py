@@ -281,7 +281,13 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
         if data.task is not None:
             raise ConfigError(f"--checkpoint {checkpoint}: trained on data.task={data.task}; the "
                               "probes read text, which this model's tokens are not")
+        from normlab.train.rundir import find_run
+
+        # the run's own tokenizer: the tokenizer.json in its folder (a BPE, a tokenizer file),
+        # else what its config names (bytes, or a token folder's own)
+        own = find_run(Path(checkpoint)) / "tokenizer.json"
         spec.update(target="checkpoint", checkpoint=str(checkpoint), model=model,
+                    tokenizer=str(own) if own.is_file() else data.tokenizer,
                     base=run_cfg.model, seq_len=seq_len or data.seq_len,
                     source=str(text) if text is not None else data.source,
                     val_fraction=data.val_fraction, split_seed=data.split_seed,
@@ -297,7 +303,8 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
                     source=str(text) if text is not None else "shakespeare",
                     val_fraction=0.1, split_seed=0)
     base: ModelConfig = spec["base"]
-    vocab = byte_vocab_problem(base)
+    vocab = byte_vocab_problem(base) if spec.get("tokenizer", "byte") == "byte" and not (
+        spec["target"] == "checkpoint" and text is None) else None
     if vocab:
         raise ConfigError(vocab)
     if spec["seq_len"] < 2:
@@ -322,7 +329,8 @@ def _batches(spec: dict[str, Any], kind: str, n_classes: int, split: str = "val"
     return text_batches(spec["source"], n_batches=n or spec["n_batches"],
                         batch_size=spec["batch_size"], seq_len=spec["seq_len"], seed=0,
                         val_fraction=spec["val_fraction"], split_seed=spec["split_seed"],
-                        kind=kind, n_classes=n_classes, split=split)
+                        kind=kind, n_classes=n_classes, split=split,
+                        tokenizer=spec.get("tokenizer", "byte"))
 
 
 def _run(spec: dict[str, Any], options: dict[str, Any], parts: Path | None = None

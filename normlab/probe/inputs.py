@@ -1,9 +1,10 @@
 """The batches the probes read: held-out text as `(idx, targets)` pairs.
 
-Decoder targets are the next bytes. An encoder has no downstream task in `normlab.data` yet, so
-its targets are a fixed synthetic labelling of the text, `label = (sum of the window's bytes) mod
-n_classes`: independent of the model, so loss changes are comparable between models. Read the
-encoder's loss deltas with that in mind; the KL numbers do not depend on labels at all.
+Decoder targets are the next tokens (bytes, or the ids of a trained run's tokenizer). An encoder
+has no downstream task in `normlab.data` yet, so its targets are a fixed synthetic labelling of
+the text, `label = (sum of the window's tokens) mod n_classes`: independent of the model, so loss
+changes are comparable between models. Read the encoder's loss deltas with that in mind; the KL
+numbers do not depend on labels at all.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ def for_kind(batches: list[Batch], kind: str, n_classes: int = 2) -> list[Batch]
 def text_batches(source: str | Path = "shakespeare", *, n_batches: int = 4, batch_size: int = 8,
                  seq_len: int = 64, seed: int = 0, val_fraction: float = 0.1,
                  split_seed: int = 0, kind: str = "decoder", n_classes: int = 2,
-                 split: str = "val") -> list[Batch]:
+                 split: str = "val", tokenizer: str = "byte") -> list[Batch]:
     """`n_batches` fixed windows from the validation split of `source` (the Shakespeare corpus
     by default, or a user's .txt file or folder; `normlab.data.split_works` holds out whole works,
     or the last `val_fraction` of a single file), ready for a model of `kind`. `split="train"`
-    draws from the training side instead (the update-size probe trains on it)."""
+    draws from the training side instead (the update-size probe trains on it). `tokenizer` is
+    a trained run's (`data.tokenizer`, or the tokenizer.json in its folder): the text is read as
+    that run's model reads it."""
     if str(source) != "shakespeare" and not Path(source).exists():
         raise DataError(f"text {source}: no such file or folder")
-    data = load_text_data(source, val_fraction=val_fraction, seed=split_seed)
+    data = load_text_data(source, val_fraction=val_fraction, seed=split_seed,
+                          tokenizer=tokenizer)
     if split == "val":
         batches = eval_batches(data.val, batch_size, seq_len, n_batches, seed)
     else:

@@ -54,11 +54,12 @@ def preflight(plan: SweepPlan, check_device: bool = True) -> None:
     seen: set[tuple] = set()
     for run in plan.runs:
         d = run.config.data
-        key = (d.source, d.val_fraction, d.split_seed, d.task)
+        key = (d.source, d.val_fraction, d.split_seed, d.task, d.tokenizer, d.text_field,
+               run.config.model.vocab_size)
         if key not in seen:
             seen.add(key)
             try:
-                load_run_data(d)
+                load_run_data(d, run.config.model)
             except DataError as e:
                 where = "axis data.source" if "data.source" in axes else "base data.source"
                 raise SpecError(f"{where} = {d.source!r}: {e}") from None

@@ -17,9 +17,10 @@ Post-LN with 300 warmup steps passes 0.08 on the plateau (step 100) and ends at 
 without warmup collapses: 2e-11 at step 50, 6e-14 at the end, with the loss stuck at 3.324.
 
 **Stalled.** A run that completes with a final validation loss not below the unigram entropy of
-its training bytes minus `train.stall_margin` has learned nothing a context-free predictor would
-not; it is recorded `stalled`, not `completed` (it is finished: a sweep or study does not train it
-again, and does not compare its loss as if it had trained).
+its training tokens (bytes, or the ids of its tokenizer: the baseline is the run's own) minus
+`train.stall_margin` has learned nothing a context-free predictor would not; it is recorded
+`stalled`, not `completed` (it is finished: a sweep or study does not train it again, and does
+not compare its loss as if it had trained).
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ def end_of_run(final: dict[str, Any], run_dir: Path, unigram_entropy: float, mar
     if "val_loss" not in final:
         evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if "val_loss" in r]
         if evals:
-            final.update({k: evals[-1][k] for k in ("val_loss", "token_share", "train_loss")
+            final.update({k: evals[-1][k] for k in ("val_loss", "token_share", "train_loss",
+                                                    "val_bpb")
                           if k in evals[-1]})
     val = final.get("val_loss")
     outcome = "stalled" if stalled(val if isinstance(val, float) else None,

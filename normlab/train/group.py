@@ -48,6 +48,7 @@ from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
 from normlab.train.trainer import (
     _StopFlag,
+    bits_per_byte,
     block_stat_tensors,
     block_stats_due,
     check_run_folder,
@@ -138,6 +139,7 @@ def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
     optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     write_run_config(run_dir, cfg, run_meta(cfg, model, data, device))
+    data.save_tokenizer(run_dir)
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
     metrics.write_config(cfg.to_yaml(), restored.step)
@@ -172,7 +174,7 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
     before anything is written, when another process holds one). `interrupt_at` stops every
     member at that step as a signal would."""
     check_group(cfgs)
-    data = load_run_data(cfgs[0].data)
+    data = load_run_data(cfgs[0].data, cfgs[0].model)
     device = resolve_device(cfgs[0].train.device)
     if device.type == "cpu":
         tune_cpu_allocator()
@@ -388,9 +390,10 @@ class _GroupLoop:
         for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
             tc = m.cfg.train
             if due[r]:
-                record.update(val_loss=val[r], token_share=share[r], **acc[r])
+                bpb = bits_per_byte(m.data, val[r]) if m.data is not None else {}
+                record.update(val_loss=val[r], token_share=share[r], **acc[r], **bpb)
                 m.best_val = min(m.best_val, val[r])
-                m.final.update(val_loss=val[r], token_share=share[r], **acc[r])
+                m.final.update(val_loss=val[r], token_share=share[r], **acc[r], **bpb)
             m.final["train_loss"] = record["train_loss"]
             if (m.step % tc.log_every == 0 or last[r] or "val_loss" in record
                     or block_stats_due(tc, m.step)):

@@ -3,7 +3,9 @@ every folder shown.
 
 Columns: the run id, its sweep, the settings in which the listed runs differ (config fields as
 the placement resolved them, and the thread count or versions they ran with), the outcome, the
-step and the losses, and the validation accuracy when a run has one (a synthetic task's,
+step and the losses, the validation loss in bits per byte of the held-out text when a listed run
+reads tokens other than bytes (a tokenizer or token files: the number that compares runs of
+different tokenizers), and the validation accuracy when a run has one (a synthetic task's,
 `data.task`). Runs that share a `train.name` show, after it, a short prefix of their id (what
 `normlab sample` takes in place of the name). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
@@ -25,7 +27,7 @@ from normlab.train.rundir import RunFolder, find_run_folders, read_run_folder
 META_COLUMNS = ("threads", "world_size", "torch", "normlab")
 RESULT_HEADS = ("outcome", "step", "train loss", "val loss", "best val")
 COMPACT_HEADS = {"train loss": "train\nloss", "val loss": "val\nloss", "best val": "best\nval",
-                 "val acc": "val\nacc"}
+                 "val acc": "val\nacc", "val bpb": "val\nbpb"}
 
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -97,6 +99,14 @@ def _text(v: Any, sep: str = ",") -> str:
 def _loss(summary: dict[str, Any], key: str) -> str:
     v = summary.get(key)
     return f"{v:.4f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "-"
+
+
+def bytes_as_tokens(folder: RunFolder) -> bool:
+    """Whether a run read text as bytes (its bits per byte are its loss over ln 2, nothing new):
+    the default tokenizer, and no token files."""
+    tokenizer = folder.raw_config.get("data", {}).get("tokenizer", "byte") if isinstance(
+        folder.raw_config.get("data"), dict) else "byte"
+    return tokenizer == "byte" and "token_files" not in folder.meta
 
 
 def sweep_names(root: Path, folders: list[Path]) -> dict[Path, str]:
@@ -224,11 +234,12 @@ def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = 
     sweeps, names = listing.sweeps, listing.names
     damaged = sum(f.damaged for f in folders)
     accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
+    bpb = any("val_bpb" in f.summary and not bytes_as_tokens(f) for f in folders)
     title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
     table = Table(title=Text(title))
     settings = (["settings"] if columns else []) if compact else [
         c.split(".", 1)[-1] for c in columns]
-    results = [*RESULT_HEADS, *(["val acc"] if accuracy else [])]
+    results = [*RESULT_HEADS, *(["val bpb"] if bpb else []), *(["val acc"] if accuracy else [])]
     heads = ["run", *(["sweep"] if sweeps else []), *settings,
              *(COMPACT_HEADS.get(h, h) if compact else h for h in results)] + (
         ["why damaged"] if damaged else [])
@@ -258,6 +269,8 @@ def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = 
                  Text("damaged", style="bold red") if f.damaged else Text(outcome),
                  Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
                  Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
+        if bpb:
+            cells.append(Text(_loss(s, "val_bpb")))
         if accuracy:
             cells.append(Text(_loss(s, "val_acc")))
         if damaged:  # the folder's own path is the row's first cell: say the rest

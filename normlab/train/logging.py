@@ -222,14 +222,18 @@ def _si(x: float) -> str:
 
 def progress_info(train_loss: float, lr: float, grad_norm: float, val_loss: float | None,
                   speed: Throughput, accuracy: dict[str, float] | None = None, *,
-                  val_step: int | None = None, step: int | None = None) -> str:
+                  val_step: int | None = None, step: int | None = None,
+                  bpb: float | None = None) -> str:
     """The progress line after a step, as nanoGPT prints it: `loss 2.431, val 2.502, lr 1.00e-03,
     grad norm 0.84, 182 ms, 45.1k tok/s, mfu 12.3%` (val: the latest evaluation, if any; one
     computed at an earlier step than `step` says so, `val 2.502 (step 250)`, so that a value
-    repeated between evaluations does not read as a stalled validation loss). A
+    repeated between evaluations does not read as a stalled validation loss). Text runs give the
+    same loss in bits per byte of the held-out text after it: `val 2.502, val bpb 1.210`. A
     synthetic task's accuracies of that evaluation follow val: `acc 0.71 (k=1 0.98, k=2 0.66)`
     (`val_acc`, then each `val_acc_hop{k}`)."""
     val = f", val {val_loss:.4f}" if val_loss is not None else ""
+    if val and bpb is not None:
+        val += f", val bpb {bpb:.4f}"
     if val and step is not None and val_step != step:
         val += f" (step {val_step})" if val_step is not None else " (before this start)"
     if accuracy and "val_acc" in accuracy:

@@ -13,8 +13,10 @@ CPU threads (recorded in the checkpoint; a resume uses it, see `restore_checkpoi
 torch and the same machine: batches are a function of the step, and the checkpoint holds the RNG,
 optimizer and detector states. The process training a run holds its folder's lock
 (`normlab.train.rundir`); the conditions are listed in docs/reliability.md.
-Each evaluation also records the token-varying share of the final stream, and a run that ends no
-better than the unigram entropy of its data is `stalled` (see `normlab.train.diagnostics`).
+Each evaluation also records the token-varying share of the final stream and, for text, the loss
+as bits per byte of the held-out text (`val_bpb`, comparable across tokenizers); a run that ends
+no better than the unigram entropy of its training tokens is `stalled` (see
+`normlab.train.diagnostics`).
 """
 
 from __future__ import annotations
@@ -230,7 +232,7 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
             if key in record:
                 restored.final[key] = record[key]
         if "val_loss" in record:
-            restored.final.update(accuracy_of(record))
+            restored.final.update(accuracy_of(record) | bits_of(record))
             restored.val_step = record.get("step")
     return restored
 
@@ -350,7 +352,7 @@ def train_run(
     """
     tc = cfg.train
     # Everything that can be rejected is checked before anything is written.
-    data = load_run_data(cfg.data)
+    data = load_run_data(cfg.data, cfg.model)
     dist = distributed.current()
     device = dist.train_device(resolve_device(tc.device))
     if device.type == "cpu":
@@ -432,6 +434,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     if dist.main:
         write_run_config(run_dir, cfg, run_meta(cfg, model, data, device)
                          | {"world_size": dist.world_size})
+        data.save_tokenizer(run_dir)
 
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume,
@@ -509,9 +512,10 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 if eval_due(tc, step):
                     record.update(evaluate(model, val, autocast, dist, data.accuracy(),
                                            token_weighted=data.masked_targets))
+                    record.update(bits_per_byte(data, record["val_loss"]))
                     best_val, val_step = min(best_val, record["val_loss"]), step
                     final.update(val_loss=record["val_loss"], token_share=record["token_share"],
-                                 **accuracy_of(record))
+                                 **accuracy_of(record), **bits_of(record))
                 final["train_loss"] = train_loss
                 if step % tc.log_every == 0 or last or "val_loss" in record or stats_now:
                     metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
@@ -522,7 +526,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                 speed.update(dt)
                 bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
                                                speed, accuracy_of(final), val_step=val_step,
-                                               step=step))
+                                               step=step, bpb=final.get("val_bpb")))
             checkpoint(step)
             elapsed = time.perf_counter() - t_run
             done = step - start
@@ -536,6 +540,18 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     finally:
         bar.close()
         metrics.close()
+
+
+def bits_per_byte(data: Any, val_loss: float) -> dict[str, float]:
+    """`val_bpb`, the validation loss as bits per byte of the held-out text (see
+    `normlab.data.TextData.bits_per_byte`), when the data knows its bytes; else nothing."""
+    bpb = data.bits_per_byte(val_loss)
+    return {} if bpb is None else {"val_bpb": bpb}
+
+
+def bits_of(record: dict[str, Any]) -> dict[str, float]:
+    """The bits per byte of an evaluation record, if it has them."""
+    return {"val_bpb": record["val_bpb"]} if "val_bpb" in record else {}
 
 
 def accuracy_of(record: dict[str, Any]) -> dict[str, float]:
