@@ -1059,6 +1059,59 @@ def test_tables_read_at_a_glance(browser, request, which):
         browser.resize(1200, 2000)
 
 
+def _numbers_table(value: Any, key: str) -> list[list[str]]:
+    """The first table `blocks` makes of a value: its header row, then its rows, as text."""
+    from normlab.report.numbers import blocks
+
+    t = next(b.table for b in blocks("", value, key) if b.table is not None)
+    head = ([t.corner] if t.has_row_heads else []) + [c.title for c in t.columns]
+    return [head] + [([r.head] if t.has_row_heads else [])
+                     + [c.text or (c.interval.estimate if c.interval else "") for c in r.cells]
+                     for r in t.rows]
+
+
+def test_learning_rates_in_order_and_in_one_format():
+    """A table keyed by learning rate lists them in increasing order, whatever order the study
+    tried them in, and every learning rate (key, value, list) is written the same way."""
+    tuning = {"pre": {"lrs": [0.0015, 0.003], "best_lr": 0.00075,
+                      "mean_val_loss": {"0.0015": 2.3, "0.003": 2.4, "0.00075": 2.2}},
+              "post": {"lrs": [0.000333333333333, 0.0015], "best_lr": 0.000333333333333,
+                       "mean_val_loss": {"0.0015": 2.6, "0.000333333": 2.5}}}
+    from normlab.report.numbers import blocks
+
+    found = blocks("tuning", tuning, "tuning")
+    first = _numbers_table(tuning, "tuning")
+    assert first == [["placement", "learning rates", "best lr"],
+                     ["pre", "0.0015, 0.003", "0.00075"], ["post", "0.000333, 0.0015", "0.000333"]]
+    by_lr = next(b for b in found if b.title.endswith("by learning rate")).table
+    assert [c.title for c in by_lr.columns] == ["0.000333", "0.00075", "0.0015", "0.003"]
+
+
+def test_levels_are_named_by_their_keys():
+    """A level the study nests above the expected ones (C10's pretrained and from-scratch arms
+    above the placements) gets its own name, and the names below stay over their own keys."""
+    record = {"test_accuracy": 0.4, "settings": {"lr": 0.001, "seed": 0, "steps": 150}}
+    runs = {arm: {p: {"0.001": {"0": record, "1": record}} for p in ("pre", "post")}
+            for arm in ("pretrained", "scratch")}
+    rows = _numbers_table(runs, "runs")
+    assert rows[0] == ["initial weights", "placement", "learning rate", "seed", "test accuracy"]
+    assert rows[1] == ["pretrained", "pre", "0.001", "0", "0.4"]
+
+
+def test_a_wide_table_shows_what_every_row_shares_once():
+    """A table with more columns than fit shows the fields that are the same in every row in
+    a table of their own, and leaves out a field that repeats the row's own key."""
+    from normlab.report.numbers import blocks
+
+    settings = {f"setting_{i}": i for i in range(12)}
+    runs = {p: {lr: {"accuracy": 0.4, "settings": {**settings, "lr": float(lr)}}
+                for lr in ("0.001", "0.003")} for p in ("pre", "post")}
+    found = blocks("runs", runs, "runs")
+    titles = [b.title for b in found]
+    assert titles == ["runs", "runs: settings: the same in every row"], titles
+    assert [r.head for r in found[1].table.rows] == [f"setting {i}" for i in range(12)]
+
+
 def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
     """Every structured value of a real study is laid out as tables of cells: no table in a
     cell, no empty table, no dict or list written out as Python or JSON."""
