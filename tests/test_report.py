@@ -1511,8 +1511,9 @@ def test_prose_keeps_numbers_and_compound_words_whole():
     in a number, and a number joined to a word; a word pair may still break."""
     from normlab.report.pages import prose
 
-    got = str(prose("< 0.2 in 30-layer LLMs, 12-block post, -0.35 and GPT-2; Peri-LN"))
-    for whole in ("30-layer", "12-block", "-0.35", "GPT-2"):
+    got = str(prose("< 0.2 in 30-layer LLMs, 12-block post, -0.35 and GPT-2; Peri-LN "
+                    "(12-24-block)"))
+    for whole in ("30-layer", "12-block", "-0.35", "GPT-2", "12-24-block"):
         assert f'<span class="nb">{whole}</span>' in got, whole
     assert '<span class="nb">Peri-LN</span>' not in got
     assert '<span class="nb">0.2</span>' not in got  # nothing to break in it

@@ -346,8 +346,9 @@ _CODE = re.compile(r"`([^`\n]+)`")
 _SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
 # A name ending in a hyphen and a number ("GPT-2", "Peri-LN" is a word pair and may break).
 _NAME_NUMBER = re.compile(r"(?<![&#\w-])[A-Za-z][A-Za-z0-9]*-\d[\w.]*")
-# A number, a hyphen and a word ("30-layer", "12-block"): one word, kept whole.
-_NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?-[A-Za-z]\w*")
+# A number or a range, a hyphen and a word ("30-layer", "12-block", "12-24-block"): one word,
+# kept whole.
+_NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)*-[A-Za-z]\w*")
 # A run's folder name ("pre-L12-d64-1582d6aa6c4e"): one name, kept whole.
 _RUN_ID = re.compile(r"(?<![&#\w-])[a-z][a-z0-9_]*-L\d+-d\d+-[0-9a-f]{6,}(?![\w-])")
 
