@@ -52,16 +52,21 @@ MUTANTS = {
     "tables without their box": ("macros.html",
                                  '<div class="scroll">\n<table class="{{ t.kind }}">',
                                  '<div>\n<table class="{{ t.kind }}">'),
-    "runs table without its box": ("macros.html", '<div class="scroll">\n<table class="runs">',
-                                   '<div>\n<table class="runs">'),
+    "runs table without its box": ("macros.html",
+                                   '<div class="scroll">\n<table class="runs cards">',
+                                   '<div>\n<table class="runs cards">'),
     "outcome after the settings": (
         "macros.html",
-        '<th>run</th><th>outcome</th>{% for col in view.config_columns %}<th{% if col.numeric %}'
+        '<th>run, outcome</th>{% for col in view.config_columns %}<th{% if col.numeric %}'
         ' class="num"{% endif %}>{{ col.title }}</th>{% endfor %}{% for col in view.result_columns'
         ' %}<th class="num">{{ col.title }}</th>{% endfor %}',
         '<th>run</th>{% for col in view.config_columns %}<th{% if col.numeric %} class="num"'
         '{% endif %}>{{ col.title }}</th>{% endfor %}{% for col in view.result_columns %}'
         '<th class="num">{{ col.title }}</th>{% endfor %}<th>outcome</th>'),
+    "no cards on a narrow page": ("report.css",
+                                  "table.cards > tbody > tr > td {\n    display: block; }",
+                                  "table.cards > tbody > tr > td {\n    }"),
+    "cards without their column names": ("report.css", "content: attr(data-label);", ""),
     "list values may break": ("macros.html", '<span class="nb">{{ v }}</span>', "{{ v }}"),
 }
 

@@ -214,7 +214,7 @@ class _Page(HTMLParser):
         self.imgs: list[dict[str, str]] = []
         self.svgs: list[dict[str, str]] = []
         self.figures: list[dict[str, Any]] = []  # {"media": [...], "caption": str}
-        self.table_rows: dict[str, list[list[str]]] = {}  # class -> rows of cell texts
+        self.table_rows: dict[str, list[list[str]]] = {}  # first class -> rows of cell texts
         self._tables: list[dict[str, Any]] = []  # open tables, innermost last
         self._caption: list[str] | None = None
         self._svg_depth = 0
@@ -240,7 +240,8 @@ class _Page(HTMLParser):
         if tag == "figcaption":
             self._caption = []
         if tag == "table":
-            self._tables.append({"cls": a.get("class", ""), "row": None, "cell": None})
+            self._tables.append({"cls": (a.get("class") or "").split(" ")[0], "row": None,
+                                 "cell": None})
         elif tag == "tr" and self._tables:
             self._tables[-1]["row"] = []
         elif tag in ("td", "th") and self._tables:
@@ -316,7 +317,7 @@ def static_problems(text: str, page_dir: Path | None = None) -> tuple[_Page, lis
     for fig in page.figures:  # a figure: one picture, a real caption
         if len(fig["media"]) != 1:
             problems.append(f"a <figure> holds {fig['media']}")
-        caption = re.sub(r"^Figure [\d.]+\.\s*", "", fig["caption"])
+        caption = re.sub(r"^Figure [\w.]+\.\s*", "", fig["caption"])
         if len(caption) < 30 or _FILE_NAME.match(caption):
             problems.append(f"figure caption is not a caption: {fig['caption']!r}")
     for svg in page.svgs:
@@ -356,7 +357,10 @@ def test_study_report_static(study_dir, study_html):
     captions = [f["caption"] for f in page.figures]
     assert any("line: mean over 3 seeds; shaded band: min to max" in c for c in captions)
     assert any("(= post)" in c or "lies on top of" in c for c in captions)
-    assert any(c.startswith("Figure 2.1. C4:") for c in captions)  # stand-in: the claim
+    assert any(c.startswith("Figure C4.1. C4:") for c in captions)  # stand-in: the claim
+    # a figure's number is its claim's id (and its place among the claim's figures)
+    assert [re.match(r"Figure (\S+)\.", c).group(1) for c in captions] == [
+        "C1.1", "C1.2", "C4.1", "C4.2"]
     # one row per prediction, grouped by claim: the claim's cells span its rows
     rows = page.table_rows["verdicts"]
     assert rows[0] == ["claim", "claim verdict", "prediction", "measured [95% interval]",
@@ -409,7 +413,7 @@ def test_study_report_static(study_dir, study_html):
     assert ["learning rates", "0.001, 0.004"] in settings and ["width", "64"] in settings
     # the study's runs, with links to their folders and TensorBoard logs
     runs = page.table_rows["runs"]
-    assert len(runs) == 5 and runs[0][:4] == ["run", "outcome", "placement", "seed"]
+    assert len(runs) == 5 and runs[0][:3] == ["run, outcome", "placement", "seed"]
     links = [v for tag, attr, v in page.attrs if tag == "a" and attr == "href"
              and not v.startswith("#")]
     assert sum(v.endswith("/tb/") for v in links) == 4
@@ -423,18 +427,17 @@ def test_runs_report_static(runs_dir, runs_html):
     assert len(page.svgs) == 3 and page.imgs == []
     rows = page.table_rows["runs"]
     # pre and post differ in the init and final norm their placements resolved to
-    assert rows[0] == ["run", "outcome", "placement", "seed", "final norm", "init",
+    assert rows[0] == ["run, outcome", "placement", "seed", "final norm", "init",
                        "training loss (nats/byte)", "validation loss (nats/byte)",
                        "best validation loss (nats/byte)", "tokens/s"]
-    body = sorted(rows[1:], key=lambda r: (r[2], r[3]))
-    assert [r[2:6] for r in body] == [["post", "0", "off", "xavier"],
+    body = sorted(rows[1:], key=lambda r: (r[1], r[2]))
+    assert [r[1:5] for r in body] == [["post", "0", "off", "xavier"],
                                       ["post", "1", "off", "xavier"],
                                       ["pre", "0", "on", "gpt2_scaled"],
                                       ["pre", "1", "on", "gpt2_scaled"]]
-    for r in body:
-        assert r[0].endswith("folder TensorBoard log")
-        assert r[1] == "stalled (step 6 of 6)"
-        assert all(float(x) > 0 for x in r[6:9])  # final train, final val, best val
+    for r in body:  # the run's name, its outcome, the links to its folder
+        assert r[0].endswith(" stalled (step 6 of 6) folder TensorBoard log"), r[0]
+        assert all(float(x) > 0 for x in r[5:8])  # final train, final val, best val
     shared = page.table_rows["settings"]
     for row in (["blocks", "2"], ["width", "32"], ["learning rate", "0.001"], ["steps", "6"]):
         assert row in shared, row
@@ -486,10 +489,11 @@ def test_failed_run_and_bad_config_are_shown_whole(runs_dir, tmp_path):
     assert problems == []
     assert message in text and "not a valid config for this normlab" in text
     head, *rows = page.table_rows["runs"]
-    assert [r[0][:3] for r in rows] == ["bad", "okf"]  # the name, then its links
+    assert head[0] == "run, outcome"
+    assert [r[0].split(" ", 1)[0] for r in rows] == ["bad", "ok"]  # the name, then its outcome
     # a config this normlab cannot read makes the folder damaged, with why
-    assert rows[0][head.index("outcome")].startswith("damaged")
-    assert rows[1][head.index("outcome")] == "stalled (step 6 of 6)"
+    assert rows[0][0].split(" ", 1)[1].startswith("damaged")
+    assert rows[1][0] == "ok stalled (step 6 of 6) folder TensorBoard log"
 
 
 def test_bad_figures_show_a_placeholder(tmp_path):
@@ -526,7 +530,7 @@ def test_svg_figures_are_sanitized(tmp_path):
     text = build_html(tmp_path)
     page, problems = static_problems(text, tmp_path)
     assert problems == [] and len(page.svgs) == 2
-    for gone in ("alert", "display: none", "example.org", "<div>html"):
+    for gone in ("alert", "body { display: none }", "example.org", "<div>html"):
         assert gone not in text, gone
     assert text.count("<style") == 1  # the page's own
     assert 'clip-path="url(#claim-C9-f1-c)"' in text and 'xlink:href="#claim-C9-f2-r"' in text
@@ -769,9 +773,18 @@ Promise.all(Array.from(document.querySelectorAll('img, svg.figure')).map(async (
 #   nested    tables inside tables
 #   wide      tables, figures and images that run past the right edge of the page's column
 #             (a table in a scroll box counts by its box), and a page that scrolls sideways
-#   unfixed   rows of a table that scrolls in its box whose first cell does not stay in view,
-#             opaque, when the box is scrolled to its right end
+#   unfixed   cells of the first column of a table that scrolls in its box that do not stay in
+#             view, opaque, when the box is scrolled to its right end
 #   outcome   runs tables whose outcome column is not in view without scrolling
+#   hidden    cells of any table that a reader cannot bring into view: not drawn (a table laid
+#             out as cards hides its header row, so each of its cells must show its column's
+#             name), clipped by a box that does not scroll, beyond the reach of the box that
+#             scrolls them, past the page; and, in a box that scrolls, cells of the first column
+#             or of a column of verdicts (headed "verdict" or "outcome", or holding a verdict
+#             badge) that leave the box's view with the box scrolled to its left end, its
+#             middle or its right end
+#   spilled   text of an inline SVG figure (axis labels, legends, titles) past the figure's
+#             edges, where the browser cuts it
 LAYOUT_CHECK = """
 (() => {
   const main = document.querySelector('main') || document.body;
@@ -827,7 +840,9 @@ LAYOUT_CHECK = """
   const captions = Array.from(document.querySelectorAll('figure')).map(
     (f) => (f.querySelector('figcaption') || {textContent: ''}).textContent.trim());
   const cut = [], broken = [], wrapped = [], proportional = [], narrow = [];
+  const drawn = (el) => el.getClientRects().length > 0;
   for (const c of document.querySelectorAll('td, th')) {
+    if (!drawn(c)) continue;  // see hidden
     const s = getComputedStyle(c);
     if (c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1 ||
         s.textOverflow === 'ellipsis') {
@@ -862,38 +877,125 @@ LAYOUT_CHECK = """
   }
   const doc = document.documentElement;
   if (doc.scrollWidth > doc.clientWidth + 1) wide.push('the page scrolls sideways');
+  // The column each cell of a table starts in, rowspans and colspans counted (in a group of rows
+  // whose first cell spans them, a later row's first cell is in a later column).
+  const columns = (t) => {
+    const at = new Map(), taken = [];
+    Array.from(t.rows).forEach((row, y) => {
+      let x = 0;
+      for (const c of row.cells) {
+        while (taken[y] && taken[y][x]) x++;
+        at.set(c, x);
+        for (let dy = 0; dy < c.rowSpan; dy++) {
+          for (let dx = 0; dx < c.colSpan; dx++) (taken[y + dy] = taken[y + dy] || [])[x + dx] = 1;
+        }
+        x += c.colSpan;
+      }
+    });
+    return at;
+  };
+  const firstColumn = (t) => {
+    const at = columns(t);
+    return Array.from(at.keys()).filter((c) => at.get(c) === 0 && drawn(c));
+  };
   const unfixed = [];
   for (const t of document.querySelectorAll('table')) {
     const box = scrollBox(t);
     if (!box || box.scrollWidth <= box.clientWidth + 1) continue;
+    const first = firstColumn(t);
     box.scrollLeft = box.scrollWidth;
     const left = box.getBoundingClientRect().left;
-    for (const row of t.rows) {
-      const first = row.cells[0];
-      const r = first.getBoundingClientRect();
-      const bg = getComputedStyle(first).backgroundColor;
+    for (const c of first) {
+      const r = c.getBoundingClientRect();
+      const bg = getComputedStyle(c).backgroundColor;
       if (Math.abs(r.left - left) > 2 || bg === 'transparent' || bg === 'rgba(0, 0, 0, 0)') {
-        unfixed.push(short(first));
+        unfixed.push(short(c));
       }
     }
     box.scrollLeft = 0;
   }
+  const hidden = new Set();
+  const clipBox = (el) => {
+    for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible') return a;
+    }
+    return null;
+  };
+  const named = (c) => !['none', 'normal', '""', ''].includes(
+    getComputedStyle(c, '::before').content);
+  for (const t of document.querySelectorAll('table')) {
+    const cells = Array.from(t.querySelectorAll('th, td')).filter((c) => c.closest('table') === t);
+    const shown = cells.filter(drawn);
+    if (shown.length < cells.length) {  // a header row not drawn: every cell names its column
+      for (const c of shown) {
+        if (c.tagName === 'TD' && !named(c)) hidden.add('unnamed: ' + short(c));
+      }
+      if (!shown.some((c) => c.tagName === 'TD')) hidden.add('not drawn: ' + short(t));
+    }
+    const box = clipBox(t);
+    const scrolls = box && ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+    if (box) box.scrollLeft = 0;
+    const b = box ? box.getBoundingClientRect() : null;
+    if (b && b.right > right) hidden.add('in a box past the page: ' + short(t));
+    for (const c of shown) {
+      const r = c.getBoundingClientRect();
+      if (!box) {
+        if (r.right > right) hidden.add('past the page: ' + short(c));
+        continue;
+      }
+      const left = r.left - b.left - box.clientLeft + box.scrollLeft;
+      const reach = scrolls ? box.scrollWidth : box.clientWidth;
+      if (left < -1 || left + r.width > reach + 1) {
+        hidden.add((scrolls ? 'out of reach: ' : 'clipped: ') + short(c));
+      }
+    }
+    if (!scrolls || box.scrollWidth <= box.clientWidth + 1) continue;
+    const at = columns(t);
+    const decided = new Set(Array.from(t.querySelectorAll('thead th'))
+      .filter((h) => /verdict|outcome/.test(h.textContent)).map((h) => at.get(h)));
+    const key = shown.filter((c) => at.get(c) === 0 || decided.has(at.get(c)) ||
+                                    c.querySelector('.badge'));
+    const end = box.scrollWidth - box.clientWidth;
+    for (const pos of [0, end / 2, end]) {
+      box.scrollLeft = pos;
+      const lo = box.getBoundingClientRect().left + box.clientLeft;
+      for (const c of key) {
+        const r = c.getBoundingClientRect();
+        if (r.left < lo - 1 || r.right > lo + box.clientWidth + 1) {
+          hidden.add('scrolled out of view: ' + short(c));
+        }
+      }
+    }
+    box.scrollLeft = 0;
+  }
+  const spilled = [];
+  for (const f of document.querySelectorAll('svg.figure')) {
+    const F = f.getBoundingClientRect();
+    for (const t of f.querySelectorAll('text')) {
+      const r = t.getBoundingClientRect();
+      if (r.width > 0 && (r.left < F.left - 1 || r.right > F.right + 1 || r.top < F.top - 1 ||
+                          r.bottom > F.bottom + 1)) {
+        spilled.push(short(t) + ' (in: ' + (f.getAttribute('aria-label') || '').slice(0, 60) + ')');
+      }
+    }
+  }
   const outcome = [];
   for (const th of document.querySelectorAll('table.runs thead th')) {
-    if (th.textContent.trim() !== 'outcome') continue;
+    if (!drawn(th) || !th.textContent.includes('outcome')) continue;
     const box = scrollBox(th) || main;
     if (th.getBoundingClientRect().right > Math.min(box.getBoundingClientRect().right, right)) {
       outcome.push(short(th.closest('table')).slice(0, 40));
     }
   }
   return {captions, cut, broken, wrapped, proportional, narrow, nested, wide, unfixed, outcome,
-          height: doc.scrollHeight};
+          hidden: Array.from(hidden), spilled, height: doc.scrollHeight,
+          tables: document.querySelectorAll('table').length};
 })()
 """
 LAYOUT_KEYS = ("cut", "broken", "wrapped", "proportional", "narrow", "nested", "wide", "unfixed",
-               "outcome")
+               "outcome", "hidden", "spilled")
 # The widths every page is checked at: a desktop window and a phone's.
-WIDTHS = (1200, 480)
+WIDTHS = (1280, 390)
 
 
 def layout_problems(got: dict[str, Any]) -> dict[str, list[str]]:
@@ -1018,7 +1120,7 @@ def test_runs_table_lists_only_settings_that_change_a_run(many_runs_dir):
     page, problems = static_problems(build_html(many_runs_dir), many_runs_dir)
     assert problems == []
     head = page.table_rows["runs"][0]
-    assert head[:2] == ["run", "outcome"]  # the outcome next to the run, before any setting
+    assert head[0] == "run, outcome"  # the outcome in the run's own cell, before any setting
     for setting in ("learning rate", "warmup (steps)", "train.weight_decay", "model.dropout"):
         assert setting in head, (setting, head)
     assert not [h for h in head if any(b in h for b in BOOKKEEPING_LABELS)], head
@@ -1057,6 +1159,166 @@ def test_tables_read_at_a_glance(browser, request, which):
             assert layout_problems(got) == {}, width
     finally:
         browser.resize(1200, 2000)
+
+
+RESULTS = Path(__file__).parent.parent / "docs" / "results"
+# An absolute path of a machine: /home/..., /work/..., C:\... (not "nats/byte", not "n/a").
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/<])/(?:home|work|tmp|root|Users|mnt|var|opt|srv|data)/"
+                           r"|\b[A-Z]:\\")
+
+
+@pytest.mark.parametrize("profile", ["quick", "standard"])
+def test_recorded_report_pages_fit(browser, profile):
+    """The recorded reports as shipped (docs/results/study_*/report.html): every table and
+    figure measured at a desktop's width (1280 px) and a phone's (390 px) hides no column (a
+    table that scrolls keeps its first column and its verdicts in view; a table of verdicts on
+    a phone is a list of cards) and cuts no label; the page names no folder of the machine that
+    ran the study and links to nothing that is not shipped with it; its figures are numbered by
+    claim id and its header gives the whole study's time."""
+    from normlab.report.numbers import fmt_seconds
+
+    folder = RESULTS / f"study_{profile}"
+    text = (folder / "report.html").read_text(encoding="utf-8")
+    study = json.loads((folder / "study.json").read_text())
+    page, problems = static_problems(text, folder)
+    assert problems == []
+    assert not ABSOLUTE_PATH.findall(text)
+    links = [v for tag, attr, v in page.attrs if attr == "href" and tag == "a"
+             and not v.startswith("#")]
+    assert links == []  # the runs are not shipped: named, never linked
+    figures = [c for c in study["claims"] if c.get("figures")]
+    assert sum(len(c["figures"]) for c in figures) == len(page.figures)
+    numbers = [re.match(r"Figure (\S+)\.", f["caption"]).group(1) for f in page.figures]
+    assert numbers == [c["id"] if len(c["figures"]) == 1 else f"{c['id']}.{i + 1}"
+                       for c in figures for i in range(len(c["figures"]))]
+    total = fmt_seconds(study["elapsed_total_s"])
+    assert re.search(rf"<dt>elapsed</dt><dd>{total}( in {len(study['parts'])} parts)?</dd>", text)
+    for rows in page.table_rows.values():  # columns of learning rates: in increasing order
+        for row in rows:
+            lrs = [float(x) for x in row if re.fullmatch(r"0\.0\d+", x)]
+            if len(lrs) > 2 and len(lrs) == len(set(lrs)) and row[0] in ("placement", "",
+                                                                        "initial weights"):
+                assert lrs == sorted(lrs), row
+    url = (folder / "report.html").resolve().as_uri()
+    try:
+        for width in WIDTHS:
+            browser.resize(width, 2000)
+            got = browser.load(url)
+            assert got["errors"] == [], got["errors"]
+            assert layout_problems(got) == {}, width
+            assert got["tables"] == text.count("<table"), width  # every one measured
+            assert len(got["captions"]) == len(page.figures)
+    finally:
+        browser.resize(1200, 2000)
+
+
+def _numbers_table(value: Any, key: str) -> list[list[str]]:
+    """The first table `blocks` makes of a value: its header row, then its rows, as text."""
+    from normlab.report.numbers import blocks
+
+    t = next(b.table for b in blocks("", value, key) if b.table is not None)
+    head = ([t.corner] if t.has_row_heads else []) + [c.title for c in t.columns]
+    return [head] + [([r.head] if t.has_row_heads else [])
+                     + [c.text or (c.interval.estimate if c.interval else "") for c in r.cells]
+                     for r in t.rows]
+
+
+def test_learning_rates_in_order_and_in_one_format():
+    """A table keyed by learning rate lists them in increasing order, whatever order the study
+    tried them in, and every learning rate (key, value, list) is written the same way."""
+    tuning = {"pre": {"lrs": [0.0015, 0.003], "best_lr": 0.00075,
+                      "mean_val_loss": {"0.0015": 2.3, "0.003": 2.4, "0.00075": 2.2}},
+              "post": {"lrs": [0.000333333333333, 0.0015], "best_lr": 0.000333333333333,
+                       "mean_val_loss": {"0.0015": 2.6, "0.000333333": 2.5}}}
+    from normlab.report.numbers import blocks
+
+    found = blocks("tuning", tuning, "tuning")
+    first = _numbers_table(tuning, "tuning")
+    assert first == [["placement", "learning rates", "best lr"],
+                     ["pre", "0.0015, 0.003", "0.00075"], ["post", "0.000333, 0.0015", "0.000333"]]
+    by_lr = next(b for b in found if b.title.endswith("by learning rate")).table
+    assert [c.title for c in by_lr.columns] == ["0.000333", "0.00075", "0.0015", "0.003"]
+
+
+def test_levels_are_named_by_their_keys():
+    """A level the study nests above the expected ones (C10's pretrained and from-scratch arms
+    above the placements) gets its own name, and the names below stay over their own keys."""
+    record = {"test_accuracy": 0.4, "settings": {"lr": 0.001, "seed": 0, "steps": 150}}
+    runs = {arm: {p: {"0.001": {"0": record, "1": record}} for p in ("pre", "post")}
+            for arm in ("pretrained", "scratch")}
+    rows = _numbers_table(runs, "runs")
+    assert rows[0] == ["initial weights", "placement", "learning rate", "seed", "test accuracy"]
+    assert rows[1] == ["pretrained", "pre", "0.001", "0", "0.4"]
+
+
+def test_a_wide_table_shows_what_every_row_shares_once():
+    """A table with more columns than fit shows the fields that are the same in every row in
+    a table of their own, and leaves out a field that repeats the row's own key."""
+    from normlab.report.numbers import blocks
+
+    settings = {f"setting_{i}": i for i in range(12)}
+    runs = {p: {lr: {"accuracy": 0.4, "settings": {**settings, "lr": float(lr)}}
+                for lr in ("0.001", "0.003")} for p in ("pre", "post")}
+    found = blocks("runs", runs, "runs")
+    titles = [b.title for b in found]
+    assert titles == ["runs", "runs: settings: the same in every row"], titles
+    assert [r.head for r in found[1].table.rows] == [f"setting {i}" for i in range(12)]
+
+
+def test_header_gives_the_whole_study_time(tmp_path):
+    """A study run in several parts: the header's elapsed time is the sum of its parts
+    (elapsed_total_s), not the last part's, and each part is listed."""
+    study = {"profile": "standard", "created": "2026-12-03 08:54", "elapsed_s": 12.9,
+             "elapsed_total_s": 3066.4,
+             "parts": [{"started": "2026-12-03 07:54", "git_commit": "4cb61d44f8", "elapsed_s":
+                        3042.3, "claims": ["C1", "C2"]},
+                       {"started": "2026-12-03 08:54", "git_commit": "b8f593559c", "elapsed_s":
+                        12.9, "claims": ["C1"]}],
+             "claims": [{"id": "C14", "title": "k-hop", "verdict": "not run",
+                         "figures": ["figures/c14_khop.svg"]}]}
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    text = build_html(tmp_path)
+    assert "<dt>elapsed</dt><dd>51 min 6 s in 2 parts</dd>" in text
+    assert "2026-12-03 07:54 at 4cb61d4: 50 min 42 s (2 claims); 2026-12-03 08:54 at b8f5935: " \
+           "12.9 s (1 claims)" in text
+    assert "Figure C14 (figures/c14_khop.svg): missing" in text  # any claim id numbers its own
+
+
+def test_no_links_to_folders_that_do_not_travel_with_the_page(study_dir, tmp_path):
+    """A report written away from its study folder names the runs without linking them and
+    writes no path of the machine; written into the folder, it links them."""
+    out = render(study_dir, tmp_path / "shipped" / "report.html")
+    text = out.read_text()
+    page, problems = static_problems(text, out.parent)
+    assert problems == []
+    assert [v for tag, attr, v in page.attrs if tag == "a" and attr == "href"
+            and not v.startswith("#")] == []
+    assert str(study_dir) not in text and str(tmp_path) not in text
+    assert "does not travel with this page" in text
+    here = build_html(study_dir)
+    assert 'href="runs/' in here and str(study_dir) not in here
+
+
+def test_figure_text_is_kept_inside_the_figure():
+    """An axis label longer than its panel is tall, drawn past the SVG's edge by matplotlib:
+    the report widens the figure's viewBox to take it in; a figure whose text fits is left as
+    it is."""
+    from normlab.report.embed import inline_svg
+
+    def svg(label: str) -> bytes:
+        return (
+            '<svg xmlns="http://www.w3.org/2000/svg" width="200pt" height="100pt" '
+            'viewBox="0 0 200 100"><g id="text_1"><text style="font-size: 10px; font-family: '
+            "'DejaVu Sans'; text-anchor: middle\" x=\"10\" y=\"50\" "
+            f'transform="rotate(-90 10 50)">{label}</text></g></svg>').encode()
+
+    long = inline_svg(svg("a label far longer than the figure is tall"), "a-", "alt text")
+    box = [float(v) for v in re.search(r'viewBox="([^"]+)"', long).group(1).split()]
+    assert box[1] < -20 and box[1] + box[3] > 120, box  # about 100 units of text past each edge
+    height = float(re.search(r'height="([\d.]+)pt"', long).group(1))
+    assert abs(height / box[3] - 1.0) < 1e-3  # the same scale: the figure grows, not shrinks
+    short = inline_svg(svg("fits"), "b-", "alt text")
+    assert 'viewBox="0 0 200 100"' in short
 
 
 def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
@@ -1112,6 +1374,16 @@ CONTROLS = {
                 "<th>outcome</th></tr></thead></table></div>", "runoutcome"),
     "cut": ('<table><tr><td style="max-width:40px;overflow:hidden;white-space:nowrap">'
             "a long text cut by its cell</td></tr></table>", "cut by its cell"),
+    # its first column stays, its verdict column is out of view until scrolled to
+    "hidden": ('<div style="overflow-x:auto"><table style="width:900px"><thead><tr>'
+               '<th style="position:sticky;left:0;background:#fff">claim</th><th>quantity</th>'
+               "<th>its verdict</th></tr></thead><tbody><tr>"
+               '<td style="position:sticky;left:0;background:#fff">C1</td><td>q</td>'
+               "<td>supported here</td></tr></tbody></table></div>", "supported here"),
+    "spilled": ('<svg class="figure" viewBox="0 0 200 100" width="200" height="100">'
+                '<text x="100" y="50" transform="rotate(-90 100 50)" text-anchor="middle" '
+                'style="font-size: 12px">an axis label longer than the panel is tall</text>'
+                "</svg>", "an axis label longer"),
 }
 
 
@@ -1239,8 +1511,9 @@ def test_prose_keeps_numbers_and_compound_words_whole():
     in a number, and a number joined to a word; a word pair may still break."""
     from normlab.report.pages import prose
 
-    got = str(prose("< 0.2 in 30-layer LLMs, 12-block post, -0.35 and GPT-2; Peri-LN"))
-    for whole in ("30-layer", "12-block", "-0.35", "GPT-2"):
+    got = str(prose("< 0.2 in 30-layer LLMs, 12-block post, -0.35 and GPT-2; Peri-LN "
+                    "(12-24-block)"))
+    for whole in ("30-layer", "12-block", "-0.35", "GPT-2", "12-24-block"):
         assert f'<span class="nb">{whole}</span>' in got, whole
     assert '<span class="nb">Peri-LN</span>' not in got
     assert '<span class="nb">0.2</span>' not in got  # nothing to break in it

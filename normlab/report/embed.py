@@ -5,12 +5,17 @@
 An SVG is input like any other: it is parsed as XML and written back with only drawing elements
 and attributes (no script, no event handler, no foreign object, no style sheet, no reference that
 leaves the figure), its ids prefixed so that several figures on one page never share one.
+
+A figure's text is shown whole: where a label runs past the edge of the drawing (an axis label
+longer than its panel is tall), the figure's viewBox is widened to take it in (`fit_text`),
+instead of the browser cutting the label at the edge.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,11 +101,98 @@ def inline_svg(data: bytes, prefix: str, alt: str) -> str:
         el.attrib.update(attrs)
 
     clean(root)
+    fit_text(root)
     root.attrib.pop("style", None)  # the figure's box is the page's to lay out
     root.set("role", "img")
     root.set("aria-label", alt)
     root.set("class", "figure")
     return ElementTree.tostring(root, encoding="unicode", short_empty_elements=True)
+
+
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_ROTATE = re.compile(rf"^\s*rotate\(\s*({_NUMBER})(?:[\s,]+({_NUMBER})[\s,]+({_NUMBER}))?\s*\)\s*$")
+_FONT_SIZE = re.compile(rf"font-size:\s*({_NUMBER})(?:px)?\b|font:[^;]*?({_NUMBER})px")
+_ANCHOR = re.compile(r"text-anchor:\s*(start|middle|end)")
+_FAMILY = re.compile(r"font-family:\s*'?([^,';]+)")
+_WEIGHT = re.compile(r"font-weight:\s*(\w+)")
+
+
+def _text_box(el: ElementTree.Element) -> tuple[float, float, float, float] | None:
+    """(left, top, right, bottom) of a <text> in the figure's coordinates, measured with the
+    font metrics matplotlib drew it with; None for text this cannot place (a transform other
+    than a rotation, a size not given)."""
+    text = "".join(el.itertext()).strip()
+    style = el.get("style", "")
+    size = _FONT_SIZE.search(style) or _FONT_SIZE.search(f"font-size: {el.get('font-size', '')}")
+    transform = el.get("transform", "")
+    rotate = _ROTATE.match(transform) if transform else None
+    if not text or not size or (transform and not rotate) or \
+            any(c.get("x") or c.get("y") or c.get("dy") for c in el.iter() if c is not el):
+        return None  # lines placed one by one: not measured as one
+    try:
+        x, y = float(el.get("x", 0)), float(el.get("y", 0))
+        from matplotlib.font_manager import FontProperties
+        from matplotlib.textpath import TextToPath
+
+        family = _FAMILY.search(style)
+        weight = _WEIGHT.search(style)
+        prop = FontProperties(family=family.group(1).strip() if family else "DejaVu Sans",
+                              weight=weight.group(1) if weight else "normal",
+                              size=float(size.group(1) or size.group(2)))
+        w, h, d = TextToPath().get_text_width_height_descent(text, prop, ismath=False)
+    except Exception:  # no matplotlib, an odd attribute: leave the figure as it is
+        return None
+    anchor = _ANCHOR.search(style)
+    left = x - w * {"start": 0.0, "middle": 0.5, "end": 1.0}[anchor.group(1) if anchor else
+                                                              "start"]
+    corners = [(left, y - (h - d)), (left + w, y - (h - d)), (left, y + d), (left + w, y + d)]
+    if rotate:
+        a = math.radians(float(rotate.group(1)))
+        cx = float(rotate.group(2)) if rotate.group(2) else 0.0
+        cy = float(rotate.group(3)) if rotate.group(3) else 0.0
+        corners = [(cx + (px - cx) * math.cos(a) - (py - cy) * math.sin(a),
+                    cy + (px - cx) * math.sin(a) + (py - cy) * math.cos(a))
+                   for px, py in corners]
+    xs, ys = [c[0] for c in corners], [c[1] for c in corners]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def fit_text(root: ElementTree.Element, margin: float = 2.0) -> None:
+    """Widen the viewBox of an SVG (and its width and height, in proportion) so that every
+    <text> not inside a transformed group lies within it; one that runs past an edge ends up
+    `margin` units inside it. A figure whose text all lies within is left as it is."""
+    try:
+        x0, y0, vw, vh = (float(v) for v in re.split(r"[\s,]+", root.get("viewBox", "").strip()))
+    except ValueError:
+        return
+    left, top, right, bottom = x0, y0, x0 + vw, y0 + vh
+
+    def walk(el: ElementTree.Element) -> None:
+        nonlocal left, top, right, bottom
+        for child in el:
+            if child.tag == "text":
+                box = _text_box(child)
+                if box:  # only an edge that text crosses moves
+                    if box[0] < x0:
+                        left = min(left, box[0] - margin)
+                    if box[1] < y0:
+                        top = min(top, box[1] - margin)
+                    if box[2] > x0 + vw:
+                        right = max(right, box[2] + margin)
+                    if box[3] > y0 + vh:
+                        bottom = max(bottom, box[3] + margin)
+            elif not child.get("transform"):
+                walk(child)
+
+    walk(root)
+    if (left, top, right, bottom) == (x0, y0, x0 + vw, y0 + vh):
+        return
+    nw, nh = right - left, bottom - top
+    root.set("viewBox", f"{left:.2f} {top:.2f} {nw:.2f} {nh:.2f}")
+    for attr, old, new in (("width", vw, nw), ("height", vh, nh)):
+        m = re.fullmatch(rf"\s*({_NUMBER})\s*([a-z%]*)\s*", root.get(attr, ""))
+        if m and m.group(2) != "%":
+            root.set(attr, f"{float(m.group(1)) * new / old:.2f}{m.group(2)}")
 
 
 def _decodes(data: bytes) -> bool:

@@ -2,9 +2,13 @@
 (`macros.html`), never as raw JSON.
 
     fmt(0.00123)                       '1.230e-03'
+    fmt_lr(0.000333333)                '0.000333' (every learning rate: a decimal, 3 digits)
     label("growth_exponent_init")      'growth exponent at init'
     unit("late_drop_dloss")            'nats'
     numbers_blocks(claim.numbers)      [Block(title, table), ...] for a claim's `numbers`
+
+Learning rates are written in one format wherever they appear (a column of keys, a value, a list:
+`fmt_lr`) and their columns and rows are in increasing order, as are all keys that are numbers.
 
 A value that fits in one cell becomes a `Cell`: a number, an interval (`{"mean", "ci95", "n"}`
 from `normlab.probe.fits.mean_ci`, a fit's `{"slope", "ci95_t"}`, an `Effect`), a short list, a
@@ -12,7 +16,8 @@ long series (its summary, every value behind a <details> toggle: nothing is cut)
 (a traceback) or a verdict (a badge). A structured value is laid out flat, never as a table
 inside a cell: a tree of dicts becomes one table per kind of record, its keys (placement, learning
 rate, seed...) the first columns; keys made of `|`-separated parts (a study's run grid) are split
-into columns the same way.
+into columns the same way. A table with more than `WIDE_AT` columns shows the fields that are the
+same in every row once, in a table of their own, so that what varies fits on the page.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 SHORT_LIST = 8      # lists up to this long are written out in the cell; longer ones fold
@@ -117,9 +123,51 @@ def unit(key: str) -> str:
 
 
 def heading(key: str) -> str:
-    """A column or row heading: the label with its unit, e.g. 'validation loss (nats/byte)'."""
+    """A column or row heading: the label with its unit, e.g. 'validation loss (nats/byte)';
+    a key ending in `_s` is named without it ('time_s' -> 'time (s)')."""
     u = unit(key)
+    if u == "s" and key.endswith("_s") and key not in LABELS:
+        return f"{label(key[:-2])} (s)"
     return f"{label(key)} ({u})" if u else label(key)
+
+
+# Keys whose values are learning rates: "lr", "lrs", "best_lr", "pre_lr", "common_lrs"... and,
+# inside a value keyed by one of them (C10's `tuned_lr`), the fields that name one of its lrs.
+_LR_KEY = re.compile(r"(^|_)lrs?$|^learning_rates?$")
+LR_FIELDS_INSIDE = ("best", "extended")
+
+
+def is_lr_key(key: str) -> bool:
+    return bool(_LR_KEY.search(key))
+
+
+def as_float(text: Any) -> float | None:
+    """A key or value that is a finite number, as a float; None otherwise."""
+    if isinstance(text, bool):
+        return None
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def fmt_lr(v: Any) -> str:
+    """A learning rate, in the one format the report writes them in: a decimal with at most 3
+    significant digits (0.00075, 0.0015, 0.000333, 0.009), never in exponent notation."""
+    x = as_float(v)
+    if x is None or x <= 0:
+        return fmt(v)
+    return format(Decimal(f"{x:.3g}"), "f")
+
+
+def numeric_order(keys: list[str]) -> list[str]:
+    """Keys in increasing order of their value when every one is a number (learning rates,
+    seeds, depths); otherwise as given."""
+    values = [as_float(k) for k in keys]
+    if not keys or any(v is None for v in values):
+        return list(keys)
+    return [k for _, k in sorted(zip(values, keys, strict=True), key=lambda t: t[0])]
 
 
 
@@ -194,6 +242,7 @@ class Cell:
 class Column:
     title: str
     numeric: bool = False
+    verdict: bool = False  # every cell a verdict: the column stays in view (see report.css)
 
 
 @dataclass
@@ -243,15 +292,15 @@ def as_interval(v: Any) -> Interval | None:
     return None
 
 
-def _series(values: list[Any]) -> Cell:
-    shown = [fmt(x) for x in values]
+def _series(values: list[Any], f=fmt) -> Cell:
+    shown = [f(x) for x in values]
     if len(values) <= SHORT_LIST:
         return Cell("list", text=", ".join(shown) if shown else "(none)", values=shown)
     finite = [float(x) for x in values if is_number(x) and math.isfinite(x)]
     summary = f"{len(values)} values"
     if finite:
-        summary += f", from {fmt(values[0])} to {fmt(values[-1])} (min {fmt(min(finite))}, " \
-                   f"max {fmt(max(finite))})"
+        summary += f", from {f(values[0])} to {f(values[-1])} (min {f(min(finite))}, " \
+                   f"max {f(max(finite))})"
     return Cell("series", text=summary, values=shown)
 
 
@@ -264,9 +313,15 @@ def cellable(v: Any) -> bool:
             or (isinstance(v, list | tuple) and all(_is_scalar(x) for x in v)))
 
 
-def cell(v: Any, key: str = "") -> Cell:
+def cell(v: Any, key: str = "", *, lr: bool = False) -> Cell:
     """The cell of one value that fits in a cell (see `cellable`); anything structured is laid
-    out as tables of its own by `blocks`, never as a table inside a cell."""
+    out as tables of its own by `blocks`, never as a table inside a cell. Learning rates (`lr`,
+    or a key that names them) are written by `fmt_lr`."""
+    if lr or is_lr_key(key):
+        if is_number(v):
+            return Cell("num", text=fmt_lr(v))
+        if isinstance(v, list | tuple) and v and all(is_number(x) for x in v):
+            return _series(list(v), fmt_lr)
     if key in VERDICT_KEYS and isinstance(v, str):
         return Cell("verdict", text=v)
     if isinstance(v, str) and ("\n" in v or len(v) > 200):
@@ -286,30 +341,59 @@ def cell(v: Any, key: str = "") -> Cell:
     return Cell("text", text=f"({n} entries)")
 
 
-# What the keys of a structured value's levels are, by the value's key: the rows of
-# `numbers["runs"]` are placement, then learning rate, then seed. Levels not listed are named
-# "placement" when every key is one, otherwise left unnamed.
+# What the keys of a structured value's levels may be, by the value's key, in order: the rows of
+# `numbers["runs"]` are placement, then learning rate, then seed. A name is given to the first
+# level below whose keys fit it (`_fits`: a placement, a learning rate, a seed), so that a level
+# the list does not expect (C10's pretrained and from-scratch arms above the placements) never
+# shifts the names onto the wrong columns. Other levels are named by their keys (LEVEL_WORDS,
+# "placement" when every key is one) or left unnamed.
 ROW_LEVELS = {
     "runs": ("placement", "learning rate", "seed"),
     "tuning": ("placement",),
     "tuned_lr": ("placement",),
     "real_models_illustration": ("model",),
 }
+LEVEL_WORDS = {frozenset({"pretrained", "scratch"}): "initial weights",
+               frozenset({"with", "without"}): "final norm"}
 # Fields whose keys are values of a setting: their table is titled "... by learning rate".
 KEYED_BY = {"mean_val_loss": "learning rate", "outcomes": "learning rate",
-            "scores": "learning rate"}
+            "scores": "learning rate", "mean_score": "learning rate"}
 TRANSPOSE_AT = 6    # a table of few rows and more fields than this is laid out transposed
+WIDE_AT = 10        # a table of more columns than this shows its constant fields apart
+LR = "learning rate"
 
 
-def _level_name(keys: list[str], given: str) -> str:
-    if given:
-        return given
+def _is_placement(key: str) -> bool:
+    """'pre', 'post', and a variant of one: 'post_gpt2', 'pre xavier'."""
     from normlab.config import PLACEMENTS
 
-    return "placement" if keys and all(k in PLACEMENTS for k in keys) else ""
+    return re.split(r"[_ ]", key, maxsplit=1)[0] in PLACEMENTS
 
 
-def _num_or_text(text: str) -> Cell:
+def _fits(name: str, keys: list[str]) -> bool:
+    if name == "placement":
+        return all(_is_placement(k) for k in keys)
+    if name == LR:
+        return all((v := as_float(k)) is not None and 0 < v < 1 for k in keys)
+    if name == "seed":
+        return all(k.isdigit() for k in keys)
+    return True
+
+
+def _level_name(keys: list[str], hints: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The name of a level of keys, and the hints left for the levels below it."""
+    for i, hint in enumerate(hints):
+        if _fits(hint, keys):
+            return hint, hints[i + 1:]
+    words = LEVEL_WORDS.get(frozenset(keys))
+    if words:
+        return words, hints
+    return ("placement" if keys and all(_is_placement(k) for k in keys) else ""), hints
+
+
+def _key_cell(text: str, name: str) -> Cell:
+    if name == LR and as_float(text) is not None:
+        return Cell("num", text=fmt_lr(text))
     try:
         float(text)
     except ValueError:
@@ -335,9 +419,11 @@ def _split_columns(keys: list[str]) -> list[str] | None:
 
 
 def _as_dict(v: Any) -> dict[str, Any] | None:
-    """A dict with string keys; a list of records as one keyed by index (0 = first)."""
+    """A dict with string keys, in increasing order when every key is a number (see
+    `numeric_order`); a list of records as one keyed by index (0 = first)."""
     if isinstance(v, dict):
-        return {str(k): x for k, x in v.items()}
+        d = {str(k): x for k, x in v.items()}
+        return {k: d[k] for k in numeric_order(list(d))}
     if isinstance(v, list | tuple) and not cellable(v):
         return {str(i): x for i, x in enumerate(v)}
     return None
@@ -346,11 +432,12 @@ def _as_dict(v: Any) -> dict[str, Any] | None:
 KeyPath = tuple[str, ...]
 
 
-def _descend(items: list[tuple[KeyPath, Any]], names: list[str], levels: tuple[str, ...]
+def _descend(items: list[tuple[KeyPath, Any]], names: list[str], hints: tuple[str, ...]
              ) -> tuple[list[tuple[KeyPath, dict[str, Any]]], list[str]] | None:
     """Go down the levels of a tree of dicts until its nodes hold values that fit in cells: the
-    nodes there are the rows of one table, their paths its first columns. None if the tree is not
-    regular (a node that is not a dict at a level where the others are)."""
+    nodes there are the rows of one table, their paths its first columns, named by
+    `_level_name`. None if the tree is not regular (a node that is not a dict at a level where
+    the others are)."""
     rows = [(p, _as_dict(x)) for p, x in items]
     for _ in range(MAX_DEPTH):
         if not rows or any(d is None for _, d in rows):
@@ -358,10 +445,10 @@ def _descend(items: list[tuple[KeyPath, Any]], names: list[str], levels: tuple[s
         if any(cellable(v) for _, d in rows for v in d.values()) or \
                 not all(d for _, d in rows):
             return [(p, d) for p, d in rows if d is not None], names
-        keys = list(dict.fromkeys(k for _, d in rows for k in d))
-        given = levels[len(names)] if len(names) < len(levels) else ""
-        names = [*names, _level_name(keys, given)]
-        rows = [(p + (k,), _as_dict(v)) for p, d in rows for k, v in d.items()]
+        keys = numeric_order(list(dict.fromkeys(k for _, d in rows for k in d)))
+        name, hints = _level_name(keys, hints)
+        names = [*names, name]
+        rows = [(p + (k,), _as_dict(d[k])) for p, d in rows for k in keys if k in d]
     return None
 
 
@@ -370,51 +457,112 @@ def _descend(items: list[tuple[KeyPath, Any]], names: list[str], levels: tuple[s
 KIND_LABELS = {"norm": "norm", "final_norm": "final norm"}
 
 
+@dataclass
+class _Fields:
+    """How the fields of a table's records are named and written: by their own key, or, for the
+    keys of a value keyed by a setting (`KEYED_BY`), as values of that setting."""
+    keyed_by: str = ""      # "learning rate": the fields are learning rates
+    lr_inside: bool = False  # inside a value keyed by an lr key: `LR_FIELDS_INSIDE` are lrs
+
+    def title(self, f: str, words: bool) -> str:
+        if self.keyed_by == LR and as_float(f) is not None:
+            return fmt_lr(f)
+        return KIND_LABELS[f] if words and f in KIND_LABELS else heading(f)
+
+    def cell(self, v: Any, f: str) -> Cell:
+        return cell(v, f, lr=self.lr_inside and f in LR_FIELDS_INSIDE)
+
+
 def _record_table(rows: list[tuple[KeyPath, dict[str, Any]]], names: list[str],
-                  fields: list[str], kind: str) -> Table:
+                  fields: list[str], kind: str, how: _Fields) -> Table:
     """One row per path (its parts as the first columns, or as row headings when there is one
     part), one column per field; transposed when it has few rows and many fields."""
     def field_heading(f: str) -> str:
-        words = all(isinstance(d.get(f), str) for _, d in rows if d.get(f) is not None)
-        return KIND_LABELS[f] if words and f in KIND_LABELS else heading(f)
+        return how.title(f, all(isinstance(d.get(f), str) for _, d in rows
+                                if d.get(f) is not None))
+
+    def head(p: KeyPath) -> str:
+        return fmt_lr(p[0]) if names[0] == LR and as_float(p[0]) is not None else label(p[0])
 
     if len(names) == 1 and len(rows) <= 3 and len(fields) > TRANSPOSE_AT:
-        cols = [Column(p[0]) for p, _ in rows]
-        body = [Row(field_heading(f), [cell(d.get(f), f) for _, d in rows]) for f in fields]
+        cols = [Column(head(p)) for p, _ in rows]
+        body = [Row(field_heading(f), [how.cell(d.get(f), f) for _, d in rows]) for f in fields]
         return mark_numeric(Table(cols, body, kind, corner=names[0]))
     if len(names) == 1:
         cols = [Column(field_heading(f)) for f in fields]
-        body = [Row(label(p[0]), [cell(d.get(f), f) for f in fields]) for p, d in rows]
-        return mark_numeric(Table(cols, body, kind, corner=names[0]))
+        body = [Row(head(p), [how.cell(d.get(f), f) for f in fields]) for p, d in rows]
+        return _mark_decisions(mark_numeric(Table(cols, body, kind, corner=names[0])), fields)
     cols = [Column(n or f"key {i + 1}") for i, n in enumerate(names)]
     cols += [Column(field_heading(f)) for f in fields]
-    body = [Row(None, [_num_or_text(x) for x in p] + [cell(d.get(f), f) for f in fields])
-            for p, d in rows]
-    return mark_numeric(Table(cols, body, kind))
+    body = [Row(None, [_key_cell(x, n) for x, n in zip(p, names, strict=True)]
+                + [how.cell(d.get(f), f) for f in fields]) for p, d in rows]
+    return _mark_decisions(mark_numeric(Table(cols, body, kind)), [""] * len(names) + fields)
+
+
+# Fields that say what came of a row (a verdict, a run's outcome): their column stays in view
+# when the table scrolls, like a column of verdicts.
+_DECISION = re.compile(r"^(verdict|outcomes?)(_|$)")
+
+
+def _mark_decisions(table: Table, fields: list[str]) -> Table:
+    for col, f in zip(table.columns, fields, strict=True):
+        col.verdict = col.verdict or bool(_DECISION.match(f))
+    return table
+
+
+def _constant_fields(rows: list[tuple[KeyPath, dict[str, Any]]], fields: list[str]
+                     ) -> list[str]:
+    """The fields with one and the same value in every row."""
+    return [f for f in fields
+            if all(f in d for _, d in rows) and len({repr(d[f]) for _, d in rows}) == 1]
+
+
+def _repeats_key(rows: list[tuple[KeyPath, dict[str, Any]]], names: list[str], f: str,
+                 how: _Fields) -> bool:
+    """Whether field `f` is, in every row, the row's own key of the level named like it."""
+    title = how.title(f, False)
+    return any(n and n == title and all(
+        how.cell(d.get(f), f).text == _key_cell(p[i], n).text for p, d in rows)
+        for i, n in enumerate(names))
 
 
 def _tree_blocks(title: str, items: list[tuple[KeyPath, Any]], names: list[str],
-                 levels: tuple[str, ...], kind: str) -> list[Block]:
-    found = _descend(items, names, levels)
+                 hints: tuple[str, ...], kind: str, how: _Fields) -> list[Block]:
+    found = _descend(items, names, hints)
     if found is None:  # irregular: each item on its own
         out = []
         for p, x in items:
             out += blocks(f"{title}: {', '.join(p)}" if title else ", ".join(p), x)
         return out
     rows, names = found
-    fields = list(dict.fromkeys(k for _, d in rows for k in d))
+    fields = numeric_order(list(dict.fromkeys(k for _, d in rows for k in d)))
     flat = [f for f in fields if all(cellable(d[f]) for _, d in rows if f in d)]
-    out = [Block(title, table=_record_table(rows, names, flat, kind))] if flat else []
-    for f in fields:
-        if f in flat:
-            continue
+    structured = [f for f in fields if f not in flat]
+    out = []
+    if flat:
+        # A wide table says once, apart, what is the same in every row, and leaves out a field
+        # that repeats one of the row's keys (a run's lr under its learning-rate key).
+        same: list[str] = []
+        if len(rows) > 1 and len(names) + len(flat) > WIDE_AT:
+            same = _constant_fields(rows, flat)
+            flat = [f for f in flat if f not in same and not _repeats_key(rows, names, f, how)]
+        if flat:
+            out.append(Block(title, table=_record_table(rows, names, flat, kind, how)))
+        if same:
+            d0 = rows[0][1]
+            body = [Row(how.title(f, isinstance(d0[f], str)), [how.cell(d0[f], f)])
+                    for f in same]
+            out.append(Block((f"{title}: " if title else "") + "the same in every row",
+                             table=mark_numeric(Table([Column("value")], body, kind))))
+    for f in structured:
         sub = [(p, d[f]) for p, d in rows if f in d and d[f] not in ({}, [], None)]
         if not sub:
             continue
         by = KEYED_BY.get(f)
         sub_title = heading(f) + (f", by {by}" if by else "")
+        sub_how = _Fields(keyed_by=by or "", lr_inside=how.lr_inside or is_lr_key(f))
         out += _tree_blocks(f"{title}: {sub_title}" if title else sub_title, sub, names, (),
-                            kind)
+                            kind, sub_how)
     return out
 
 
@@ -429,22 +577,22 @@ def blocks(title: str, v: Any, key: str = "") -> list[Block]:
     if not d:
         return []
     keys = list(d)
+    how = _Fields(keyed_by=KEYED_BY.get(key, ""), lr_inside=is_lr_key(key))
     split = _split_columns(keys)
     if split is not None:  # "pre|0.001|2|0|final": the parts are the rows' first columns
         items = [(tuple(_grid_key(k, len(split))), x) for k, x in d.items()]
         if all(isinstance(x, dict) and x and all(cellable(y) for y in x.values())
                for _, x in items):
-            return _tree_blocks(title, items, split, (), "numbers")
+            return _tree_blocks(title, items, split, (), "numbers", how)
     flat = {k: x for k, x in d.items() if cellable(x)}
     out = []
     if flat:
-        body = [Row(heading(k), [cell(x, k)]) for k, x in flat.items()]
+        body = [Row(how.title(k, isinstance(x, str)), [how.cell(x, k)]) for k, x in flat.items()]
         out.append(Block(title, table=mark_numeric(Table([Column("value")], body, "numbers"))))
     nested = [((k,), x) for k, x in d.items() if k not in flat and x not in ({}, [], None)]
     if nested:
-        levels = ROW_LEVELS.get(key, ())
-        name = _level_name([p[0] for p, _ in nested], levels[0] if levels else "")
-        out += _tree_blocks(title, nested, [name], levels, "numbers")
+        name, hints = _level_name([p[0] for p, _ in nested], ROW_LEVELS.get(key, ()))
+        out += _tree_blocks(title, nested, [name], hints, "numbers", how)
     return out
 
 
@@ -455,10 +603,12 @@ def table_of(v: Any) -> Table | None:
 
 
 def mark_numeric(table: Table) -> Table:
-    """Right-align the columns whose cells are all numbers."""
+    """Right-align the columns whose cells are all numbers; mark those of verdicts."""
     for i, col in enumerate(table.columns):
         cells = [r.cells[i] for r in table.rows if i < len(r.cells)]
         col.numeric = bool(cells) and all(c.numeric or c.kind == "empty" for c in cells)
+        col.verdict = any(c.kind == "verdict" for c in cells) and \
+            all(c.kind in ("verdict", "empty") for c in cells)
     return table
 
 

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from normlab.report.embed import Figure, figure_from_bytes, load_figure
 from normlab.report.figures import loss_curves_svg, sweep_map_svgs
@@ -22,6 +23,7 @@ from normlab.report.numbers import (
     fmt,
     fmt_seconds,
     heading,
+    is_number,
     label,
     numbers_blocks,
     table_of,
@@ -38,6 +40,7 @@ PAPER_FIELDS = ("paper", "predictions", "power", "diagnosis", "stalled", "calibr
 
 @dataclass
 class LadderCell:
+    subject: str
     measured: Interval | None
     verdict: str
 
@@ -45,12 +48,20 @@ class LadderCell:
 @dataclass
 class LadderRow:
     """One rung of a theory claim's ladder: the setting, the one change from the previous rung,
-    and each prediction's measured value and verdict there."""
+    and each prediction's measured value and verdict there (`cells`, one per subject of the
+    ladder, empty where the rung has no such prediction; `present`, those it has)."""
     rung: str
     change: str
     calibration: bool
     verdict: str
     cells: list[LadderCell]
+
+    @property
+    def present(self) -> list[LadderCell]:
+        """The predictions this rung made, in the ladder's order; one empty cell if none: the
+        rows of the rung in the page's ladder table (one row per prediction, so that the table
+        is as wide however many predictions a ladder has)."""
+        return [c for c in self.cells if c.verdict or c.measured] or [LadderCell("", None, "")]
 
 
 @dataclass
@@ -76,9 +87,9 @@ def ladder_of(extra: dict[str, Any]) -> Ladder | None:
     for r in rows:
         by_subject = {str(p.get("subject")): p for p in r.get("predictions") or []
                       if isinstance(p, dict)}
-        cells = [LadderCell(as_interval(by_subject[s].get("effect")),
+        cells = [LadderCell(s, as_interval(by_subject[s].get("effect")),
                             str(by_subject[s].get("verdict", ""))) if s in by_subject
-                 else LadderCell(None, "") for s in subjects]
+                 else LadderCell(s, None, "") for s in subjects]
         out.append(LadderRow(str(r.get("rung", "")), str(r.get("change", "")),
                              bool(r.get("calibration")), str(r.get("verdict", "")), cells))
     return Ladder(subjects, out, str(extra.get("calibration") or ""),
@@ -136,14 +147,20 @@ def effect_interval(e: Effect | None) -> Interval | None:
     return Interval(fmt(e.estimate), fmt(e.ci_low), fmt(e.ci_high), str(e.n))
 
 
-def _figures(study: Study, view: ClaimView, number: int) -> list[tuple[Figure, str]]:
+def figure_number(claim_id: str, i: int, n: int) -> str:
+    """A claim's figures are numbered by its id: 'C9' for its only one, 'C3.1', 'C3.2' for
+    several; so a figure's number says whose it is, whatever claims come before it."""
+    return claim_id if n == 1 else f"{claim_id}.{i + 1}"
+
+
+def _figures(study: Study, view: ClaimView) -> list[tuple[Figure, str]]:
     c = view.claim
     out = []
     for i, rel in enumerate(c.figures):
         stand_in = f"{c.id}: {c.title} (figure {i + 1} of {len(c.figures)})"
         fig = load_figure(study.folder, rel, f"{view.anchor}-f{i + 1}-", alt=stand_in,
                           caption=stand_in)
-        out.append((fig, f"{number}.{i + 1}"))
+        out.append((fig, figure_number(c.id, i, len(c.figures))))
     return out
 
 
@@ -183,7 +200,7 @@ def _predictions(v: Any) -> list[Block]:
     return out
 
 
-def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
+def claim_page(study: Study, view: ClaimView) -> ClaimPage:
     c = view.claim
     texts = [(name, getattr(c, key)) for key, name in (
         ("statement", "Claim"), ("source", "Source"), ("method", "Method"),
@@ -192,7 +209,7 @@ def claim_page(study: Study, view: ClaimView, number: int) -> ClaimPage:
     return ClaimPage(
         id=c.id, title=c.title, verdict=c.verdict, anchor=view.anchor, rule=c.rule,
         elapsed=fmt_seconds(c.elapsed_s) if c.elapsed_s else "", texts=texts,
-        figures=_figures(study, view, number), numbers=numbers_blocks(c.numbers),
+        figures=_figures(study, view), numbers=numbers_blocks(c.numbers),
         effect=effect_interval(c.effect), effect_name=c.effect.name if c.effect else "",
         expected=c.effect.expected if c.effect else "", caveat=c.caveat, note=c.note,
         paper=cell(extra["paper"], "paper") if extra.get("paper") else None,
@@ -212,22 +229,52 @@ _HEADER = (("profile", "profile"), ("created", "date"), ("elapsed_s", "elapsed")
            ("machine", "machine"))
 
 
+def _parts(h: dict[str, Any]) -> list[dict[str, Any]]:
+    parts = h.get("parts")
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def elapsed_text(h: dict[str, Any]) -> str:
+    """The whole study's time: `elapsed_total_s` (every part the study was run in, each
+    re-run of its claims in the same folder included), not the last part's `elapsed_s`."""
+    parts = _parts(h)
+    total = h.get("elapsed_total_s")
+    if not is_number(total):  # a study from before parts were recorded
+        total = sum(p["elapsed_s"] for p in parts if is_number(p.get("elapsed_s"))) \
+            if parts else h.get("elapsed_s")
+    text = fmt_seconds(total)
+    return text + f" in {len(parts)} parts" if len(parts) > 1 else text
+
+
+def parts_text(h: dict[str, Any]) -> str:
+    """Each part of a study run in several: when it started, at which commit, how long."""
+    out = []
+    for p in _parts(h):
+        commit = str(p.get("git_commit") or "")[:7]
+        claims = p.get("claims") if isinstance(p.get("claims"), list) else []
+        out.append(f"{p.get('started') or '?'}" + (f" at {commit}" if commit else "")
+                   + f": {fmt_seconds(p.get('elapsed_s'))}"
+                   + (f" ({len(claims)} claims)" if claims else ""))
+    return "; ".join(out)
+
+
 def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
     h = study.header
     header = []
+    parts = _parts(h)
     for key, name in _HEADER:
         v = h.get(key)
         if key == "elapsed_s":
-            parts = h.get("parts") if isinstance(h.get("parts"), list) else []
-            total = h.get("elapsed_total_s")
-            header.append((name, fmt_seconds(total) + f" in {len(parts)} parts"
-                           if len(parts) > 1 and isinstance(total, (int, float))
-                           else fmt_seconds(v)))
+            header.append((name, elapsed_text(h)))
+            if len(parts) > 1:
+                header.append(("parts", parts_text(h)))
+        elif key == "created" and len(parts) > 1 and parts[0].get("started"):
+            header.append((name, f"{parts[0]['started']} (first part), {fmt(v)} (last)"))
         elif key == "git_commit":
             header.append((name, v or "not recorded"))
         else:
             header.append((name, fmt(v)))
-    known = {k for k, _ in _HEADER} | {"profile_settings", "elapsed_total_s"}
+    known = {k for k, _ in _HEADER} | {"profile_settings", "elapsed_total_s", "parts"}
     header += [(label(k), fmt(v)) for k, v in h.items()
                if k not in known and (v is None or isinstance(v, str | int | float | bool))]
     settings = h.get("profile_settings")
@@ -246,8 +293,8 @@ def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
         "title": f"normlab study ({h['profile']})" if h.get("profile") else "normlab study",
         "header": header, "counts": [(v, n) for v, n in counts if n],
         "settings": settings_table,
-        "claims": [claim_page(study, v, i + 1) for i, v in enumerate(study.claims)],
-        "runs": runs, "runs_href": href(runs_dir, page_dir), "runs_dir": str(runs_dir),
+        "claims": [claim_page(study, v) for v in study.claims],
+        "runs": runs, "runs_href": href(runs_dir, page_dir),
         "commit": h.get("git_commit") or ""}
 
 
@@ -277,7 +324,7 @@ def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_d
                                      note))
     from normlab.machine import git_commit
 
-    header = [("folder", str(root)),
+    header = [("folder", _folder_text(root, page_dir)),
               ("runs", f"{len(rows)}" + (" (" + ", ".join(
                   f"{k} {v}" for k, v in sorted(counts.items())) + ")" if counts else "")),
               ("sweeps", str(len(sweeps))),
@@ -286,14 +333,22 @@ def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_d
             "curves": curves, "sweeps": sweep_pages, "commit": git_commit() or ""}
 
 
+def _folder_text(root: Path, page_dir: Path) -> str:
+    """The folder of runs, as the page names it: relative to the page when below it (so that
+    the page names no folder of the machine that wrote it), else as given."""
+    rel = href(root, page_dir)
+    return unquote(rel).rstrip("/") or "." if rel else str(root)
+
+
 _CODE = re.compile(r"`([^`\n]+)`")
 # A number with a minus sign in it ("-0.35", "2.046e-06"): browsers may break a line after the
 # hyphen-minus, so it is kept whole. Not inside an escaped entity ("&#34;").
 _SIGNED_NUMBER = re.compile(r"(?<![&#\w.])-?\d+(?:\.\d+)?(?:e[-+]\d+)?(?![\w.])")
 # A name ending in a hyphen and a number ("GPT-2", "Peri-LN" is a word pair and may break).
 _NAME_NUMBER = re.compile(r"(?<![&#\w-])[A-Za-z][A-Za-z0-9]*-\d[\w.]*")
-# A number, a hyphen and a word ("30-layer", "12-block"): one word, kept whole.
-_NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?-[A-Za-z]\w*")
+# A number or a range, a hyphen and a word ("30-layer", "12-block", "12-24-block"): one word,
+# kept whole.
+_NUMBER_WORD = re.compile(r"(?<![&#\w.-])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)*-[A-Za-z]\w*")
 # A run's folder name ("pre-L12-d64-1582d6aa6c4e"): one name, kept whole.
 _RUN_ID = re.compile(r"(?<![&#\w-])[a-z][a-z0-9_]*-L\d+-d\d+-[0-9a-f]{6,}(?![\w-])")
 

@@ -1,6 +1,7 @@
 """Run folders as the report shows them: every run below a folder (a folder with `config.yaml`),
 its outcome and losses, the settings all runs share, the ones in which they differ, and links to
-each run's folder and TensorBoard log.
+each run's folder and TensorBoard log when the page sits above them (a page written elsewhere
+ships without its runs: it names them and links nowhere).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from normlab.report.numbers import (
     Row,
     Table,
     fmt,
+    fmt_lr,
     heading,
+    is_lr_key,
     is_number,
     mark_numeric,
     nonfinite_text,
@@ -127,20 +130,25 @@ def group_label(row: RunRow, varying: list[str]) -> str:
 
 
 def href(target: Path, page_dir: Path) -> str:
-    """A link from the page to a local folder, relative so that the report folder can move."""
-    try:
-        rel = os.path.relpath(target, page_dir)
-    except ValueError:  # another drive (Windows)
-        return target.resolve().as_uri()
-    return quote(Path(rel).as_posix()) + "/"
+    """A link from the page to a local folder below the page's own, relative so that the
+    folder can move with the page; "" for a folder elsewhere, which does not travel with the
+    page (a recorded report copied without its runs): no link, rather than one that leads
+    nowhere or into the machine that wrote it."""
+    target, page_dir = Path(os.path.abspath(target)), Path(os.path.abspath(page_dir))
+    if not target.is_relative_to(page_dir):
+        return ""
+    return quote(target.relative_to(page_dir).as_posix()) + "/"
 
 
 # ----------------------------------------------------------------------------- tables
 
 
-def _config_cell(v: Any) -> Cell:
+def _config_cell(v: Any, path: str = "") -> Cell:
+    lr = is_lr_key(path.rsplit(".", 1)[-1])
     if isinstance(v, tuple):
-        return Cell("text", text=", ".join(fmt(x) for x in v))
+        return Cell("text", text=", ".join(fmt_lr(x) if lr else fmt(x) for x in v))
+    if lr and is_number(v):
+        return Cell("num", text=fmt_lr(v))
     if is_number(v):
         return Cell("num", text=f"{v:g}" if isinstance(v, float) else fmt(v))
     return Cell("empty", text="-") if v is None else Cell("text", text=fmt(v))
@@ -182,6 +190,11 @@ class RunsView:
     n_shared: int
     counts: dict[str, int]
 
+    @property
+    def columns(self) -> list[Column]:
+        """The columns after the run's own: its settings, then its results."""
+        return self.config_columns + self.result_columns
+
 
 RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
 
@@ -196,7 +209,8 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
 
     def settings(paths: list[str], names: dict[str, str]) -> Table:
         return mark_numeric(Table([Column("value")], [
-            Row(names.get(p, p), [_config_cell(rows[0].get(p))]) for p in paths], "settings"))
+            Row(names.get(p, p), [_config_cell(rows[0].get(p), p)]) for p in paths],
+            "settings"))
 
     shared = settings([p for p in KEY_SETTINGS if p in shared_paths], _PATH_LABELS)
     sections = []
@@ -216,7 +230,7 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
             detail.append(f"step {fmt(s['step'])}" + (f" of {fmt(planned)}" if planned else ""))
         if s.get("message") and (r.outcome == "failed" or s.get("outcome") == "failed"):
             detail.append(one_line(str(s["message"])))
-        cells = [_config_cell(r.get(p)) for p in columns]
+        cells = [_config_cell(r.get(p), p) for p in columns]
         cells += [_loss_cell(s.get(k)) if k != "tokens_per_s" else
                   (Cell("num", text=f"{s[k]:,.0f}") if is_number(s.get(k)) else
                    Cell("empty", text="-")) for k in RESULTS]
