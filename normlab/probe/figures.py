@@ -11,6 +11,7 @@ pyplot; the format follows the file suffix, .svg or .png).
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,12 @@ LOG_Y = {"norm", "norm_attn", "rel_update", "branch_attn", "branch_mlp", "dual_n
          "attn_grad", "mlp_grad", "stream_grad", "merge_kl", "drop_kl"}
 
 
+def axis_label(metric: str, width: int = 40) -> str:
+    """`label(metric)` wrapped onto lines of at most `width` characters: a long label (the merge
+    KL's) is taller than the figure's panel in one line, and the saved file would cut it."""
+    return "\n".join(textwrap.wrap(label(metric), width))
+
+
 def label(metric: str) -> str:
     return LABELS.get(metric, metric.replace("_", " "))
 
@@ -124,7 +131,7 @@ def plot_per_block(curves: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]
                       else BLOCK_AXIS)
         ax.set_title(f"L = {L} blocks", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(label(metric), fontsize=8.5)
+    axes[0].set_ylabel(axis_label(metric), fontsize=8.5)
     legend_outside(axes[-1], title="placement", title_fontsize=8)
     fig.tight_layout()
     what = WHAT.get(metric, label(metric)[:1].upper() + label(metric)[1:])
@@ -174,7 +181,7 @@ def plot_vs_depth(runs: Sequence[Mapping], fits: Mapping[str, Mapping[str, Mappi
     ax.xaxis.set_minor_formatter(NullFormatter())
     plain_log_ticks(ax.yaxis)
     ax.set_xlabel("depth (blocks)")
-    ax.set_ylabel(label(metric), fontsize=8.5)
+    ax.set_ylabel(axis_label(metric), fontsize=8.5)
     legend_outside(ax, title="placement: fitted slope\n[95% t-interval]", title_fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
