@@ -84,6 +84,28 @@ def parse_blocks(text: str | None) -> list[int] | None:
         raise ConfigError(f"--drop-blocks: {text!r}; give block indices like 0,15,29") from None
 
 
+def finished(out: Path, name: str, data: dict[str, Any], drop: bool,
+             drop_blocks: list[int] | None) -> dict[str, Any] | None:
+    """The result a previous run wrote to `out/<name>.json` with the same text, batches, seed
+    and layer-drop settings, or None (none there, another setting, or unreadable)."""
+    import json
+
+    try:
+        res = json.loads((out / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = isinstance(res, dict) and all(
+        res.get("data", {}).get(k) == v for k, v in data.items())
+    dropped = res.get("drop") if isinstance(res, dict) else None
+    if not drop:
+        same_drop = not dropped
+    else:
+        wanted = list(drop_blocks) if drop_blocks is not None else list(
+            range(res.get("model", {}).get("n_blocks", -1)))
+        same_drop = bool(dropped) and list(dropped.get("drop_blocks", [])) == wanted
+    return res if same and same_drop else None
+
+
 def probe_hf_cli(names: list[str], text: Path | None, out: Path, *, batches: int = 2,
                  batch_size: int = 4, seq_len: int = 128, drop: bool = True,
                  drop_blocks: str | None = None, seed: int = 0, figures: bool = True
@@ -99,17 +121,36 @@ def probe_hf_cli(names: list[str], text: Path | None, out: Path, *, batches: int
 
     if not names:
         fail("--hf: give a checkpoint: minilm, smollm2, or a local folder / .gguf file")
+    from normlab.interop.checkpoints import resolve_checkpoint
+
     results = []
     try:
         blocks = parse_blocks(drop_blocks)
-        for name in names:
-            err_console.print(f"probing {name} ...", highlight=False)
-            res = run_hf_probe(name, text, out, n_batches=batches, batch_size=batch_size,
-                               seq_len=seq_len, drop=drop, drop_blocks=blocks, seed=seed,
-                               figures=figures)
+        data = {"text": str(text) if text is not None else "shakespeare (validation works)",
+                "n_batches": batches, "batch_size": batch_size, "seq_len": seq_len,
+                "seed": seed}
+        for i, name in enumerate(names, 1):
+            done = finished(out, resolve_checkpoint(name).name, data, drop, blocks)
+            if done is not None:  # a re-run: this model's probe with these settings is there
+                err_console.print(f"[{i}/{len(names)}] {name}: reusing "
+                                  f"{out / (done['checkpoint']['name'] + '.json')}",
+                                  highlight=False)
+                res = done
+            else:
+                err_console.print(f"[{i}/{len(names)}] probing {name} ...", highlight=False)
+                res = run_hf_probe(name, text, out, n_batches=batches, batch_size=batch_size,
+                                   seq_len=seq_len, drop=drop, drop_blocks=blocks, seed=seed,
+                                   figures=figures)
             console.print(result_table(res))
             console.print(summary_line(res), highlight=False)
             results.append(res)
+    except KeyboardInterrupt:
+        kept = ", ".join(str(out / f"{r['checkpoint']['name']}.json") for r in results)
+        err_console.print(f"interrupted: {len(results)} of {len(names)} model(s) finished"
+                          + (f" and kept ({kept})" if kept else "") + "; run the same command "
+                          "again to probe the rest (finished models are reused)",
+                          highlight=False)
+        raise typer.Exit(130) from None
     except (InteropError, MissingDependency, DataError, ConfigError) as e:
         fail(str(e))
     except OSError as e:

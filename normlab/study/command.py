@@ -47,6 +47,13 @@ def study(
     try:
         result = run_study(out, profile, claims.split(",") if claims else None, log=log,
                            executor=executor, address=address)
+    except KeyboardInterrupt:
+        again = f"normlab study --profile {profile}" + (f" --claims {claims}" if claims else "") \
+            + f" --out {out}"
+        console.print(f"interrupted: what finished is kept in {out} (study.json holds every "
+                      "claim decided so far, runs/ every finished run); resume with: " + again,
+                      highlight=False)
+        raise typer.Exit(130) from None
     except (ConfigError, DataError, ExecutorError) as e:
         fail(str(e))
     console.print(summary_table(result, f"normlab study, profile {profile} "

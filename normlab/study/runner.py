@@ -76,9 +76,10 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
             "claims": selected}
     study["parts"] = [*parts, part]
     t0 = time.perf_counter()
-    for cid in selected:
+    for i, cid in enumerate(selected, 1):
         t = time.perf_counter()
-        log(f"{cid}: running")
+        log(f"{cid}: running (claim {i} of {len(selected)}, "
+            f"{format_duration(time.perf_counter() - t0)} so far)")
         try:
             result = (funcs[cid](ctx) if ctx.profile.theory or REGISTRY[cid].ladder is None
                       else theory_left_out(cid, profile))
