@@ -167,8 +167,28 @@ def process_group(device: torch.device) -> Iterator[Dist]:
         tdist.init_process_group("gloo", timeout=wait)
     try:
         yield current()
-    finally:
-        tdist.destroy_process_group()
+    except BaseException:
+        tdist.destroy_process_group()  # another rank may be gone: no barrier that could hang
+        raise
+    _leave_together(device, min(wait, timedelta(seconds=TEARDOWN_WAIT_S)))
+    tdist.destroy_process_group()
+
+
+# How long a rank that finished waits for the others before it tears the group down anyway.
+TEARDOWN_WAIT_S = 60
+
+
+def _leave_together(device: torch.device, wait: timedelta) -> None:
+    """Wait (at most `wait`) until every rank has finished before the group is destroyed: a
+    rank that tears gloo down while another still talks to it can abort the process
+    ("terminate called without an active exception") after its results are written."""
+    try:
+        if device.type == "cuda":
+            tdist.barrier()
+        else:
+            tdist.monitored_barrier(timeout=wait)
+    except RuntimeError:
+        pass  # a rank that did not arrive in time: tear down anyway, as before
 
 
 def free_port() -> int:
