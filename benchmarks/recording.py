@@ -1,5 +1,6 @@
-"""What every benchmark writes: the machine and versions next to its results, recorded as JSON
-plus a Markdown table under benchmarks/results/ (not with --quick)."""
+"""What every benchmark writes: the machine (the CPU's model name and its flags as lscpu lists
+them) and versions next to its results, recorded as JSON plus a Markdown table under
+benchmarks/results/ (not with --quick)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from typing import Any
 
 import torch
 
-from normlab.machine import cpu_model
+from normlab.machine import cpu_flags, cpu_model, native_bf16
 
 
 def new_report(args: Any, **fields: Any) -> dict[str, Any]:
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": str(torch.__version__),
-              "threads": torch.get_num_threads(), "cpu": cpu_model(), "device": args.device,
-              **fields}
+              "threads": torch.get_num_threads(), "cpu": cpu_model(),
+              "cpu_flags": " ".join(sorted(cpu_flags())), "native_bf16": native_bf16(),
+              "device": args.device, **fields}
     if args.device == "cuda":
         report["gpu"] = torch.cuda.get_device_name()
     return report

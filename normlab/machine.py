@@ -4,6 +4,7 @@ settings that make training on it faster."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 import sys
@@ -18,6 +19,36 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as `lscpu` lists them (the `flags` line of /proc/cpuinfo, on ARM
+    its `Features`); empty where the system does not say (not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+# Flags of the instructions that multiply bf16 matrices in hardware: AVX512-BF16 and AMX on x86
+# (oneDNN's bf16 GEMMs use them), BF16 on ARMv8.6. Without one of them PyTorch's CPU bf16 matrix
+# products convert and multiply element by element, far slower than fp32.
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def native_bf16() -> bool | None:
+    """Whether this CPU has native bf16 matrix instructions (one of `NATIVE_BF16_FLAGS` among its
+    flags); None where its flags are unknown."""
+    flags = cpu_flags()
+    if not flags:
+        return None
+    return any(f in flags for f in NATIVE_BF16_FLAGS)
 
 
 def git_commit() -> str | None:

@@ -206,3 +206,97 @@ def test_tuned_allocator_reuses_freed_blocks():
     # tuned: the block is reused; a stray small allocation may split it and force the odd fresh
     # fault-in (seen once per run on some machines), never one per round
     assert faults["1"] <= 4 * block, faults
+
+
+# -- bf16 on a CPU that emulates it ---------------------------------------------------------------
+AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f"})
+WITH_BF16 = {"avx512_bf16": AVX2_ONLY | {"avx512_bf16"}, "amx_bf16": AVX2_ONLY | {"amx_bf16"}}
+
+
+@pytest.fixture
+def cpu_with(monkeypatch):
+    """Sets the CPU's flags that normlab sees, and forgets that the bf16 warning was given."""
+    import normlab.machine as machine
+    import normlab.train.trainer as trainer
+
+    monkeypatch.setattr(trainer, "_slow_bf16_warned", False)
+
+    def set_flags(flags: frozenset[str]) -> None:
+        monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(machine, "cpu_model", lambda: "Test CPU 9000")
+        monkeypatch.setattr(trainer, "cpu_model", lambda: "Test CPU 9000")
+    return set_flags
+
+
+def test_native_bf16_reads_the_cpu_flags(cpu_with):
+    from normlab.machine import native_bf16
+
+    cpu_with(AVX2_ONLY)
+    assert native_bf16() is False
+    for flags in WITH_BF16.values():
+        cpu_with(flags)
+        assert native_bf16() is True
+    cpu_with(frozenset())  # flags unknown (not Linux): nothing is claimed
+    assert native_bf16() is None
+
+
+def test_the_real_cpu_flags_are_read():
+    from normlab.machine import cpu_flags
+
+    flags = cpu_flags()
+    assert isinstance(flags, frozenset)
+    if sys.platform == "linux" and os.uname().machine == "x86_64":
+        assert "sse2" in flags  # every x86-64 CPU has it
+
+
+def _bf16_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if "native bf16" in str(w.message)]
+
+
+def test_bf16_warns_once_on_a_cpu_without_native_bf16(cpu_with, tmp_path, recwarn):
+    from normlab.train.trainer import warn_slow_bf16
+
+    cpu_with(AVX2_ONLY)
+    cpu = torch.device("cpu")
+    warn_slow_bf16("fp32", cpu)
+    assert not _bf16_warnings(recwarn)  # fp32 runs: nothing to say
+    s = train_run(_cfg("train.steps=1", "train.precision=bf16"), tmp_path / "a", progress=False)
+    assert s["step"] == 1
+    (message,) = _bf16_warnings(recwarn)
+    assert "Test CPU 9000" in message and "avx512_bf16" in message and "amx_bf16" in message
+    assert "100x" in message and "over a minute" in message
+    assert "train.precision=fp32" in message
+    assert all(w.category.__name__ == "NormlabWarning" for w in recwarn
+               if "native bf16" in str(w.message))
+    # once per process: a second run (or a stacked group, a sweep worker's next run) is quiet
+    train_run(_cfg("train.steps=1", "train.precision=bf16", "train.seed=1"), tmp_path / "b",
+              progress=False)
+    warn_slow_bf16("bf16", cpu)
+    assert len(_bf16_warnings(recwarn)) == 1
+
+
+@pytest.mark.parametrize("flag", sorted(WITH_BF16))
+def test_bf16_does_not_warn_on_a_cpu_with_native_bf16(cpu_with, flag, recwarn):
+    from normlab.train.trainer import warn_slow_bf16
+
+    cpu_with(WITH_BF16[flag])
+    warn_slow_bf16("bf16", torch.device("cpu"))
+    cpu_with(frozenset())  # flags unknown: no claim either way
+    warn_slow_bf16("bf16", torch.device("cpu"))
+    assert not _bf16_warnings(recwarn)
+
+
+def test_fp32_does_not_warn_on_a_cpu_without_native_bf16(cpu_with, tmp_path, recwarn):
+    cpu_with(AVX2_ONLY)
+    train_run(_cfg("train.steps=1"), tmp_path, progress=False)
+    assert not _bf16_warnings(recwarn)
+
+
+def test_a_stacked_group_warns_through_the_same_check(cpu_with, tmp_path, recwarn):
+    from normlab.train.group import train_group
+
+    cpu_with(AVX2_ONLY)
+    cfgs = [_cfg("train.steps=1", "train.precision=bf16", f"train.lr={lr}")
+            for lr in (1e-3, 2e-3)]
+    train_group(cfgs, tmp_path)
+    assert len(_bf16_warnings(recwarn)) == 1

@@ -63,6 +63,7 @@ from normlab.train.trainer import (
     run_meta,
     run_summary,
     throughput,
+    warn_slow_bf16,
     write_run_config,
 )
 
@@ -242,6 +243,7 @@ class _GroupLoop:
         tc = members[0].cfg.train
         self.tokens_per_step = tc.batch_size * members[0].cfg.data.seq_len
         self.autocast = precision_context(tc.precision, device)
+        warn_slow_bf16(tc.precision, device)
         self.summaries: dict[str, dict[str, Any]] = {}
         total = max(m.cfg.train.steps for m in members)
         self.bar = Progress(total, min(m.step for m in members),
