@@ -1517,3 +1517,21 @@ def test_prose_keeps_numbers_and_compound_words_whole():
         assert f'<span class="nb">{whole}</span>' in got, whole
     assert '<span class="nb">Peri-LN</span>' not in got
     assert '<span class="nb">0.2</span>' not in got  # nothing to break in it
+
+
+def test_runs_table_shows_bits_per_byte_when_a_run_reads_tokens(tmp_path, runs_dir):
+    """A run on a tokenizer's ids (bits per byte not its loss over ln 2) adds the column and
+    names losses per token; runs on bytes alone show neither."""
+    page, _ = static_problems(build_html(runs_dir), runs_dir)
+    head = page.table_rows["runs"][0]
+    assert not [h for h in head if "bits per byte" in h or "nats/token" in h], head
+    d = tmp_path / "tokens"
+    shutil.copytree(runs_dir, d)
+    run = sorted(p for p in d.iterdir() if (p / "summary.json").exists())[0]
+    summary = json.loads((run / "summary.json").read_text())
+    summary["val_bpb"] = 1.234  # a BPE run: nats per token over ln 2 times tokens per byte
+    (run / "summary.json").write_text(json.dumps(summary))
+    page, problems = static_problems(build_html(d), d)
+    head = page.table_rows["runs"][0]
+    assert "validation bits per byte" in head and any("nats/token" in h for h in head), head
+    assert any("1.23" in " ".join(row) for row in page.table_rows["runs"][1:])

@@ -37,6 +37,7 @@ LABELS = {
     "val_loss": "validation loss",
     "train_loss": "training loss",
     "best_val_loss": "best validation loss",
+    "val_bpb": "validation bits per byte",
     "ci95": "95% interval",
     "ci95_t": "95% t-interval",
     "ci95_boot": "95% bootstrap interval",

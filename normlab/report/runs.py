@@ -199,10 +199,27 @@ class RunsView:
 RESULTS = ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")
 
 
+def reads_tokens(summary: dict[str, Any]) -> bool:
+    """Whether a run's bits per byte say something its loss does not: a run on bytes has
+    `val_bpb` = `val_loss` / ln 2; a run on a tokenizer's or token files' ids does not."""
+    bpb, loss = summary.get("val_bpb"), summary.get("val_loss")
+    return is_number(bpb) and is_number(loss) and abs(bpb - loss / math.log(2)) > 1e-6 * max(
+        1.0, abs(bpb))
+
+
+def result_keys(rows: list[RunRow]) -> tuple[str, ...]:
+    """The result columns: `RESULTS`, with bits per byte after the losses when a listed run
+    reads tokens other than bytes (the number that compares runs of different tokenizers)."""
+    if any(reads_tokens(r.summary) for r in rows):
+        return (*RESULTS[:3], "val_bpb", *RESULTS[3:])
+    return RESULTS
+
+
 def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     from normlab.train.listing import label_paths
 
     flats = [r.flat for r in rows]
+    results = result_keys(rows)
     columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *differing_paths(rows)]))
     shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
                     if len({repr(r.get(p)) for r in rows}) == 1]
@@ -233,13 +250,16 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
         cells = [_config_cell(r.get(p), p) for p in columns]
         cells += [_loss_cell(s.get(k)) if k != "tokens_per_s" else
                   (Cell("num", text=f"{s[k]:,.0f}") if is_number(s.get(k)) else
-                   Cell("empty", text="-")) for k in RESULTS]
+                   Cell("empty", text="-")) for k in results]
         tb = r.folder / "tb"
         lines.append(RunLine(r.name, href(r.folder, page_dir),
                              href(tb, page_dir) if tb.is_dir() else "", r.problem, r.outcome,
                              ", ".join(detail), cells))
     config_columns = [Column(path_label(p), numeric=all(
         is_number(r.get(p)) or r.get(p) is None for r in rows)) for p in columns]
-    result_columns = [Column(heading(k), numeric=True) for k in RESULTS]
+    # with runs on a tokenizer's ids listed, a loss is per token, not per byte
+    per_token = "val_bpb" in results
+    result_columns = [Column(heading(k).replace("nats/byte", "nats/token") if per_token
+                             else heading(k), numeric=True) for k in results]
     return RunsView(config_columns, result_columns, lines, shared, sections,
                     len(shared_paths), counts)
