@@ -27,11 +27,12 @@ from normlab.config import (
     parse_config,
 )
 from normlab.console import console, err_console, fail
-from normlab.train.rows import FORMATS, render
 
 
 def output_format(value: str) -> str:
     """Option callback for `--format`: one of `FORMATS`, named in the error otherwise."""
+    from normlab.train.rows import FORMATS  # not at import: normlab.train loads torch
+
     if value not in FORMATS:
         raise typer.BadParameter(f"{value!r} is not one of {', '.join(FORMATS)}")
     return value
@@ -196,6 +197,8 @@ def runs(root: Annotated[Path, typer.Argument(
         fail(f"{root}: no such folder of runs")
     listing = list_runs(root)
     if format != "table":
+        from normlab.train.rows import render
+
         sys.stdout.write(render(listing.records(), listing.record_keys, format))
         return
     table = runs_table(root, listing=listing)

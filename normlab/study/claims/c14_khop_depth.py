@@ -168,7 +168,6 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "paper_hops_solved": {str(d): k for d, k in PAPER_SOLVED.items()},
         "by_placement": {
             pl: {str(d): {"lr": grids[pl, d].best_lr, "bracketed": grids[pl, d].bracketed,
-                          "outcomes": [r.outcome for r in grids[pl, d].best],
                           "hop_score": mean_ci(score[pl, d]),
                           "hops_solved": mean_ci(solved[pl, d]),
                           "hops_solved_per_seed": solved[pl, d],
@@ -176,6 +175,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
                                               for k in hops}}
                  for d in depths}
             for pl in p.khop_placements},
+        # each cell's outcomes, per lr, are in the tuning records
         "tuning": {f"{pl}, {d} blocks": g.numbers() for (pl, d), g in grids.items()}}
     bars = {f"{pl}, {d} blocks": mean_ci(score[pl, d]) for d in depths
             for pl in p.khop_placements}
