@@ -17,9 +17,9 @@ from normlab.data.batches import (
     Span,
     TokenArray,
     eval_batches,
-    load_text_data,
 )
 from normlab.data.corpus import DataError, Work
+from normlab.data.tasks import load_text_data
 
 
 def raises(message: str):

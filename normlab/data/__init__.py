@@ -8,7 +8,6 @@ from normlab.data.batches import (
     TextData,
     TokenArray,
     eval_batches,
-    load_text_data,
 )
 from normlab.data.corpus import (
     CORPUS_CREDIT,
@@ -21,7 +20,7 @@ from normlab.data.corpus import (
 )
 from normlab.data.khop import KhopData, KhopTask
 from normlab.data.split import split_works
-from normlab.data.tasks import RunData, load_run_data
+from normlab.data.tasks import RunData, load_run_data, load_text_data
 from normlab.data.tokens import VOCAB_SIZE, decode, encode
 
 __all__ = [

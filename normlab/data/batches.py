@@ -8,7 +8,6 @@ straddle the end of one work and the start of the next, exactly as with one long
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,9 +17,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from normlab.data.corpus import DEFAULT_CORPUS, DataError, Source, Work, load_works
-from normlab.data.split import split_works
-from normlab.data.tokenizer import BYTE, ByteTokenizer, Tokenizer, describe, resolve_tokenizer
+from normlab.data.corpus import DataError, Work
+from normlab.data.tokenizer import BYTE, ByteTokenizer, Tokenizer, describe
 
 __all__ = [
     "SEPARATOR",
@@ -29,7 +27,6 @@ __all__ = [
     "TextData",
     "TokenArray",
     "eval_batches",
-    "load_text_data",
 ]
 
 SEPARATOR = b"\n\n"
@@ -302,35 +299,3 @@ class TextData:
                     f"{array.max_id} (and vocab_size in meta.json), or prepare the file again "
                     "with the tokenizer the run uses")
 
-
-def _describe(source: Source) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return str(source)
-    parts = [str(s) for s in source]
-    return ", ".join(parts) if len(parts) <= 3 else ", ".join(parts[:3]) + ", ..."
-
-
-def load_text_data(
-    source: Source = DEFAULT_CORPUS, val_fraction: float = 0.1, seed: int = 0,
-    tokenizer: str = BYTE, text_field: str = "text",
-) -> TextData:
-    """Load ``source`` (see :func:`load_works`), split it by whole works, and tokenise with
-    `tokenizer` (see `normlab.data.tokenizer`; ``bpe:N`` is trained on the training works).
-    A folder holding ``train.bin`` and ``val.bin`` is read as token files instead
-    (`normlab.data.tokenfiles`)."""
-    from normlab.data.tokenfiles import is_token_folder, read_token_folder
-
-    if is_token_folder(source):
-        return read_token_folder(Path(source), tokenizer, val_fraction=val_fraction, seed=seed)
-    works = load_works(source, text_field=text_field)
-    train, val = split_works(works, val_fraction=val_fraction, seed=seed)
-    tok = resolve_tokenizer(tokenizer, train)
-    where = _describe(source)
-    return TextData(
-        train=TokenArray.from_works(train, label=f"train split of {where}", tokenizer=tok),
-        val=TokenArray.from_works(val, label=f"val split of {where}", tokenizer=tok),
-        train_works=[w.name for w in train],
-        val_works=[w.name for w in val],
-        tokenizer=tok,
-        val_bytes=sum(len(w.text) for w in val) + len(SEPARATOR) * (len(val) - 1),
-    )

@@ -170,15 +170,12 @@ def _read_records(path: Path, text_field: str, name: str) -> list[Work]:
     except ImportError:
         raise DataError(f"{path}: reading {kind} files needs Hugging Face `datasets`; install "
                         "it with `pip install datasets` (or normlab[data])") from None
-    from normlab.data.tokenizer import cache_dir
-
     datasets.disable_progress_bars()
     level = datasets.logging.get_verbosity()
     datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     try:
         table = datasets.load_dataset("json" if jsonl else "parquet", data_files=str(path),
-                                      split="train", cache_dir=str(cache_dir().parent /
-                                                                   "datasets"))
+                                      split="train", cache_dir=str(cache_root() / "datasets"))
     except Exception as exc:  # pyarrow's parse errors come wrapped, or alone
         cause = exc.__cause__ or exc.__context__ or exc
         detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(exc).__name__
@@ -279,3 +276,12 @@ def load_works(source: Source = DEFAULT_CORPUS, text_field: str = "text") -> lis
             )
         seen.add(work.name)
     return works
+
+
+def cache_root() -> Path:
+    """Where normlab keeps what it derives from data (trained tokenizers, datasets' caches):
+    ``$NORMLAB_CACHE``, by default ``$XDG_CACHE_HOME/normlab`` (``~/.cache/normlab``)."""
+    root = os.environ.get("NORMLAB_CACHE")
+    if not root:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normlab")
+    return Path(root).expanduser()

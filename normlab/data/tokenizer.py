@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab.data.corpus import DataError, Work
+from normlab.data.corpus import DataError, Work, cache_root
 from normlab.data.tokens import VOCAB_SIZE
 
 __all__ = [
@@ -81,12 +81,8 @@ def token_dtype(vocab_size: int) -> type[np.unsignedinteger]:
 
 
 def cache_dir() -> Path:
-    """Where trained tokenizers are kept: ``$NORMLAB_CACHE/tokenizers``, by default under
-    ``$XDG_CACHE_HOME/normlab`` (``~/.cache/normlab``)."""
-    root = os.environ.get("NORMLAB_CACHE")
-    if not root:
-        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normlab")
-    return Path(root).expanduser() / "tokenizers"
+    """Where trained tokenizers are kept: `normlab.data.corpus.cache_root()`/tokenizers."""
+    return cache_root() / "tokenizers"
 
 
 class Tokenizer:
