@@ -56,8 +56,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # runs, each family tuned at that depth
     blocks = p.c11_blocks or p.train_blocks
     at = {"blocks": p.c11_blocks} if p.c11_blocks else {}
-    if p.c11_blocks and (ctx.claims is None or "C12" in ctx.claims or "C11" in ctx.claims):
-        ctx.prefetch_deep()
+    if p.c11_blocks:
+        ctx.prefetch_deep()  # its deep runs and C12's, trained in one go
     on = ctx.tuned("pre", **at)
     off = ctx.tuned("pre_nofinal", **at) if p.c11_trained_without else None
     predictions = []
