@@ -197,11 +197,21 @@ def _checkpoint_step(run_dir: Path) -> int | None:
         return None
 
 
-def finetune_path(run_dir: Path | str, settings: dict[str, Any], from_init: bool = False) -> Path:
-    """Where the result of fine-tuning ``run_dir`` with ``settings`` is (or will be) stored."""
+def _source_step(run_dir: Path, from_init: bool, step: int | None) -> int | None:
+    """The training step of the weights fine-tuned: None from init, ``step`` for weights kept
+    along the run, else the last checkpoint's."""
+    if from_init:
+        return None
+    return step if step is not None else _checkpoint_step(run_dir)
+
+
+def finetune_path(run_dir: Path | str, settings: dict[str, Any], from_init: bool = False,
+                  step: int | None = None) -> Path:
+    """Where the result of fine-tuning ``run_dir`` (its weights kept at ``step``, or its last
+    checkpoint) with ``settings`` is (or will be) stored."""
     run_dir = Path(run_dir)
     key = {"settings": settings, "from_init": from_init, "run_id": run_dir.name,
-           "checkpoint_step": None if from_init else _checkpoint_step(run_dir)}
+           "checkpoint_step": _source_step(run_dir, from_init, step)}
     name = f"{settings['task']}-{'init-' if from_init else ''}{_hash(key)}.json"
     return run_dir / "finetune" / name
 
@@ -469,7 +479,7 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
     return out
 
 
-def _load_run_model(run_dir: Path, from_init: bool):
+def _load_run_model(run_dir: Path, from_init: bool, step: int | None = None):
     from normlab.nn import build_model
     from normlab.train import RunFolderError, load_trained_model, read_run_config
 
@@ -479,7 +489,7 @@ def _load_run_model(run_dir: Path, from_init: bool):
         if from_init:
             cfg = read_run_config(run_dir)
             return cfg, build_model(cfg.model, seed=cfg.train.seed)
-        return load_trained_model(run_dir)
+        return load_trained_model(run_dir, step=step)
     except RunFolderError as e:
         raise CheckpointError(str(e)) from None
 
@@ -491,13 +501,15 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
              grad_clip: float | None = 1.0, train_eval_max: int = 2048,
              test_max: int | None = None, window: int | None = None,
              val_fraction: float = 0.0, val_max: int | None = None, standardize: int = 512,
-             device: str = "auto", force: bool = False,
+             device: str = "auto", force: bool = False, step: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Fine-tune the trained model of ``run_dir`` (or, ``from_init``, its architecture at init
     with the run's seed) and store the result in ``run_dir/finetune/<task>-<hash>.json``.
 
     ``window=None`` reads a passage longer than the run's pretraining context (``data.seq_len``,
     learned positions) in windows of that context when it divides ``passage_bytes``.
+    ``step`` fine-tunes the weights the run kept at that step (``train.keep_checkpoints``)
+    instead of its last checkpoint.
     If that file exists (same settings, same checkpoint step), it is returned without training,
     with ``cached: True`` (``force=True`` recomputes). See :func:`finetune_model` for the keys;
     added here: ``run_dir``, ``run_id``, ``from_init``, ``checkpoint_step``, ``pretrain`` (the
@@ -513,7 +525,7 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         gap=gap, weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
         train_eval_max=train_eval_max, test_max=test_max, window=window,
         val_fraction=val_fraction, val_max=val_max, standardize=standardize, device=device,
-        force=force, progress=progress)[0]
+        force=force, step=step, progress=progress)[0]
 
 
 def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] = (3e-4,), *,
@@ -524,8 +536,8 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
                  train_eval_max: int = 2048, test_max: int | None = None,
                  window: int | None = None, val_fraction: float = 0.0,
                  val_max: int | None = None, standardize: int = 512, device: str = "auto",
-                 force: bool = False, progress: Callable[[str], None] | None = None
-                 ) -> list[dict[str, Any]]:
+                 force: bool = False, step: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """:func:`finetune` at each of ``lrs``, in order, each lr's result in its own file (the one
     :func:`finetune` at that lr reads and writes); the lrs not stored yet are trained together
     (:func:`finetune_model_lrs`: with ``freeze=True``, one pass of the body over the passages
@@ -557,7 +569,7 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
         weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
         train_eval_max=train_eval_max, test_max=test_max, window=window,
         val_fraction=val_fraction, val_max=val_max, standardize=standardize) for lr in lrs]
-    paths = [finetune_path(run_dir, s, from_init) for s in all_settings]
+    paths = [finetune_path(run_dir, s, from_init, step) for s in all_settings]
     out: list[dict[str, Any] | None] = [None] * len(lrs)
     if not force:
         for i, (path, settings) in enumerate(zip(paths, all_settings, strict=True)):
@@ -567,7 +579,7 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
     todo = [i for i, r in enumerate(out) if r is None]
     if not todo:
         return out  # type: ignore[return-value]
-    run_cfg, model = _load_run_model(run_dir, from_init)
+    run_cfg, model = _load_run_model(run_dir, from_init, step)
     if run_cfg.data.task is not None:
         raise FinetuneError(f"{run_dir}: trained on data.task={run_cfg.data.task}; the "
                             f"{task} task reads text, which this model's tokens are not")
@@ -599,7 +611,7 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
     summary = read_summary(run_dir) or {}
     for i, result in zip(todo, results, strict=True):
         result |= {"run_dir": str(run_dir), "run_id": run_dir.name, "from_init": from_init,
-                   "checkpoint_step": None if from_init else _checkpoint_step(run_dir),
+                   "checkpoint_step": _source_step(run_dir, from_init, step),
                    "pretrain": {k: summary.get(k) for k in ("outcome", "step", "train_loss",
                                                             "val_loss", "best_val_loss")},
                    "path": str(paths[i])}

@@ -398,3 +398,33 @@ def test_validation_split_lies_between_train_and_test_in_every_play():
         assert va.max() + 256 <= val_end
     with pytest.raises(DataError, match="val_fraction"):
         genre_task("genre", val_fraction=0.9)
+
+
+def test_finetune_from_weights_kept_along_the_run(tmp_path):
+    """`step` fine-tunes the weights a run kept at that step, not its last checkpoint: its own
+    result file, its step recorded, its accuracy that of those weights (the same as
+    fine-tuning a model loaded from that step); a step the run did not keep is an error that
+    names the kept ones."""
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+    from normlab.train.checkpoint import load_trained_model
+
+    cfg = load_run_config(None, [
+        "model.n_blocks=1", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=64",
+        "data.seq_len=64", "train.batch_size=8", "train.steps=20", "train.eval_every=10",
+        "train.checkpoint_every=10", "train.keep_checkpoints=true", "train.eval_batches=2",
+        "train.lr=3e-3", "train.device=cpu"])
+    run = tmp_path / train_run(cfg, tmp_path, progress=False)["run_id"]
+    kw = dict(steps=3, lr=1e-3, batch_size=8, warmup=1, passage_bytes=64, device="cpu",
+              train_eval_max=32, test_max=64, val_max=32)
+    last = finetune(run, "genre", **kw)
+    kept = finetune(run, "genre", step=10, **kw)
+    assert last["checkpoint_step"] == 20 and kept["checkpoint_step"] == 10
+    assert kept["path"] != last["path"]
+    _, at10 = load_trained_model(run, step=10)
+    direct = finetune_model(at10, "genre", **kw)
+    assert kept["test_accuracy"] == direct["test_accuracy"]
+    assert kept["loss_curve"] == direct["loss_curve"] != last["loss_curve"]
+    assert finetune(run, "genre", step=10, **kw)["cached"] is True
+    with pytest.raises(CheckpointError, match="no weights kept at step 15"):
+        finetune(run, "genre", step=15, **kw)

@@ -494,6 +494,66 @@ def test_trajectory_pair_takes_the_most_trained_pair_within_tolerance():
     assert b == (None, 2.5)
 
 
+def test_c10_pairs_along_trajectories_at_each_placement_s_own_tuned_lr(tmp_path, monkeypatch):
+    """With `c10_pairs="trajectories"` C10's checkpoints come from pre and post trained again
+    at each one's own tuned lr, keeping their weights `deep_evals` times (the tuned cell's
+    model, data and schedule: only evaluations and kept weights differ), paired per seed along
+    the trajectories; a pair at or before the warmup is marked so that C10 leaves it out, and a
+    seed whose run stalled hands over its outcome."""
+    import normlab.study.experiments as ex
+
+    p = replace(PROFILES["tiny"], c10_pairs="trajectories", steps=100, deep_evals=4,
+                warmup_frac=0.3, seeds=3)
+    ctx = ex.StudyFolder(tmp_path, p, log=lambda _m: None)
+    best = {"pre": 4e-3, "post": 1e-3}
+    monkeypatch.setattr(ex.StudyFolder, "tuned", lambda self, family, *a, **k: SimpleNamespace(
+        best_lr=best[family]))
+    seen = []
+
+    def fake_train(self, configs):
+        seen.extend(configs)
+        return [{"outcome": "stalled" if (c.model.placement, c.train.seed) == ("post", 2)
+                 else "completed", "val_loss": 2.0} for c in configs]
+
+    curves = {("pre", 0): [(25, 2.9), (50, 2.7), (75, 2.5), (None, 2.2)],
+              ("post", 0): [(25, 3.0), (50, 2.8), (75, 2.52), (None, 2.4)],
+              ("pre", 1): [(25, 2.4), (50, 2.1), (None, 2.0)],
+              ("post", 1): [(25, 2.41), (50, 2.9), (None, 2.8)]}
+    ids = {}
+    monkeypatch.setattr(ex.StudyFolder, "train", fake_train)
+    monkeypatch.setattr(ex, "trajectory", lambda run_dir: curves[ids[run_dir.name]])
+    real_config = ex.StudyFolder.run_config
+
+    def config(self, placement, lr, warmup, seed, *a, **k):
+        cfg = real_config(self, placement, lr, warmup, seed, *a, **k)
+        ids[cfg.run_id()] = (placement, seed)
+        return cfg
+
+    monkeypatch.setattr(ex.StudyFolder, "run_config", config)
+    got = ctx.c10_checkpoints()
+    assert {(c.model.placement, c.train.lr, c.train.seed) for c in seen} == {
+        (pl, best[pl], s) for pl in ("pre", "post") for s in range(3)}
+    for c in seen:
+        assert c.train.keep_checkpoints and c.train.eval_every == 25
+        assert c.train.steps == 100 and c.train.warmup == p.warmup == 30
+        plain = ex.StudyFolder.run_config(ctx, c.model.placement, c.train.lr, p.warmup,
+                                          c.train.seed)
+        assert c.model == plain.model and c.data == plain.data
+        assert (c.train.lr, c.train.warmup, c.train.steps, c.train.batch_size) == (
+            plain.train.lr, plain.train.warmup, plain.train.steps, plain.train.batch_size)
+    by = {(c.placement, c.seed): c for c in got}
+    assert (by["pre", 0].step, by["post", 0].step) == (75, 75)
+    assert by["pre", 0].outcome == by["post", 0].outcome == "completed"
+    assert by["pre", 0].val_loss == 2.5 and by["post", 0].val_loss == 2.52
+    assert (by["pre", 1].step, by["post", 1].step) == (25, 25)  # matched only inside warmup
+    assert by["pre", 1].outcome.startswith("inside warmup")
+    assert by["post", 2].outcome == "stalled" and by["post", 2].step is None
+    # deep runs keep their settings: the flag only adds what a deep run already has
+    deep = ex.StudyFolder.run_config(ctx, "pre", 1e-3, 5, 0, blocks=p.deep_blocks)
+    assert ex.StudyFolder.run_config(ctx, "pre", 1e-3, 5, 0, blocks=p.deep_blocks,
+                                     trajectory=True).run_id() == deep.run_id()
+
+
 @pytest.mark.parametrize("cid,world,side", [("C9", C9_GOOD, "post"),
                                              ("C6a", C6_GOOD, "post"),
                                              ("C6b", C6B_GOOD, "pre"),

@@ -109,13 +109,16 @@ class StudyFolder(StudyContext):
 
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
-                   blocks: int | None = None, **model: Any) -> RunConfig:
-        """One study run. A deep run (`blocks=profile.deep_blocks`) is evaluated and keeps its
-        weights `profile.deep_evals` times along the way: the trajectory C12 pairs along."""
+                   blocks: int | None = None, trajectory: bool = False, **model: Any
+                   ) -> RunConfig:
+        """One study run. A deep run (`blocks=profile.deep_blocks`), or one with `trajectory`,
+        is evaluated and keeps its weights `profile.deep_evals` times along the way: the
+        trajectory C12's pairs (and C10's, `c10_pairs="trajectories"`) are taken along."""
         p = self.profile
         deep = bool(blocks) and blocks == p.deep_blocks
         steps = p.deep_train_steps if deep else p.steps
-        every = max(1, steps // (p.deep_evals if deep else 4))
+        keep = deep or trajectory
+        every = max(1, steps // (p.deep_evals if keep else 4))
         sets = [f"model.placement={placement}", f"model.n_blocks={blocks or p.train_blocks}",
                 f"model.d_model={p.train_width}", f"model.n_heads={p.train_heads}",
                 f"model.max_seq_len={p.seq_len}", f"data.seq_len={p.seq_len}",
@@ -123,9 +126,9 @@ class StudyFolder(StudyContext):
                 f"train.warmup={warmup}", f"train.seed={seed}",
                 f"train.eval_every={every}", f"train.eval_batches={p.eval_batches}",
                 f"train.log_every={max(1, steps // 50)}",
-                f"train.checkpoint_every={every if deep else max(50, steps // 5)}",
+                f"train.checkpoint_every={every if keep else max(50, steps // 5)}",
                 "train.device=cpu"]
-        if deep:
+        if keep:
             sets.append("train.keep_checkpoints=true")
         sets += [f"model.{k}={v}" for k, v in model.items() if v is not None]
         return load_run_config(None, sets)
@@ -392,7 +395,12 @@ class StudyFolder(StudyContext):
         return replace(probed, pair=pair)  # the pair as this study's grids give it now
 
     def c10_checkpoints(self) -> list[Pretrained]:
-        """The matched-loss pre and post runs (`matched_pair`), one per placement and seed."""
+        """The pre and post checkpoints C10 fine-tunes, one per placement and seed: with
+        `profile.c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
+        "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
+        a pair inside the warmup marked as such (left out by C10)."""
+        if self.profile.c10_pairs == "trajectories":
+            return self.trajectory_pairs(self.c10_trajectory_runs(), warmup=self.profile.warmup)
         pair = self.matched_pair()
         if not pair.found:
             return []
@@ -415,13 +423,36 @@ class StudyFolder(StudyContext):
 
     def c12_checkpoints(self) -> list[Pretrained]:
         """Deeper pre and post models (`deep_blocks`, each at its own tuned lr: `deep_runs`),
-        one pair per seed, taken along their training trajectories (`trajectory_pair`): the
-        kept checkpoints of the two runs whose validation losses are closest, preferring the
-        most trained pair within tolerance."""
+        one pair per seed, taken along their training trajectories (`trajectory_pairs`)."""
         grids = {pl: self.deep_grid(pl) for pl in PLACEMENTS}
         if any(g is None for g in grids.values()):
             return []
-        runs = {pl: {r.seed: r for r in g.best} for pl, g in grids.items()}  # type: ignore
+        return self.trajectory_pairs(
+            {pl: {r.seed: r for r in g.best} for pl, g in grids.items()})  # type: ignore
+
+    def c10_trajectory_runs(self) -> dict[str, dict[int, RunRecord]]:
+        """Pre and post at the profile's depth, each at its own tuned lr (`tuned`, with
+        warmup), every seed trained again keeping its weights `deep_evals` times along the
+        way (the same model, data and schedule as the tuned cell: only evaluations and kept
+        weights differ). C10's pairs are taken along them (docs/study.md, C10)."""
+        p = self.profile
+        configs = {(pl, s): self.run_config(FAMILIES[pl][0], self.tuned(pl).best_lr, p.warmup,
+                                            s, trajectory=True, **FAMILIES[pl][1])
+                   for pl in PLACEMENTS for s in range(p.seeds)}
+        summaries = self.train(list(configs.values()))
+        out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PLACEMENTS}
+        for ((pl, s), cfg), summary in zip(configs.items(), summaries, strict=True):
+            out[pl][s] = record(cfg, summary, lr=cfg.train.lr, warmup=p.warmup, seed=s)
+        return out
+
+    def trajectory_pairs(self, runs: dict[str, dict[int, RunRecord]],
+                         warmup: int | None = None) -> list[Pretrained]:
+        """One pre and one post checkpoint per seed of `runs` (placement -> seed -> run, each
+        keeping its weights along the way), taken along their trajectories
+        (`trajectory_pair`): the kept checkpoints of the two runs whose validation losses are
+        closest, preferring the most trained pair within tolerance. A seed whose runs did not
+        both complete hands over their last checkpoints with their outcomes; with `warmup`, a
+        pair with a side at or before that step gets the outcome "inside warmup"."""
         out = []
         for seed in sorted(set(runs["pre"]) & set(runs["post"])):
             pre, post = runs["pre"][seed], runs["post"][seed]
@@ -435,9 +466,12 @@ class StudyFolder(StudyContext):
             pick = trajectory_pair(trajectory(self.runs_root / pre.run_id),
                                    trajectory(self.runs_root / post.run_id),
                                    self.profile.match_tolerance)
+            early = warmup is not None and any(
+                step is not None and step <= warmup for step, _ in pick)
             for pl, r, (step, loss) in (("pre", pre, pick[0]), ("post", post, pick[1])):
-                out.append(Pretrained(pl, seed, self.runs_root / r.run_id, loss, "completed",
-                                      step=step))
+                out.append(Pretrained(pl, seed, self.runs_root / r.run_id, loss,
+                                      f"inside warmup (step {step}, warmup {warmup})"
+                                      if early else "completed", step=step))
         return out
 
     def prefetch_deep(self) -> None:

@@ -19,6 +19,7 @@ a factor 2 on that side, at most `max_lr_extensions` times per side, and the stu
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,11 @@ class Profile:
     khop_warmup: int = 100
     khop_seeds: int = 3
     khop_eval_batches: int = 8
+    # C10's pairs: "cells", the tuned cells of pre and post whose mean losses are closest
+    # (every seed's pair must then lie within the tolerance); "trajectories", each placement
+    # trained again at its own tuned lr keeping its weights `deep_evals` times, paired per seed
+    # along the two trajectories as C12's deep pairs are (docs/study.md, C10)
+    c10_pairs: Literal["cells", "trajectories"] = "cells"
     c12_min_pairs: int = 3  # matched pairs C12's design asks for
     # two checkpoints count as trained to the same loss within this many nats (C2, C3, C10,
     # C12, C13's matched pairs)
@@ -176,7 +182,8 @@ PROFILES: dict[str, Profile] = {
         finetune_lrs=(3e-4, 1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8, theory=False,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
         deep_lrs=(3.75e-4, 1.5e-3, 6e-3), c11_blocks=12, probe_deep=True,
-        finetune_probe=True, khop_depths=(2, 3)),
+        finetune_probe=True, khop_depths=(2, 3), c10_pairs="trajectories",
+        max_lr_extensions=3),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,

@@ -164,7 +164,8 @@ def estimate_runs(p: Profile) -> dict[str, float]:
     their own budget), the k-hop models (C14: every placement and depth, its grid with one
     extension, by tokens and width against the 6-block shape); and the fine-tuning steps of
     C10 (pretrained and from init, every lr of the grid, per placement and seed, the passage
-    read in windows)."""
+    read in windows), and C10's pre and post trained again along trajectories where its pairs
+    are taken along them."""
     cells = len(p.lrs) + 1
     nofinal_shallow = int(p.c11_trained_without and not p.c11_blocks)
     deep_families = 2 + int(p.c11_trained_without and bool(p.c11_blocks))
@@ -177,7 +178,8 @@ def estimate_runs(p: Profile) -> dict[str, float]:
     kinds = {"tuned with warmup": (2 + nofinal_shallow + len(p.same_inits)) * cells,
              "tuned without warmup (C6b)": 2 * cells,
              "C6a common lrs beyond the grids": 2,
-             "deep models (C11, C12)": deep}
+             "deep models (C11, C12)": deep,
+             "C10's trajectory runs": 2 if p.c10_pairs == "trajectories" else 0}
     out = {k: p.seeds * v for k, v in kinds.items()}
     out["k-hop models (C14)"] = p.khop_seeds * khop
     # fine-tuning in units of a training step: its batch of passages, each read as windows

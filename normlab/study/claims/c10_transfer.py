@@ -24,7 +24,12 @@ setting it needs), an undecided one (or one whose values do not vary: an interva
 width) ``inconclusive``; the trigram baseline is context.
 
 Checkpoints come as :class:`Pretrained` records, paired by seed at matched loss
-(:func:`normlab.study.claims.common.matched_pairs`, whose doc states the pairing).
+(:func:`normlab.study.claims.common.matched_pairs`, whose doc states the pairing). Where they
+come from is the profile's ``c10_pairs``: the tuned cells whose mean losses are closest, or
+(the long profile) each placement trained again at its own tuned lr keeping its weights along
+the way, each seed's pair the most trained kept checkpoints within the tolerance
+(``StudyContext.c10_checkpoints``); a pretrained checkpoint kept along a run is fine-tuned from
+that step.
 
 The frozen linear probe (``profile.finetune_probe``, on in the long profile): each matched
 checkpoint's body frozen, a linear head trained on its standardized pooled stream with the
@@ -228,6 +233,8 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
         if from_init:
             kw |= {"from_init": True,
                    "window": _window(pairs[seed][placement].run_dir, s["passage_bytes"])}
+        elif pairs[seed][placement].step is not None:  # weights kept along the run
+            kw["step"] = pairs[seed][placement].step
         if frozen:
             kw["freeze"] = True
         return kw
@@ -322,8 +329,13 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
     given = list(ctx.c10_checkpoints() if checkpoints is None else checkpoints)
     s = c10_settings(ctx)
+    p = ctx.profile
+    pairing = ("paired by seed" if p.c10_pairs == "cells" else
+               f"paired by seed along their trajectories (each placement trained at its own "
+               f"tuned lr, its weights kept every {max(1, p.steps // p.deep_evals)} steps; "
+               "per seed the most trained pair of kept checkpoints within the tolerance)")
     method = (f"Pre and post runs pretrained to matched validation loss (within "
-              f"{ctx.profile.match_tolerance:g} nats), paired by seed, "
+              f"{p.match_tolerance:g} nats), {pairing}, "
               f"fine-tuned on the Shakespeare genre task (comedy/history/tragedy of a "
               f"{s['passage_bytes']}-byte passage, read in windows of the pretraining context; "
               f"speaker headings and stage directions stripped; per play: first 70% train, "
