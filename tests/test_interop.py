@@ -463,6 +463,28 @@ def test_probe_reports_stream_norms_without_position_0():
     assert res["summary"]["growth_exponent"] == pytest.approx(growth_exponent(pb["norm"]))
 
 
+def test_every_number_of_the_real_probe_is_a_row_of_the_table():
+    """probe_hf_model returns the rows of normlab.probe.metrics that have a `real` function,
+    each where the table places it; the loss-based layer-drop costs need an LM head, the pooled
+    one is for models without."""
+    from normlab.probe import metrics
+
+    idx = _tokens(2, 16)
+    seen: set[str] = set()
+    for hf, head in ((_gpt2(layers=2), True), (_bert(), False)):
+        targets = torch.roll(idx, -1, 1) if head else torch.full_like(idx, -100)
+        res = probe_hf_model(hf, [(idx, targets)])
+        drop = set(res["drop"]) - {"drop_blocks"}
+        assert all(metrics.place(k) == metrics.PER_BLOCK for k in set(res["per_block"]) | drop)
+        assert all(metrics.place(k) == metrics.SUMMARY for k in res["summary"])
+        assert ({"drop_dloss", "drop_kl"} <= drop) == head
+        assert ("drop_pooled_cos" in drop) == (not head)
+        seen |= set(res["per_block"]) | drop | set(res["summary"])
+    real = {m.name for m in metrics.METRICS if metrics.REAL in m.models}
+    assert seen - real == {"embed_norm_std", "final_norm_std"}
+    assert real <= seen
+
+
 # --- the real checkpoints (claim C12) ------------------------------------------------------
 
 @pytest.fixture(scope="module")

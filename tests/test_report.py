@@ -142,8 +142,8 @@ def study_dir(tmp_path_factory, runs_dir) -> Path:
               "values": [0.0, 0.01, 0.02], "meaningful": 0.1, "mde": 0.3,
               "diagnosis": "too few seeds or steps"}],
          "diagnosis": "post: too few seeds or steps",
-         "numbers": {"per_seed_effect": [0.47, 0.49, 0.48],
-                     "growth_exponent_init": {"pre": {"mean": 0.49, "ci95": [0.42, 0.56],
+         "numbers": {"ang_prev": [0.47, 0.49, 0.48],
+                     "late_angle_init": {"pre": {"mean": 0.49, "ci95": [0.42, 0.56],
                                                       "n": 3},
                                               "post": {"mean": 0.01, "ci95": [-0.02, 0.04],
                                                        "n": 3}},
@@ -392,11 +392,11 @@ def test_study_report_static(study_dir, study_html):
                  "stalled: post", "layer-drop loss increase, deeper half (nats)",
                  '<pre class="long">Traceback (most recent call last):\n  File &#34;x.py&#34;'):
         assert text in study_html, text
-    for raw in ("per_seed_effect", "growth_exponent_init", "pre|0.001", "[0.47, 0.49",
+    for raw in ("ang_prev", "late_angle_init", "pre|0.001", "[0.47, 0.49",
                 "{&#34;", "'mean'"):
         assert raw not in study_html, raw  # no snake_case keys, run keys or Python lists
     numbers = page.table_rows["numbers"]
-    assert ["effect per seed", "0.47, 0.49, 0.48"] in numbers
+    assert ["angular distance to the previous block", "0.47, 0.49, 0.48"] in numbers
     assert ["pre", "0.49 [0.42, 0.56] n=3"] in numbers
     assert ["placement", "learning rate", "warmup (steps)", "seed", "final norm", "outcome",
             "validation loss (nats/byte)"] in numbers

@@ -35,18 +35,19 @@ def _fmt(v: Any) -> str:
 
 
 def result_table(res: dict[str, Any]) -> Table:
+    from normlab.probe.metrics import column
+
     m, pb, drop = res["model"], res["per_block"], res.get("drop") or {}
     L = m["n_blocks"]
     title = (f"{res['checkpoint']['name']}: {m['architecture']} ({m['placement']}-{m['norm']}, "
              f"{L} blocks, d={m['d_model']}), {res['n_tokens']} tokens")
     table = Table(title=title)
-    cols = [("block", None), ("depth", None), ("norm", "norm"), ("median", "norm_median"),
-            ("pos 0", "norm_first"), ("ang prev", "ang_prev"), ("rel upd", "rel_update")]
+    cols = [("block", None), ("depth", None)] + [(column(k), k) for k in (
+        "norm", "norm_median", "norm_first", "ang_prev", "rel_update")]
     for h, _ in cols:
         table.add_column(h, justify="right", no_wrap=True)
-    drop_cols = [(h, k) for h, k in (("drop dL", "drop_dloss"), ("drop KL", "drop_kl"),
-                                     ("drop 1-cos h", "drop_hidden_cos"),
-                                     ("drop 1-cos pooled", "drop_pooled_cos")) if k in drop]
+    drop_cols = [(column(k), k) for k in ("drop_dloss", "drop_kl", "drop_hidden_cos",
+                                          "drop_pooled_cos") if k in drop]
     for h, _ in drop_cols:
         table.add_column(h, justify="right", no_wrap=True)
     where = {b: j for j, b in enumerate(drop.get("drop_blocks", []))}

@@ -10,7 +10,8 @@ into `n_batches x batch_size` windows of exactly `seq_len` tokens (the tokenizer
 tokens included, e.g. BERT's [CLS] ... [SEP]), so no padding is needed. Windows start at line
 starts spread evenly over the text: the same windows on every call.
 
-Measured, per block `l` (output `x_{l+1}`), through normlab's tap names (`adapters.HFTapModel`):
+Measured, per block `l` (output `x_{l+1}`), through normlab's tap names (`adapters.HFTapModel`);
+each number is a row of the table of probe metrics (`normlab.probe.metrics`, its `real` field):
 
 - `normlab.probe.stream_stats`: `ang_prev` (`arccos(cos(x_l, x_{l+1}))/pi`), `rel_update`,
   `ang_last`, ...;
@@ -37,6 +38,8 @@ import os
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,8 @@ import torch
 from normlab.interop.adapters import HFTapModel, skip_blocks
 from normlab.interop.checkpoints import LoadedCheckpoint, load_checkpoint
 from normlab.interop.errors import InteropError
-from normlab.probe.measures import token_norms
+from normlab.probe.measures import angular_distance, kl_divergence, token_cosine, token_norms
+from normlab.probe.metrics import PER_BLOCK, REAL, SUMMARY, layer_drop_costs, of_metrics, place
 from normlab.probe.suite import finite_or_none
 from normlab.train.logging import write_json_atomic
 
@@ -208,37 +212,71 @@ def _loss(logits: torch.Tensor, targets: torch.Tensor) -> float:
         logits.flatten(0, -2).float(), targets.flatten(), ignore_index=-100).item()
 
 
+@dataclass
+class Outputs:
+    """What a layer-drop cost compares: the final hidden state (`final.out`, `[B, T, d]`), the
+    logits (None: the checkpoint has no LM head) and the model's loss on the batch's targets."""
+
+    hidden: torch.Tensor
+    logits: torch.Tensor | None
+    targets: torch.Tensor
+
+    @cached_property
+    def loss(self) -> float:
+        return _loss(self.logits, self.targets) if self.logits is not None else math.nan
+
+
+# The layer-drop costs, `f(full, skipped) -> float`, or None where one does not apply to the
+# model; each is the `real` function of its row in normlab.probe.metrics.
+
+def dropped_loss_increase(full: Outputs, skipped: Outputs) -> float | None:
+    return None if full.logits is None else skipped.loss - full.loss
+
+
+def dropped_kl(full: Outputs, skipped: Outputs) -> float | None:
+    return None if full.logits is None else kl_divergence(full.logits, skipped.logits)
+
+
+def dropped_hidden_cos(full: Outputs, skipped: Outputs) -> float:
+    return 1.0 - token_cosine(full.hidden, skipped.hidden).mean().item()
+
+
+def dropped_hidden_ang(full: Outputs, skipped: Outputs) -> float:
+    return angular_distance(full.hidden, skipped.hidden)
+
+
+def dropped_pooled_cos(full: Outputs, skipped: Outputs) -> float | None:
+    """Models without an LM head (sentence embedders): the change of the mean-pooled stream."""
+    if full.logits is not None:
+        return None
+    return 1.0 - token_cosine(full.hidden.mean(1), skipped.hidden.mean(1)).mean().item()
+
+
 @torch.no_grad()
 def drop_scan(wrapper: HFTapModel, batches: Sequence[Batch],
               blocks: Sequence[int] | None = None) -> dict[str, Any]:
     """Layer drop on a Hugging Face model: each block in `blocks` (default all) skipped in
-    turn; the per-block costs described in the module doc, averaged over batches, with
-    `drop_blocks` the indices measured."""
+    turn; the per-block costs described in the module doc (the real-checkpoint layer-drop rows
+    of normlab.probe.metrics), averaged over batches, with `drop_blocks` the indices measured."""
     from normlab.probe.hooks import eval_mode
-    from normlab.probe.measures import angular_distance, kl_divergence, token_cosine
 
     L = wrapper.cfg.n_blocks
     chosen = list(range(L)) if blocks is None else sorted(set(blocks))
-    has_head = wrapper.objective != "none"
-    rows: dict[str, list[list[float]]] = {k: [] for k in (
-        "drop_dloss", "drop_kl", "drop_hidden_cos", "drop_hidden_ang", "drop_pooled_cos")}
+    costs = layer_drop_costs()
+    rows: dict[str, list[list[float]]] = {m.name: [] for m in costs}
     base_losses = []
     with eval_mode(wrapper):
         for idx, targets in batches:
-            h0, logits0 = _final_and_logits(wrapper, idx)
-            loss0 = _loss(logits0, targets) if has_head else math.nan
-            base_losses.append(loss0)
+            full = Outputs(*_final_and_logits(wrapper, idx), targets)
+            base_losses.append(full.loss)
             row: dict[str, list[float]] = {k: [] for k in rows}
             for t in chosen:
                 with skip_blocks(wrapper.hf, [t]):
-                    h, logits = _final_and_logits(wrapper, idx)
-                row["drop_hidden_cos"].append(1.0 - token_cosine(h0, h).mean().item())
-                row["drop_hidden_ang"].append(angular_distance(h0, h))
-                row["drop_pooled_cos"].append(
-                    1.0 - token_cosine(h0.mean(1), h.mean(1)).mean().item())
-                if has_head:
-                    row["drop_dloss"].append(_loss(logits, targets) - loss0)
-                    row["drop_kl"].append(kl_divergence(logits0, logits))
+                    skipped = Outputs(*_final_and_logits(wrapper, idx), targets)
+                for m in costs:
+                    value = m.real(full, skipped)
+                    if value is not None:
+                        row[m.name].append(value)
             for k in rows:
                 rows[k].append(row[k])
     out: dict[str, Any] = {"drop_blocks": chosen,
@@ -246,8 +284,6 @@ def drop_scan(wrapper: HFTapModel, batches: Sequence[Batch],
     for k, v in rows.items():
         if v and v[0]:
             out[k] = torch.tensor(v, dtype=torch.float64).mean(0).tolist()
-    if has_head:
-        del out["drop_pooled_cos"]
     return out
 
 
@@ -259,9 +295,10 @@ def probe_hf_model(hf_model: Any, batches: Sequence[Batch], *, drop: bool = True
     wrapper = hf_model if isinstance(hf_model, HFTapModel) else HFTapModel(hf_model)
     t0 = time.perf_counter()
     stream = stream_stats(wrapper, batches)
-    per_block: dict[str, list[float]] = {k: v for k, v in stream.items() if isinstance(v, list)}
+    per_block: dict[str, list[float]] = {k: v for k, v in stream.items()
+                                         if place(k) == PER_BLOCK}
     per_block |= position_norms(wrapper, batches)  # `norm` now leaves position 0 out
-    summary = {k: v for k, v in stream.items() if not isinstance(v, list)}
+    summary = {k: v for k, v in stream.items() if place(k) == SUMMARY}
     summary["growth_exponent_all_positions"] = summary.get("growth_exponent")
     summary["growth_exponent"] = growth_exponent(per_block["norm"])
     timing = {"stream": time.perf_counter() - t0}
@@ -272,13 +309,8 @@ def probe_hf_model(hf_model: Any, batches: Sequence[Batch], *, drop: bool = True
         timing["drop"] = time.perf_counter() - t1
         summary["loss"] = drop_res.pop("loss")
     L = wrapper.cfg.n_blocks
-    norms = per_block["norm"]
-    summary |= {
-        "norm_first_block": norms[0], "norm_last_block": norms[-1],
-        "norm_growth": norms[-1] / norms[0] if norms[0] > 0 else math.inf,
-        "norm_max_over_min": max(norms) / min(norms) if min(norms) > 0 else math.inf,
-        "mean_ang_prev": sum(per_block["ang_prev"]) / L,
-    }
+    for m in of_metrics(REAL):  # the norm's growth, the mean angular distance, ...
+        summary[m.name] = m.real(*(per_block[k] for k in m.inputs))
     return {"model": wrapper.cfg.to_dict(),
             "relative_depth": [(i + 1) / L for i in range(L)],
             "per_block": per_block, "drop": drop_res, "summary": summary,

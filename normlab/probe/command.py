@@ -33,23 +33,13 @@ from normlab.config import (
 )
 from normlab.console import console, err_console, fail
 from normlab.data import DataError
+from normlab.probe import metrics
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
 from normlab.train.checkpoint import CheckpointError
 
-PER_BLOCK_COLUMNS = (("norm", "norm"), ("rel_update", "rel upd"), ("ang_prev", "ang prev"),
-                     ("ang_last", "ang last"), ("branch_mlp", "mlp/x"),
-                     ("attn_grad", "attn g"), ("mlp_grad", "mlp g"), ("stream_grad", "x grad"),
-                     ("merge_kl", "merge KL"), ("merge_dloss", "merge dL"),
-                     ("drop_dloss", "drop dL"), ("drop_kl", "drop KL"),
-                     ("lens_normed", "lens norm"), ("lens_raw", "lens raw"))
-SUMMARY_KEYS = ("loss", "embed_norm", "last_norm", "final_norm", "growth_exponent",
-                "mean_ang_prev", "last_fc_out_grad", "total_grad", "effective_depth",
-                "n_costly", "effective_depth_kl", "n_costly_kl", "perturb_change",
-                "perturb_relative", "update_size_final")
-SWEEP_KEYS = (("loss", "loss"), ("last_norm", "x_L norm"), ("growth_exponent", "growth exp"),
-              ("mean_ang_prev", "ang prev"), ("last_fc_out_grad", "last fc_out g"),
-              ("effective_depth", "eff depth"), ("effective_depth_kl", "eff depth KL"),
-              ("perturb_change", "perturb"), ("update_size_final", "update"))
+PER_BLOCK_COLUMNS = metrics.per_block_columns()  # (key, header), from the table of metrics
+SUMMARY_KEYS = metrics.summary_keys()
+SWEEP_KEYS = metrics.sweep_columns()
 MAX_ROWS = 24
 
 def split_list(text: str | None, name: str, cast=str) -> list[Any]:

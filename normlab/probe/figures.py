@@ -32,55 +32,14 @@ from normlab.plotting import (
     style,
     styles_for,
 )
+from normlab.probe.metrics import figure_captions, figure_labels, log_scale
 
 # What each metric is, as an axis label with its unit (losses and KL divergences in nats: the
-# models are byte-level, so a loss is nats per byte).
-LABELS = {
-    "norm": "mean token norm after the block",
-    "norm_attn": "mean token norm after the attention sublayer",
-    "rel_update": "relative update (norm of the change / stream norm)",
-    "cos_prev": "cosine similarity to the previous block",
-    "ang_prev": "angular distance to the previous block (fraction of pi)",
-    "cos_last": "cosine similarity to the last block",
-    "ang_last": "angular distance to the last block (fraction of pi)",
-    "branch_attn": "attention branch norm / stream norm",
-    "branch_mlp": "MLP branch norm / stream norm",
-    "dual_norm": "ResiDual second-stream norm",
-    "attn_grad": "attention weights gradient norm",
-    "mlp_grad": "MLP weights gradient norm",
-    "stream_grad": "stream gradient norm",
-    "merge_dloss": "loss change when merged (nats)",
-    "merge_kl": "KL divergence of the merged model from the original (nats)",
-    "drop_dloss": "loss increase when skipped (nats)",
-    "drop_kl": "KL divergence with the block skipped from the original (nats)",
-    "lens_normed": "logit-lens loss through a norm (nats/byte)",
-    "lens_raw": "logit-lens loss without a norm (nats/byte)",
-    "last_fc_out_grad": "gradient norm of the last MLP output weight",
-    "last_norm": "stream norm after the last block",
-    "total_grad": "total gradient norm",
-    "perturb_change": "output change under weight perturbation",
-    "effective_depth": "effective depth (participation ratio of loss increases, blocks)",
-    "effective_depth_kl": "effective depth (participation ratio of KLs, blocks)",
-    "update_size_final": "output change after the update steps",
-}
-# What each per-block metric measures, for captions.
-WHAT = {
-    "norm": "The mean token norm of the residual stream after each block",
-    "ang_prev": "The angular distance between the streams of consecutive blocks",
-    "mlp_grad": "The gradient norm of each block's MLP weights",
-    "attn_grad": "The gradient norm of each block's attention weights",
-    "merge_kl": "Merge test: the KL divergence of the output distribution when block t+1 runs "
-                "on block t's input instead of its own",
-    "merge_dloss": "Merge test: the loss change when block t+1 runs on block t's input",
-    "drop_dloss": "Layer drop: the loss increase when each block is skipped",
-    "drop_kl": "Layer drop: the KL divergence of the output distribution when each block is "
-               "skipped",
-    "lens_raw": "Logit lens: the loss of the LM head read at each block's stream, without a norm",
-    "lens_normed": "Logit lens: the loss of the LM head read at each block's stream through the "
-                   "final norm",
-}
-LOG_Y = {"norm", "norm_attn", "rel_update", "branch_attn", "branch_mlp", "dual_norm",
-         "attn_grad", "mlp_grad", "stream_grad", "merge_kl", "drop_kl"}
+# models are byte-level, so a loss is nats per byte); what each per-block metric measures, for
+# captions; which metrics are drawn on a log axis. All from the table of metrics.
+LABELS = figure_labels()
+WHAT = figure_captions()
+LOG_Y = log_scale()
 
 
 def axis_label(metric: str, width: int = 40) -> str:

@@ -6,18 +6,22 @@
 
 `per_block` holds lists indexed by block (the merge test's by pair t = (t, t+1), so one shorter);
 `summary` holds one number per metric (with `<name>_std`, the spread over batches, where there is
-one); `notes` says what was skipped or substituted and why.
+one); `notes` says what was skipped or substituted and why. Which probes exist, which functions
+they run and where each number goes is read from the table of metrics, `normlab.probe.metrics`;
+the functions below run the model for each probe.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from normlab.config import ConfigError
+from normlab.probe import metrics
 from normlab.probe.depth import effective_depth
 from normlab.probe.grads import stream_and_grad_stats
 from normlab.probe.interventions import layer_drop, merge_test
@@ -26,14 +30,27 @@ from normlab.probe.sensitivity import perturbation_sensitivity, update_size
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-PROBES: tuple[str, ...] = ("stream", "grads", "merge", "drop", "lens", "perturb", "update")
-DEFAULT_PROBES: tuple[str, ...] = ("stream", "grads", "merge", "drop", "lens", "perturb")
-PER_BLOCK_KEYS = (
-    "norm", "norm_attn", "rel_update", "cos_prev", "ang_prev", "cos_last", "ang_last",
-    "branch_attn", "branch_mlp", "dual_norm", "attn_grad", "mlp_grad", "stream_grad",
-    "merge_dloss", "merge_kl", "drop_dloss", "drop_kl", "lens_normed", "lens_raw",
-)
-SERIES_KEYS = ("update_size", "update_loss")  # per optimizer step, not per block
+PROBES: tuple[str, ...] = metrics.PROBES  # stream, grads, merge, drop, lens, perturb, update
+DEFAULT_PROBES: tuple[str, ...] = metrics.DEFAULT_PROBES  # all but update (it trains a copy)
+
+
+@dataclass
+class ProbeRun:
+    """What a probe function reads: the model, the batches and the options of one `probe_model`
+    call; `notes` collects what a probe skipped or substituted."""
+
+    model: nn.Module
+    batches: Sequence[Batch]
+    probes: tuple[str, ...]
+    train_batches: Sequence[Batch] | None = None
+    perturb_eps: float = 0.01
+    perturb_draws: int = 2
+    update_steps: int = 30
+    update_lr: float = 1e-3
+    update_warmup: int = 0
+    drop_threshold: float = 0.01
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 def parse_probes(text: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -70,60 +87,80 @@ def probe_model(model: nn.Module, batches: Sequence[Batch],
     probes = parse_probes(list(probes))
     if not batches:
         raise ConfigError("probes need at least one batch")
+    run = ProbeRun(model, batches, probes, train_batches, perturb_eps=perturb_eps,
+                   perturb_draws=perturb_draws, update_steps=update_steps, update_lr=update_lr,
+                   update_warmup=update_warmup, drop_threshold=drop_threshold, seed=seed)
     raw: dict[str, object] = {}
-    notes: list[str] = []
-    if "stream" in probes or "grads" in probes:
-        raw.update(stream_and_grad_stats(model, batches, stream="stream" in probes,
-                                         grads="grads" in probes))
-    if "merge" in probes:
-        if len(model.blocks) < 2:
-            notes.append("merge: needs at least 2 blocks; skipped")
-        else:
-            raw.update(merge_test(model, batches))
-    if "drop" in probes:
-        raw.update(layer_drop(model, batches))
-        raw.update(effective_depth(raw, threshold=drop_threshold))
-    if "lens" in probes:
-        if model.cfg.kind != "decoder":
-            notes.append("lens: decoder only (an encoder's head reads a pooled stream); skipped")
-        else:
-            raw.update(logit_lens(model, batches))
-            notes.append(f"lens: norm at the extraction points is {raw['lens_norm']}")
-    if "perturb" in probes:
-        raw.update(perturbation_sensitivity(model, batches, eps=perturb_eps,
-                                            draws=perturb_draws, seed=seed))
-    if "update" in probes:
-        tb = train_batches if train_batches else batches
-        if not train_batches:
-            notes.append("update: no training batches given; trained on the probe batches")
-        raw.update(update_size(model, tb, batches[0], steps=update_steps, lr=update_lr,
-                               warmup=update_warmup, seed=seed))
+    for compute in metrics.probe_functions(probes):
+        raw.update(compute(run))
     if model.cfg.kind == "encoder" and any(p in probes for p in ("grads", "merge", "drop")):
-        notes.append("encoder: losses use synthetic labels (sum of bytes mod n_classes) unless "
-                     "the batches carry real ones; the KL numbers need no labels")
-    return organize(model, probes, raw, notes)
+        run.notes.append("encoder: losses use synthetic labels (sum of bytes mod n_classes) "
+                         "unless the batches carry real ones; the KL numbers need no labels")
+    return organize(model, probes, raw, run.notes)
+
+
+# --- the probes: each takes a ProbeRun and returns its metrics (rows of normlab.probe.metrics)
+
+def stream_probe(run: ProbeRun) -> dict[str, object]:
+    """`stream` and `grads`: one forward (and backward, with `grads`) per batch."""
+    return stream_and_grad_stats(run.model, run.batches, stream="stream" in run.probes,
+                                 grads="grads" in run.probes)
+
+
+def merge_probe(run: ProbeRun) -> dict[str, object]:
+    if len(run.model.blocks) < 2:
+        run.notes.append("merge: needs at least 2 blocks; skipped")
+        return {}
+    return merge_test(run.model, run.batches)
+
+
+def drop_probe(run: ProbeRun) -> dict[str, object]:
+    """Layer drop, and the effective depth of its costs."""
+    out = layer_drop(run.model, run.batches)
+    out.update(effective_depth(out, threshold=run.drop_threshold))
+    return out
+
+
+def lens_probe(run: ProbeRun) -> dict[str, object]:
+    if run.model.cfg.kind != "decoder":
+        run.notes.append("lens: decoder only (an encoder's head reads a pooled stream); skipped")
+        return {}
+    out = logit_lens(run.model, run.batches)
+    run.notes.append(f"lens: norm at the extraction points is {out['lens_norm']}")
+    return out
+
+
+def perturb_probe(run: ProbeRun) -> dict[str, object]:
+    return perturbation_sensitivity(run.model, run.batches, eps=run.perturb_eps,
+                                    draws=run.perturb_draws, seed=run.seed)
+
+
+def update_probe(run: ProbeRun) -> dict[str, object]:
+    tb = run.train_batches if run.train_batches else run.batches
+    if not run.train_batches:
+        run.notes.append("update: no training batches given; trained on the probe batches")
+    return update_size(run.model, tb, run.batches[0], steps=run.update_steps, lr=run.update_lr,
+                       warmup=run.update_warmup, seed=run.seed)
 
 
 def organize(model: nn.Module, probes: Sequence[str], raw: dict[str, object],
              notes: list[str]) -> dict[str, object]:
-    """Sort a flat dict of probe outputs into per_block / series / per_batch / summary."""
-    per_block, series, per_batch, summary = {}, {}, {}, {}
+    """Sort a flat dict of probe outputs into per_block / series / per_batch / summary, as the
+    table of metrics places each key (a key it has no row for is an error), then add the
+    metrics computed from others."""
+    parts: dict[str, dict[str, object]] = {
+        metrics.PER_BLOCK: {}, metrics.SERIES: {}, metrics.PER_BATCH: {}, metrics.SUMMARY: {}}
     for key, value in raw.items():
-        if key in PER_BLOCK_KEYS:
-            per_block[key] = value
-        elif key in SERIES_KEYS:
-            series[key] = value
-        elif key.endswith("_per_batch"):
-            per_batch[key] = value
-        else:
-            summary[key] = value
-    if "norm" in per_block:
-        summary["last_norm"] = per_block["norm"][-1]
-        summary["mean_ang_prev"] = sum(per_block["ang_prev"]) / len(per_block["ang_prev"])
-    if "update_size" in series:
-        summary["update_size_final"] = series["update_size"][-1]
+        parts[metrics.place(key)][key] = value
+    per_block, series = parts[metrics.PER_BLOCK], parts[metrics.SERIES]
+    summary = parts[metrics.SUMMARY]
+    measured = {**per_block, **series}
+    for m in metrics.of_metrics(metrics.NORMLAB):
+        if all(k in measured for k in m.inputs):
+            summary[m.name] = m.compute(*(measured[k] for k in m.inputs))
     return {"model": describe_model(model), "probes": list(probes), "summary": summary,
-            "per_block": per_block, "series": series, "per_batch": per_batch, "notes": notes}
+            "per_block": per_block, "series": series, "per_batch": parts[metrics.PER_BATCH],
+            "notes": notes}
 
 
 def finite_or_none(obj: object) -> object:

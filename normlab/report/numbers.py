@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from normlab.probe.metrics import report_labels
+
 SHORT_LIST = 8      # lists up to this long are written out in the cell; longer ones fold
 MAX_DEPTH = 4       # levels of keys a table's rows may stand for
 
-# Key -> how a person names it. Keys not listed: underscores become spaces.
+# Key -> how a person names it: the study's and the runs' keys, and the probe metrics' names
+# from their table (normlab.probe.metrics). Keys not listed: underscores become spaces.
 LABELS = {
-    "per_seed_effect": "effect per seed",
     "val_loss": "validation loss",
     "train_loss": "training loss",
     "best_val_loss": "best validation loss",
@@ -45,36 +47,11 @@ LABELS = {
     "n": "n",
     "lr": "learning rate",
     "tuned_lr": "tuned learning rate",
-    "growth_exponent_init": "growth exponent at init",
-    "growth_exponent_trained": "growth exponent after training",
     "late_angle_init": "late angular distance at init",
     "late_angle_trained": "late angular distance after training",
     "late_merge_kl": "merge KL, deeper half",
     "late_drop_dloss": "layer-drop loss increase, deeper half",
-    "per_seed_slope": "slope per seed",
-    "per_seed_accuracy": "accuracy per seed",
     "test_accuracy": "test accuracy",
-    "ngram_baseline": "n-gram baseline accuracy",
-    "early_update": "early model update",
-    "mean_series": "mean series",
-    "xiong_lemma2": "Xiong et al., Lemma 2",
-    "drop_hidden_cos": "hidden-state change when skipped (1 - cos)",
-    "drop_dloss": "loss increase when skipped",
-    "drop_kl": "KL when skipped",
-    "merge_kl": "merge KL",
-    "ang_prev": "angular distance to the previous block",
-    "norm": "stream norm",
-    "embed_norm": "embedding norm",
-    "embed_norm_std": "embedding norm, std",
-    "final_norm": "final norm",
-    "final_norm_std": "final norm, std",
-    "norm_first_block": "norm after the first block",
-    "norm_last_block": "norm after the last block",
-    "norm_growth": "norm growth (last / first)",
-    "norm_max_over_min": "norm max / min",
-    "mean_ang_prev": "mean angular distance to the previous block",
-    "effective_depth": "effective depth",
-    "effective_depth_kl": "effective depth (KL)",
     "lens_gap": "logit-lens gap (raw - normed)",
     "d_model": "width",
     "n_blocks": "blocks",
@@ -93,11 +70,9 @@ LABELS = {
     "reason": "reason",
     "estimate": "estimate",
     "expected": "expected",
-    "measured": "measured",
     "paper": "paper",
     "verdict": "verdict",
-    "prediction": "prediction",
-}
+} | report_labels()
 
 # Units by key: the first pattern that matches a key's words decides. Losses are cross-entropies
 # of byte-level models (nats per byte); KL divergences and loss differences are in nats.
