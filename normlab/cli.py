@@ -49,7 +49,8 @@ def plan(
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
     set_: SetOpt = None,
     time_step: Annotated[bool, typer.Option(
-        "--time", help="also time a steady forward+backward of this model (after warm-up steps)")
+        "--time", help="also time a steady forward+backward of this model (after warm-up "
+        "steps), in the precision of the config's train.precision (or --set train.precision=)")
     ] = False,
 ) -> None:
     """Print the resolved per-block plan. Each sublayer's formula, with its norms and
@@ -57,6 +58,10 @@ def plan(
     from normlab.nn.plan import build_plan
 
     try:
+        if time_step:  # timed in the run config's train.precision (or --set train.precision=)
+            from normlab.train.precision import asked_precision
+
+            asked, set_ = asked_precision(config, set_)
         cfg = load_model_config(config, set_, {
             "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
     except ConfigError as e:
@@ -64,8 +69,13 @@ def plan(
     console.print(build_plan(cfg).describe(), markup=False, highlight=False, soft_wrap=True)
     if time_step:
         from normlab.perf import steady_step_report
+        from normlab.train.precision import timing_precision
 
-        console.print(steady_step_report(cfg), markup=False, highlight=False, soft_wrap=True)
+        precision, notes = timing_precision(asked, cfg)  # said before the timing starts
+        for note in notes:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
+        console.print(steady_step_report(cfg, precision=precision), markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -609,8 +609,11 @@ class TrainConfig(_Frozen):
         "training bytes minus this (nats) is `stalled`: it learned no context")
     device: Literal["auto", "cpu", "cuda", "mps"] = Field(
         "auto", description="where to train; auto: cuda, then mps, then cpu")
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32", description="bf16: autocast matrix work to bfloat16, fp32 master weights")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32", description="bf16: autocast matrix work to bfloat16, fp32 master weights; auto: "
+        "decided when the run starts, bf16 on a GPU that supports it, on a CPU the faster of the "
+        "two by a measured bf16/fp32 matrix product (fp32 where bf16 is emulated), fp32 on MPS; "
+        "the choice is recorded in config.yaml's meta and the summary, and a resume keeps it")
     seed: int = Field(0, ge=0, description="seed of the init, the batches and dropout")
     compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
     activation_checkpointing: bool = Field(

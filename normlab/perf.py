@@ -88,11 +88,14 @@ def steady_step_seconds(step, *, warmup: int = 3, repeats: int = 10,
 
 
 def steady_step_report(cfg: ModelConfig, *, batch: int = 8, seq_len: int | None = None,
-                       warmup: int = 3, repeats: int = 10, seed: int = 0) -> str:
+                       warmup: int = 3, repeats: int = 10, seed: int = 0,
+                       precision: str = "fp32") -> str:
     """One line on the steady forward+backward time of the model of `cfg` on random tokens:
     the median of `repeats` after `warmup` untimed steps, its tokens/s, and the MFU against
-    this machine's measured fp32 GEMM peak (CPU, float32; what `normlab plan --time` prints)."""
+    this machine's measured GEMM peak in `precision` (CPU, fp32 or bf16 autocast; what
+    `normlab plan --time` prints)."""
     from normlab.nn import build_model
+    from normlab.train.precision import precision_context
 
     seq_len = seq_len or min(128, cfg.max_seq_len)
     model = build_model(cfg, seed=seed)
@@ -102,13 +105,16 @@ def steady_step_report(cfg: ModelConfig, *, batch: int = 8, seq_len: int | None 
                else torch.randint(0, cfg.n_classes, (batch,), generator=gen))
 
     def step() -> None:
-        model(idx, targets).loss.backward()
+        with precision_context(precision, torch.device("cpu")):
+            loss = model(idx, targets).loss
+        loss.backward()
         model.zero_grad(set_to_none=True)
 
     seconds = steady_step_seconds(step, warmup=warmup, repeats=repeats)
     tokens_per_s = batch * seq_len / seconds
-    peak = gemm_peak_tflops(torch.float32)
+    peak = gemm_peak_tflops(torch.bfloat16 if precision == "bf16" else torch.float32)
     mfu = tokens_per_s * train_flops_per_token(cfg, seq_len) / (peak * 1e12)
-    return (f"steady forward+backward, batch {batch} x {seq_len} tokens: {seconds * 1e3:.1f} ms "
-            f"(median of {repeats} after {warmup} warm-up steps), {tokens_per_s:,.0f} tokens/s, "
-            f"MFU {mfu:.1%} of the measured fp32 GEMM peak ({peak * 1e3:,.0f} GFLOP/s)")
+    return (f"steady forward+backward{' in bf16' if precision == 'bf16' else ''}, batch {batch} "
+            f"x {seq_len} tokens: {seconds * 1e3:.1f} ms (median of {repeats} after {warmup} "
+            f"warm-up steps), {tokens_per_s:,.0f} tokens/s, MFU {mfu:.1%} of the measured "
+            f"{precision} GEMM peak ({peak * 1e3:,.0f} GFLOP/s)")

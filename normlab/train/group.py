@@ -13,7 +13,9 @@ alone), its own divergence detection (a diverged member ends `diverged` and leav
 others go on), evaluation at its own steps (with the token-varying share of its final stream, and
 `stalled` for a member that ends no better than the unigram entropy, as in `train_run`), and
 resumes from its own checkpoint. Members already finished are skipped; members may resume from
-different steps.
+different steps. The members train in one precision, decided as `train_run` decides it
+(`normlab.train.precision`: `auto` measured once for the group); a resumed member keeps the
+precision its folder recorded, and one that recorded another trains in a stack of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import copy
 import json
 import math
+import sys
 import time
 import traceback
 from collections import Counter
@@ -43,6 +46,13 @@ from normlab.train.checkpoint import keep_weights, save_checkpoint
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.precision import (
+    Precision,
+    precision_context,
+    recorded_precision,
+    resolve_precision,
+    warn_slow_bf16,
+)
 from normlab.train.rundir import hold_run
 from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
@@ -55,7 +65,6 @@ from normlab.train.trainer import (
     checkpoint_state,
     eval_due,
     param_groups,
-    precision_context,
     record_failure,
     recover_run_folder,
     resolve_device,
@@ -63,7 +72,6 @@ from normlab.train.trainer import (
     run_meta,
     run_summary,
     throughput,
-    warn_slow_bf16,
     write_run_config,
 )
 
@@ -118,6 +126,7 @@ class _Member:
     threads: int | None = None  # the CPU thread count its checkpoint recorded
     unigram_entropy: float = math.nan  # of the training bytes: the stall threshold's reference
     data: RunData | None = None  # the run's data (a synthetic task's has an accuracy metric)
+    precision: Precision = Precision("fp32", "")  # what it trains in (see `train_group`)
 
     @property
     def run_id(self) -> str:
@@ -130,16 +139,16 @@ class _Member:
 
 
 def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
-           repairs: list[str]) -> _Member:
-    """Build one member as `train_run` would (same seed, init and batches) and restore it from its
-    checkpoint; the run folder gets its config.yaml."""
+           repairs: list[str], precision: Precision) -> _Member:
+    """Build one member as `train_run` would (same seed, init and batches) to train in
+    `precision` and restore it from its checkpoint; the run folder gets its config.yaml."""
     tc = cfg.train
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
     optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
-    write_run_config(run_dir, cfg, run_meta(cfg, model, data, device))
+    write_run_config(run_dir, cfg, run_meta(cfg, model, data, device, precision))
     data.save_tokenizer(run_dir)
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb")
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics)
@@ -149,7 +158,7 @@ def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
     return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
                    restored.step, restored.best_val, dict(restored.final),
                    repairs + restored.repairs, restored.threads if restored.step else None,
-                   unigram_entropy=data.unigram_entropy, data=data)
+                   unigram_entropy=data.unigram_entropy, data=data, precision=precision)
 
 
 def check_group(cfgs: list[RunConfig]) -> None:
@@ -181,6 +190,14 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
         tune_cpu_allocator()
     summaries: dict[str, dict[str, Any]] = {}
     members: list[_Member] = []
+    decided: list[Precision] = []  # the precision of the members that begin now: decided once
+
+    def precision_of(cfg: RunConfig, run_dir: Path) -> Precision:
+        recorded = recorded_precision(run_dir) if cfg.train.precision == "auto" else None
+        if recorded is None and not decided:
+            decided.append(resolve_precision(cfg, device))
+        return recorded or decided[0]
+
     with contextlib.ExitStack() as held:
         # every member's lock (re-entered when a sweep worker holds them), in one order everywhere
         stale = {cfg.run_id(): held.enter_context(hold_run(Path(root) / cfg.run_id()))
@@ -193,18 +210,26 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
                 if finished is not None:
                     summaries[cfg.run_id()] = finished
                 else:
-                    members.append(_setup(cfg, run_dir, data, device, repairs))
+                    members.append(_setup(cfg, run_dir, data, device, repairs,
+                                          precision_of(cfg, run_dir)))
             except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
                 summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(),
                                                          type(e).__name__, str(e),
                                                          traceback.format_exc())
-        if members:
+        # one stack per precision: members that begin now share the one decided for them (for
+        # `auto`: measured once); a resumed member keeps what its folder recorded
+        signalled = False  # a signal that stopped one stack stops the next one at once
+        for precision in sorted({m.precision.precision for m in members}):
+            stack = [m for m in members if m.precision.precision == precision]
             before = torch.get_num_threads()
             try:
-                _match_group_threads(members, device)
-                summaries.update(_GroupLoop(members, device, progress).run(interrupt_at))
+                _match_group_threads(stack, device)
+                done = _GroupLoop(stack, device, progress).run(interrupt_at, signalled)
             finally:
                 torch.set_num_threads(before)
+            summaries.update(done)
+            signalled = signalled or any(s.get("reason") == "signal" for s in done.values()
+                                         if s["outcome"] == "interrupted")
     return {c.run_id(): summaries[c.run_id()] for c in cfgs}
 
 
@@ -242,14 +267,19 @@ class _GroupLoop:
             m.model, m.optimizer_state = None, {}  # the stack holds them now
         tc = members[0].cfg.train
         self.tokens_per_step = tc.batch_size * members[0].cfg.data.seq_len
-        self.autocast = precision_context(tc.precision, device)
-        warn_slow_bf16(tc.precision, device)
+        self.precision = members[0].precision
+        self.autocast = precision_context(self.precision.precision, device)
+        if progress and tc.precision == "auto":
+            print(f"{len(members)} stacked runs train in {self.precision.precision} "
+                  f"({self.precision.reason})", file=sys.stderr, flush=True)
+        warn_slow_bf16(members[0].cfg, self.precision.precision, device)
         self.summaries: dict[str, dict[str, Any]] = {}
         total = max(m.cfg.train.steps for m in members)
         self.bar = Progress(total, min(m.step for m in members),
                             f"{len(members)} stacked runs", every=tc.log_every, enabled=progress)
         # fed the time per member-step, so its tokens/s and MFU are those of the whole stack
-        self.speed = throughput(members[0].cfg, self.tokens_per_step, device, progress)
+        self.speed = throughput(members[0].cfg, self.precision.precision, self.tokens_per_step,
+                                device, progress)
         self.t_start = time.perf_counter()
 
     # -- member records ---------------------------------------------------------------------------
@@ -270,7 +300,7 @@ class _GroupLoop:
                **extra: Any) -> None:
         if m.repairs:
             extra["repairs"] = m.repairs
-        summary = run_summary(m.cfg, outcome, m.step, m.best_val, m.final, reason,
+        summary = run_summary(m.cfg, m.precision, outcome, m.step, m.best_val, m.final, reason,
                               engine="stacked", group_size=self.group_size, **extra)
         write_json_atomic(m.run_dir / "summary.json", summary)
         m.metrics.write_hparams(resolved_run_fields(m.cfg), summary)
@@ -295,7 +325,8 @@ class _GroupLoop:
         return keep
 
     # -- the loop ---------------------------------------------------------------------------------
-    def run(self, interrupt_at: int | None) -> dict[str, dict[str, Any]]:
+    def run(self, interrupt_at: int | None, signalled: bool = False
+            ) -> dict[str, dict[str, Any]]:
         for m in self.active:
             write_json_atomic(m.run_dir / "summary.json", {
                 "run_id": m.run_id, "outcome": "running", "step": m.step,
@@ -309,12 +340,13 @@ class _GroupLoop:
         try:
             with _StopFlag() as stop:
                 while self.active:
-                    stopping = [r for r, m in enumerate(self.active) if stop.signal is not None
+                    signalled = signalled or stop.signal is not None
+                    stopping = [r for r, m in enumerate(self.active) if signalled
                                 or (interrupt_at is not None and m.step >= interrupt_at)]
                     for r in stopping:
                         self.checkpoint(r)
                         self.finish(self.active[r], "interrupted",
-                                    reason="signal" if stop.signal else "requested")
+                                    reason="signal" if signalled else "requested")
                     self.drop(stopping)
                     if self.active:
                         self.train_step()

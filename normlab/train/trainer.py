@@ -1,6 +1,6 @@
 """The training loop: a run is a pure function of its `RunConfig`, recorded in its own folder.
 
-    runs/<run_id>/config.yaml      resolved config plus versions, device, dtype
+    runs/<run_id>/config.yaml      resolved config plus versions, device, precision
     runs/<run_id>/metrics.jsonl    one JSON object per logged step
     runs/<run_id>/summary.json     outcome: completed | stalled | diverged | failed | interrupted
     runs/<run_id>/checkpoint/      safetensors + JSON (see `normlab.train.checkpoint`)
@@ -39,7 +39,7 @@ import normlab
 from normlab.config import ConfigError, RunConfig, TrainConfig
 from normlab.data import load_run_data
 from normlab.data.khop import IGNORE
-from normlab.machine import cpu_model, native_bf16, tune_cpu_allocator
+from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.plan import resolved_run_fields, resolved_settings
@@ -60,6 +60,12 @@ from normlab.train.logging import (
     Throughput,
     progress_info,
     write_json_atomic,
+)
+from normlab.train.precision import (
+    Precision,
+    precision_context,
+    run_precision,
+    warn_slow_bf16,
 )
 from normlab.train.rundir import (
     FINISHED,
@@ -131,13 +137,15 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, An
     return None
 
 
-def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device
-             ) -> dict[str, Any]:
-    """The `meta` section of a run's config.yaml: versions, device, dtype, CPU threads, resolved
-    plan."""
+def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device,
+             precision: Precision) -> dict[str, Any]:
+    """The `meta` section of a run's config.yaml: versions, device, dtype, the precision it
+    trains in and why (`train.precision=auto` resolved; a resume reads it back), CPU threads,
+    resolved plan."""
     return {"run_id": cfg.run_id(), "normlab": normlab.__version__,
             "torch": str(torch.__version__), "device": str(device),
-            "dtype": "bfloat16-autocast" if cfg.train.precision == "bf16" else "float32",
+            "dtype": "bfloat16-autocast" if precision.precision == "bf16" else "float32",
+            "precision": precision.precision, "precision_reason": precision.reason,
             "threads": torch.get_num_threads(),
             "init": model.plan.init, "final_norm": model.plan.final_norm,
             "constants": model.plan.constants, "params": model.num_params(), **data.meta()}
@@ -237,15 +245,18 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
     return restored
 
 
-def run_summary(cfg: RunConfig, outcome: str, step: int, best_val: float,
-                final: dict[str, Any], reason: str | None = None, **extra: Any
+def run_summary(cfg: RunConfig, precision: Precision, outcome: str, step: int,
+                best_val: float, final: dict[str, Any], reason: str | None = None, **extra: Any
                 ) -> dict[str, Any]:
-    """The content of summary.json when a run stops (see the module docstring)."""
+    """The content of summary.json when a run stops (see the module docstring); `precision` is
+    the one it trained in."""
     return {"run_id": cfg.run_id(), "name": cfg.train.name, "tags": list(cfg.train.tags),
             "outcome": outcome, "step": step, "reason": reason,
             "steps_planned": cfg.train.steps,
             # the settings the placement decided (init, final norm, constants), not null/auto
             "resolved": {k: v for k, v in resolved_settings(cfg.model).items() if v is not None},
+            # the precision it trained in (`train.precision=auto` resolved), and why
+            "precision": precision.precision, "precision_reason": precision.reason,
             "best_val_loss": best_val if best_val < float("inf") else None, **final,
             "threads": torch.get_num_threads(), **extra}
 
@@ -290,48 +301,17 @@ def block_stats_due(tc: TrainConfig, step: int) -> bool:
     return bool(every) and step % every == 0
 
 
-def throughput(cfg: RunConfig, tokens_per_step: int, device: torch.device, measure_peak: bool,
-               devices: int = 1) -> Throughput:
+def throughput(cfg: RunConfig, precision: str, tokens_per_step: int, device: torch.device,
+               measure_peak: bool, devices: int = 1) -> Throughput:
     """The smoothed throughput of the progress line; with `measure_peak`, also MFU against the
-    GEMM peak of `devices` devices (measured once per process, about 0.2 s)."""
+    GEMM peak of `devices` devices in the run's `precision` (measured once per process, about
+    0.2 s)."""
     peak = None
     if measure_peak:
-        dtype = torch.bfloat16 if cfg.train.precision == "bf16" else torch.float32
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         peak = quick_peak_tflops(dtype, device.type) * devices
     return Throughput(tokens_per_step, peak_tflops=peak,
                       flops_per_token=train_flops_per_token(cfg.model, cfg.data.seq_len))
-
-
-def precision_context(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    """Around forward passes: bf16 autocast (matrix work in bfloat16, fp32 weights), or nothing."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-_slow_bf16_warned = False  # `warn_slow_bf16` says it once per process
-
-
-def slow_bf16_note(precision: str, device: torch.device) -> str | None:
-    """Why a bf16 run on this device will crawl, or None: on a CPU without native bf16 (neither
-    avx512_bf16 nor amx_bf16 among its flags, `normlab.machine.native_bf16`) PyTorch's bf16
-    matrix products are emulated. A CPU whose flags are unknown gets no note."""
-    if precision != "bf16" or device.type != "cpu" or native_bf16() is not False:
-        return None
-    return (f"train.precision=bf16 on {cpu_model()}, a CPU without native bf16 (neither "
-            "avx512_bf16 nor amx_bf16 among its flags): bf16 matrix products run far slower "
-            "than fp32 there (on an AVX2-only CPU about 100x slower: a width-256 step can take "
-            "over a minute). Train in fp32 instead: --set train.precision=fp32, or "
-            "`precision: fp32` under `train:` in the config")
-
-
-def warn_slow_bf16(precision: str, device: torch.device) -> None:
-    """Warn (once per process) when a run asks for bf16 on a CPU that emulates it."""
-    global _slow_bf16_warned
-    note = slow_bf16_note(precision, device)
-    if note is not None and not _slow_bf16_warned:
-        _slow_bf16_warned = True
-        warnings.warn(note, NormlabWarning, stacklevel=3)
 
 
 class _StopFlag:
@@ -427,6 +407,18 @@ def recover_run_folder(run_dir: Path) -> list[str]:
     return notes
 
 
+def agreed_precision(cfg: RunConfig, run_dir: Path, device: torch.device,
+                     dist: distributed.Dist) -> Precision:
+    """The precision the run trains in (`normlab.train.precision.run_precision`: for `auto` the
+    one its folder recorded, else decided now). In a process group rank 0 reads or measures and
+    every rank trains in its choice (the reason is rank 0's, which alone writes it)."""
+    if cfg.train.precision != "auto":
+        return run_precision(cfg, run_dir, device)  # the same on every rank, nothing measured
+    mine = run_precision(cfg, run_dir, device) if dist.main else None
+    bf16 = dist.max(int(mine is not None and mine.precision == "bf16"))  # (a collective)
+    return mine or Precision("bf16" if bf16 else "fp32", "rank 0's choice")
+
+
 def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist,
                 device: torch.device, resume: str, progress: bool, interrupt_at: int | None,
                 threads: ThreadPolicy, repairs: list[str]) -> dict[str, Any]:
@@ -441,6 +433,14 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                   f"skipped (its folder {run_dir} holds the result; delete it to train again)",
                   file=sys.stderr, flush=True)
         return finished
+
+    # decided before anything is built, and said (a bf16 run on a CPU that emulates it warns)
+    precision = agreed_precision(cfg, run_dir, device, dist)
+    if dist.main:
+        if progress and tc.precision == "auto":
+            print(f"{run_id}: trains in {precision.precision} ({precision.reason})",
+                  file=sys.stderr, flush=True)
+        warn_slow_bf16(cfg, precision.precision, device)
 
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
@@ -457,7 +457,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
 
     dist.barrier()  # every rank has read the folder's state before rank 0 writes to it
     if dist.main:
-        write_run_config(run_dir, cfg, run_meta(cfg, model, data, device)
+        write_run_config(run_dir, cfg, run_meta(cfg, model, data, device, precision)
                          | {"world_size": dist.world_size})
         data.save_tokenizer(run_dir)
 
@@ -479,7 +479,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
         if repairs:
             extra["repairs"] = repairs
-        summary = run_summary(cfg, outcome, step, best_val, final, reason,
+        summary = run_summary(cfg, precision, outcome, step, best_val, final, reason,
                               world_size=dist.world_size, **extra)
         if dist.main:
             write_json_atomic(run_dir / "summary.json", summary)
@@ -492,10 +492,10 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     val_step = restored.val_step  # the progress line marks a validation loss of an earlier step
     bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
     tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
-    speed = throughput(cfg, tokens_per_step, device, progress and dist.main, dist.world_size)
-    autocast = precision_context(tc.precision, device)
+    speed = throughput(cfg, precision.precision, tokens_per_step, device,
+                       progress and dist.main, dist.world_size)
+    autocast = precision_context(precision.precision, device)
     if dist.main:
-        warn_slow_bf16(tc.precision, device)
         write_json_atomic(run_dir / "summary.json", {
             "run_id": run_id, "outcome": "running", "step": start, "steps_planned": tc.steps,
             "world_size": dist.world_size})
