@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(PY) -m ruff check normlab tests benchmarks
+	$(PY) -m ruff check normlab tests benchmarks scripts
 
 test: $(STAMP) lint
 	# the report test renders the page in headless Chromium (Debian's package)

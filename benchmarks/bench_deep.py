@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from normlab.machine import cpu_model  # noqa: E402
+from normlab.train.machine import cpu_model  # noqa: E402
 
 
 def child(blocks: int, checkpointing: bool, args) -> dict:

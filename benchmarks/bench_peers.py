@@ -16,7 +16,7 @@ warmup steps the contenders run in interleaved rounds (reference, pre, post, the
 rotated each round), as `bench_step.py` runs them, with its load gate; reported per contender:
 median step time, tokens/s, its ratio to the reference's (ratio of the medians, and the median
 of the per-round ratios), and the share of the GEMM peak measured at the start of the same run
-that its model FLOPs reach (PaLM's accounting, `normlab.perf`). fp32, and where the CPU has
+that its model FLOPs reach (PaLM's accounting, `normlab.train.perf`). fp32, and where the CPU has
 native bf16 (avx512_bf16 or amx_bf16 among its flags) also bf16 under autocast.
 
 Shapes: the study's (width 64, 2 heads, context 64, batch 16; 6 and 24 blocks) and width 256 x 6
@@ -57,9 +57,9 @@ from bench_step import (  # noqa: E402
 from recording import new_report, record  # noqa: E402
 
 from normlab.config import ModelConfig  # noqa: E402
-from normlab.machine import NATIVE_BF16_FLAGS, cpu_flags, native_bf16  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
-from normlab.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
+from normlab.train.machine import NATIVE_BF16_FLAGS, cpu_flags, native_bf16  # noqa: E402
+from normlab.train.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
 from normlab.train.precision import precision_context  # noqa: E402
 from normlab.train.trainer import param_groups  # noqa: E402
 

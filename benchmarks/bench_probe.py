@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from normlab.machine import cpu_model
+from normlab.train.machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run from a checkout without installing

@@ -55,8 +55,8 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from normlab.config import PLACEMENTS, ModelConfig  # noqa: E402
-from normlab.machine import cpu_model  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
+from normlab.train.machine import cpu_model  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bench_step.json"
 QUICK_OUT = ROOT / "benchmarks" / "results" / "bench_step.quick.json"

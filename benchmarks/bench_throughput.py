@@ -33,10 +33,10 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from normlab.config import RunConfig, load_run_config  # noqa: E402
-from normlab.machine import cpu_model  # noqa: E402
-from normlab.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
 from normlab.train import train_run  # noqa: E402
 from normlab.train.logging import read_metrics  # noqa: E402
+from normlab.train.machine import cpu_model  # noqa: E402
+from normlab.train.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
 
 PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

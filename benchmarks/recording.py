@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from normlab.machine import cpu_flags, cpu_model, native_bf16
+from normlab.train.machine import cpu_flags, cpu_model, native_bf16
 
 
 def new_report(args: Any, **fields: Any) -> dict[str, Any]:

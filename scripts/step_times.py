@@ -119,7 +119,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="timed steps of each loop")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from normlab.machine import cpu_model
+    from normlab.train.machine import cpu_model
 
     out: dict[str, Any] = {"cpu": cpu_model(), "threads": torch.get_num_threads(),
                            "torch": torch.__version__, "python": platform.python_version()}

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-import normlab.advise as advise_module
-from normlab.advise import advise, compare_check, recommend
+import normlab.study.advise as advise_module
+from normlab.study.advise import advise, compare_check, recommend
 
 INIT = {p: {"grad_last_over_first": 1.0, "growth_exponent": 0.5} for p in ("pre", "post")}
 

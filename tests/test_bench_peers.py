@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from normlab.machine import native_bf16
+from normlab.train.machine import native_bf16
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

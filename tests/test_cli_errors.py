@@ -278,8 +278,8 @@ def test_vocab_below_the_byte_tokenizer_is_rejected_and_256_accepted():
 def test_the_memory_estimate_is_a_lower_bound_of_what_autograd_keeps(overrides):
     """The estimate never refuses a run that fits: its activations are at most the bytes of
     the tensors saved for the backward pass (parameters aside)."""
-    from normlab.memory import estimate, param_count
     from normlab.nn import build_model
+    from normlab.train.memory import estimate, param_count
 
     cfg = load_run_config(None, ["model.n_blocks=2", "model.d_model=64", "model.n_heads=2",
                                  "model.max_seq_len=32", "data.seq_len=32", *overrides])
@@ -307,7 +307,7 @@ def test_the_memory_estimate_is_a_lower_bound_of_what_autograd_keeps(overrides):
 
 
 def test_a_run_that_fits_is_not_refused():
-    from normlab.memory import check_run_fits
+    from normlab.train.memory import check_run_fits
 
     check_run_fits(load_run_config(None, []))  # the default run: a few hundred MiB
 

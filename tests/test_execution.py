@@ -14,9 +14,9 @@ import torch.nn.functional as F
 import normlab.nn.layers as layers
 from normlab.config import load_run_config, make_model_config
 from normlab.nn import build_model
-from normlab.perf import gemm_peak_tflops, matmul_params, train_flops_per_token
 from normlab.train import train_run
 from normlab.train.logging import read_metrics
+from normlab.train.perf import gemm_peak_tflops, matmul_params, train_flops_per_token
 
 
 def _grads(model, x) -> torch.Tensor:
@@ -182,7 +182,7 @@ def test_gemm_peak_is_a_plausible_rate():
 # -- allocator ------------------------------------------------------------------------------------
 _FAULTS = """
 import resource, sys, torch
-from normlab.machine import tune_cpu_allocator
+from normlab.train.machine import tune_cpu_allocator
 print(tune_cpu_allocator(), file=sys.stderr)
 for _ in range(6):  # glibc settles on reusing the block after a few rounds
     torch.empty(8 << 20).fill_(1.0)  # 32 MiB

@@ -13,6 +13,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+from normlab.cli.finetune import finetune_command
 from normlab.data import DataError, shakespeare_works
 from normlab.data.genre import (
     EXCLUDED_WORKS,
@@ -26,7 +27,6 @@ from normlab.data.genre import (
     play_texts,
 )
 from normlab.finetune import FinetuneError, finetune, finetune_model
-from normlab.finetune_command import finetune_command
 from normlab.train.checkpoint import CheckpointError
 
 

@@ -25,6 +25,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 import normlab.interop.checkpoints as checkpoints  # noqa: E402
 import normlab.interop.errors as errors  # noqa: E402
+from normlab.cli.interop import probe_hf  # noqa: E402
 from normlab.config import make_model_config  # noqa: E402
 from normlab.interop import (  # noqa: E402
     HFTapModel,
@@ -40,7 +41,6 @@ from normlab.interop import (  # noqa: E402
     run_hf_probe,
     skip_blocks,
 )
-from normlab.interop.command import probe_hf  # noqa: E402
 from normlab.interop.probe_hf import probe_hf_model, stream_norms  # noqa: E402
 from normlab.nn import build_model, capture  # noqa: E402
 from normlab.nn.model import NormTransformer  # noqa: E402

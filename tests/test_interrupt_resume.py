@@ -9,7 +9,7 @@ import json
 from typer.testing import CliRunner
 
 from normlab.cli import app, load_commands
-from normlab.interop.command import finished
+from normlab.cli.interop import finished
 
 load_commands()
 

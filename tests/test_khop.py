@@ -313,7 +313,7 @@ def test_a_khop_run_is_listed_and_refused_by_the_text_commands(tmp_path):
 
     from normlab.cli import app
     from normlab.finetune import FinetuneError, finetune
-    from normlab.sample import SampleError, sample_run
+    from normlab.train.sample import SampleError, sample_run
 
     s = train_run(load_run_config(None, TINY + ["train.steps=2"]), tmp_path, progress=False)
     run_dir = tmp_path / s["run_id"]

@@ -208,7 +208,7 @@ def test_runs_fit_a_100_column_terminal_without_splitting_a_word(tmp_path):
     outcome and losses, no column is empty and no word is split. --wide keeps a column each."""
     from rich.console import Console
 
-    from normlab.train.listing import runs_table
+    from normlab.cli.runs import runs_table
 
     examples = Path(__file__).parents[1] / "examples"
     summaries = [train_run(load_run_config(examples / f"{name}.yaml",
@@ -239,10 +239,10 @@ def test_runs_in_a_narrow_terminal_folds_its_settings_unless_wide(pre_post, monk
 
     from rich.console import Console
 
-    import normlab.cli
+    import normlab.cli.runs
 
     narrow = Console(file=io.StringIO(), width=100, force_terminal=True, markup=False)
-    monkeypatch.setattr(normlab.cli, "console", narrow)
+    monkeypatch.setattr(normlab.cli.runs, "console", narrow)
     assert CliRunner().invoke(app, ["runs", str(pre_post)]).exit_code == 0
     assert "settings" in narrow.file.getvalue() and "placement=post" in narrow.file.getvalue()
     narrow.file = io.StringIO()
@@ -302,7 +302,7 @@ def test_runs_as_json_of_a_damaged_folder_says_why(pre_post, tmp_path):
 def test_runs_of_one_name_are_told_apart_by_a_short_id_prefix(tmp_path):
     """Two runs named alike (different configs, so different ids) show the name with a short
     prefix of each one's id, a prefix `sample` accepts; a name no other run has shows alone."""
-    from normlab.train.listing import id_prefix
+    from normlab.cli.runs import id_prefix
     from normlab.train.rundir import find_run
 
     a = train_run(tiny("train.name=baseline"), tmp_path, progress=False)

@@ -10,10 +10,10 @@ from tensorboard.plugins.hparams.api_pb2 import Status
 from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
 
 from normlab.config import load_run_config
-from normlab.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train import train_run
 from normlab.train.group import train_group
 from normlab.train.logging import Throughput, flat_hparams, progress_info, read_metrics
+from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.trainer import block_stats_every
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",

@@ -13,14 +13,14 @@ import pytest
 from typer.testing import CliRunner
 
 from normlab.cli import app
+from normlab.cli.runs import runs_table
 from normlab.config import ConfigError, load_run_config
 from normlab.data import DataError, TokenArray, load_run_data, load_text_data, load_works
 from normlab.data.tokenfiles import prepare, read_token_folder
 from normlab.data.tokenizer import ByteTokenizer, load_tokenizer_file, train_bpe
-from normlab.sample import sample_run
 from normlab.train import read_run_config, train_run
-from normlab.train.listing import runs_table
 from normlab.train.logging import read_metrics
+from normlab.train.sample import sample_run
 
 TINY = ["model.n_blocks=1", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
         "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.eval_every=2",

@@ -4,8 +4,8 @@ import time
 
 from typer.testing import CliRunner
 
-from normlab import perf
 from normlab.cli import app
+from normlab.train import perf
 
 
 def test_steady_step_seconds_leaves_out_the_first_calls():

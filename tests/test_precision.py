@@ -16,14 +16,13 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-import normlab.machine as machine
 import normlab.train.group as group
+import normlab.train.machine as machine
 import normlab.train.precision as precision
 import normlab.train.trainer as trainer
-from normlab import perf
 from normlab.cli import app
 from normlab.config import RunConfig, load_run_config
-from normlab.train import train_run
+from normlab.train import perf, train_run
 from normlab.train.group import train_group
 from normlab.train.logging import read_metrics
 

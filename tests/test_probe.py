@@ -14,6 +14,7 @@ import torch  # noqa: E402
 import typer  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from normlab.cli.probe import probe  # noqa: E402
 from normlab.config import PLACEMENTS, load_run_config, make_model_config  # noqa: E402
 from normlab.nn import build_model, capture  # noqa: E402
 from normlab.nn.layers import ForwardState  # noqa: E402
@@ -34,7 +35,6 @@ from normlab.probe import (  # noqa: E402
     text_batches,
     welch_ci,
 )
-from normlab.probe.command import probe  # noqa: E402
 from normlab.probe.interventions import drop_hooks, merge_hooks  # noqa: E402
 from normlab.probe.suite import PROBES  # noqa: E402
 

@@ -126,7 +126,8 @@ def test_a_new_metric_is_one_function_and_one_row(tiny, monkeypatch):
 # --- the readers -----------------------------------------------------------------------------
 
 def test_the_figures_cli_and_report_read_the_table():
-    from normlab.probe import command, figures
+    from normlab.cli import probe as command
+    from normlab.probe import figures
     from normlab.probe.sweep import LINEAR_METRICS, LOGLOG_METRICS
     from normlab.report import numbers
 

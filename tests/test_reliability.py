@@ -84,7 +84,7 @@ def interrupted(cfg, root: Path, at: int) -> Path:
 
 
 def normlab_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "normlab.cli", *args]
+    return [sys.executable, "-m", "normlab", *args]
 
 
 ENV = os.environ | {"PYTHONPATH": str(REPO)}

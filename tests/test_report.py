@@ -48,10 +48,10 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
+from normlab.cli.report import report
 from normlab.config import load_run_config
 from normlab.probe.figures import plot_per_block
 from normlab.report import ReportError, build_html, render
-from normlab.report.command import report
 from normlab.study.figures import plot_bars, plot_curves
 from normlab.train import train_run
 
@@ -447,9 +447,9 @@ def test_runs_report_static(runs_dir, runs_html):
 
 
 def test_one_colour_per_placement_on_both_pages(study_html, runs_html):
-    """pre and post are drawn in their colours from normlab.plotting in every figure of both
+    """pre and post are drawn in their colours from normlab.sweep.plotting in every figure of both
     pages (study figures, runs loss curves, sweep cell curves), never in matplotlib's cycle."""
-    from normlab.plotting import PLACEMENT_STYLES
+    from normlab.sweep.plotting import PLACEMENT_STYLES
 
     svgs = re.findall(r"<svg .*?</svg>", study_html + runs_html, flags=re.S)
     with_lines = [s for s in svgs if ">pre<" in s and ">post<" in s
@@ -1408,8 +1408,8 @@ def test_layout_check_sees_each_defect(browser, tmp_path, defect):
 def test_figures_read_plainly(tmp_path):
     """Log axes labelled 6, 7, 10 (never 6x10^0), blocks numbered from 0 as in tables and JSON
     and said so on the axis, axis labels in words (no ||x_l||), legends outside the plot."""
-    from normlab.plotting import legend_outside, new_figure
     from normlab.probe.figures import LABELS
+    from normlab.sweep.plotting import legend_outside, new_figure
 
     curves = {p: {"4": {"norm": [[6.0 * (1 + g * b) for b in range(4)]]}}
               for p, g in (("pre", 0.2), ("post", 0.0))}

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from normlab.cli import app
 from normlab.config import load_run_config
-from normlab.sample import SampleError, generate, sample_run
 from normlab.train import load_trained_model, train_run
+from normlab.train.sample import SampleError, generate, sample_run
 
 TINY = ["model.n_blocks=1", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
         "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.eval_every=0"]

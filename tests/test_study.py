@@ -126,7 +126,7 @@ def test_the_estimate_times_a_step_with_one_workers_share_of_the_cores(monkeypat
 
     from normlab.study import runner
     from normlab.study.profiles import PROFILES
-    from normlab.sweep.executors import default_threads
+    from normlab.train.machine import default_threads
 
     seen = []
 

@@ -700,7 +700,7 @@ def test_markdown_table_has_a_row_per_prediction(tmp_path):
 def test_terminal_summary_wraps_and_never_cuts(tmp_path):
     from rich.console import Console
 
-    from normlab.study.command import summary_table
+    from normlab.cli.study import summary_table
 
     console = Console(width=90, record=True)
     console.print(summary_table({"claims": _table_claims(tmp_path)}, "study"))

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from normlab.cli.sweep import sweep_app
 from normlab.config import parse_overrides
 from normlab.sweep import SpecError, collect, loss_curves, plan_sweep, run_sweep, stability_map
-from normlab.sweep.command import sweep_app
 from normlab.sweep.progress import SweepProgress
 from normlab.sweep.state import read_sweep_file, run_state
 from normlab.sweep.summarize import RESULT_COLUMNS, to_csv, to_rich
@@ -398,7 +398,7 @@ def test_progress_plain_lines():
 # -- resume after SIGKILL ----------------------------------------------------------------------
 
 def _start(spec: Path, root: Path, workers: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "normlab.sweep.command", "run", str(spec),
+    return subprocess.Popen([sys.executable, "-m", "normlab.cli.sweep", "run", str(spec),
                              "--root", str(root), "--workers", str(workers), "--quiet"], env=ENV,
                             cwd=spec.parent, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

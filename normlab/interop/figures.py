@@ -16,7 +16,13 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter
 
-from normlab.plotting import legend_outside, new_figure, plain_log_ticks, save_figure, styles_for
+from normlab.sweep.plotting import (
+    legend_outside,
+    new_figure,
+    plain_log_ticks,
+    save_figure,
+    styles_for,
+)
 
 
 def _label(res: dict[str, Any]) -> str:

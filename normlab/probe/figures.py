@@ -1,5 +1,5 @@
-"""Figures of the probes, in the placement styles of `normlab.plotting` (matplotlib's Agg canvas, no
-pyplot; the format follows the file suffix, .svg or .png).
+"""Figures of the probes, in the placement styles of `normlab.sweep.plotting` (matplotlib's Agg
+canvas, no pyplot; the format follows the file suffix, .svg or .png).
 
     block_<metric>.png   metric against block index, one line per placement (mean over seeds,
                          min-max band), one panel per depth
@@ -18,7 +18,8 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
-from normlab.plotting import (
+from normlab.probe.metrics import figure_captions, figure_labels, log_scale
+from normlab.sweep.plotting import (
     BLOCK_AXIS,
     SAME_TEXT,
     legend_outside,
@@ -32,7 +33,6 @@ from normlab.plotting import (
     style,
     styles_for,
 )
-from normlab.probe.metrics import figure_captions, figure_labels, log_scale
 
 # What each metric is, as an axis label with its unit (losses and KL divergences in nats: the
 # models are byte-level, so a loss is nats per byte); what each per-block metric measures, for

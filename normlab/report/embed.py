@@ -1,6 +1,6 @@
 """Figures inside the page: SVG inlined as markup (crisp at any zoom, text selectable), PNG as a
 `data:` URI, each with its caption and alt text (stored in the file by
-`normlab.plotting.save_figure`, or given by the caller).
+`normlab.sweep.plotting.save_figure`, or given by the caller).
 
 An SVG is input like any other: it is parsed as XML and written back with only drawing elements
 and attributes (no script, no event handler, no foreign object, no style sheet, no reference that
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
 
-from normlab.plotting import figure_text
+from normlab.sweep.plotting import figure_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _XLINK = "{http://www.w3.org/1999/xlink}"

@@ -1,4 +1,4 @@
-"""Figures of a runs report, drawn as SVG in the styles of `normlab.plotting`:
+"""Figures of a runs report, drawn as SVG in the styles of `normlab.sweep.plotting`:
 
     loss_curves_svg(groups)    train and val loss, one line per group of runs (mean over its
                                seeds, min-max band), one colour per placement
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normlab.plotting import (
+from normlab.sweep.plotting import (
     figure_bytes,
     legend_outside,
     mean_band,

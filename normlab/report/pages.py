@@ -322,7 +322,7 @@ def runs_context(root: Path, run_folders: list[Path], sweeps: list[Path], page_d
             number += 1
         sweep_pages.append(SweepPage(str(s.relative_to(root)) if s != root else s.name, figs,
                                      note))
-    from normlab.machine import git_commit
+    from normlab.train.machine import git_commit
 
     header = [("folder", _folder_text(root, page_dir)),
               ("runs", f"{len(rows)}" + (" (" + ", ".join(

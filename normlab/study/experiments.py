@@ -40,6 +40,7 @@ from normlab.study.profiles import Profile
 from normlab.study.schema import Pretrained
 from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
+from normlab.train.machine import default_threads
 from normlab.train.trainer import FINISHED, train_many_step
 
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
@@ -148,7 +149,7 @@ class StudyFolder(StudyContext):
         return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
 
     def _execute(self, todo: list[RunConfig]) -> None:
-        from normlab.sweep.executors import default_threads, run_local
+        from normlab.sweep.executors import run_local
         from normlab.sweep.grouping import RunTask, plan_tasks
         from normlab.sweep.ray_executor import run_ray
         from normlab.sweep.spec import PlannedRun

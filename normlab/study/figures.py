@@ -1,7 +1,7 @@
 """Study figures not covered by the probe figures: loss curves of runs (mean over seeds with a
 min-max band), bar charts of means with 95% intervals, and the theory claims' ladders, in the
-placement styles of
-`normlab.plotting` (Agg canvas, no pyplot; the format follows the file suffix, .svg or .png)."""
+placement styles of `normlab.sweep.plotting` (Agg canvas, no pyplot; the format follows the
+file suffix, .svg or .png)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from normlab.plotting import (
+from normlab.study.verdict import base_subject
+from normlab.sweep.plotting import (
     legend_outside,
     mean_band,
     new_figure,
@@ -19,7 +20,6 @@ from normlab.plotting import (
     seeds_text,
     styles_for,
 )
-from normlab.study.verdict import base_subject
 from normlab.train.logging import read_metrics
 
 LOSS_UNIT = "nats/byte"  # byte-level models: cross-entropy per byte

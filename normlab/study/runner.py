@@ -18,13 +18,13 @@ import torch
 
 import normlab
 from normlab.config import ConfigError
-from normlab.machine import cpu_model, git_commit
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
 from normlab.study.context import StudyContext
 from normlab.study.experiments import StudyFolder
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
 from normlab.train.logging import write_json_atomic
+from normlab.train.machine import cpu_model, default_threads, git_commit
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:
@@ -141,8 +141,6 @@ def estimate_seconds(profile: Profile) -> float:
         f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
         f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
     # each worker trains with its share of the cores, so the step is timed with that share
-    from normlab.sweep.executors import default_threads
-
     threads = torch.get_num_threads()
     torch.set_num_threads(default_threads(p.workers))
     try:

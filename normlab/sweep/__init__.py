@@ -1,12 +1,13 @@
 """Sweeps: a YAML spec (base config + axes, conditional axes) expanded into validated runs,
-executed on local processes or a Ray cluster, resumable; one table of outcomes; stability maps.
+executed on local processes or a Ray cluster, resumable; one table of outcomes; stability maps,
+in the placement styles that every figure of normlab shares (`normlab.sweep.plotting`).
 
     plan = plan_sweep("examples/sweeps/warmup_pre_post.yaml")   # validates every run
     result = run_sweep(plan, "runs/sweeps/warmup_pre_post", workers=2)
     table = collect(result.root)                                # rows: axes + outcome + losses
     stability_map(table, "map.png", x="train.warmup", y="train.lr", panel="model.placement")
 
-Names are imported on first use, so `normlab.sweep.command` (the CLI) loads without torch.
+Names are imported on first use, so `normlab.cli.sweep` (the CLI) loads without torch.
 """
 
 from __future__ import annotations

@@ -55,14 +55,6 @@ class ExecutorError(RuntimeError):
     workers that die while starting)."""
 
 
-def default_threads(workers: int) -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // max(1, workers))
-
-
 # -- one run (in a worker) -------------------------------------------------------------------
 
 _STOP: Any = None  # a multiprocessing Event in local workers: set when the sweep is stopping

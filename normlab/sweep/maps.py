@@ -8,7 +8,7 @@ none completed, the reason and median step of divergence, or `stalled` (a stalle
 never shown as a trained one). The best cell of each panel has a heavy border.
 
 `loss_curves` draws one small plot per cell with the training loss of the runs in it: per panel
-value (placement, in its style from `normlab.plotting`) the mean over the cell's seeds with a
+value (placement, in its style from `normlab.sweep.plotting`) the mean over the cell's seeds with a
 min-max band, so pre and post can be compared cell by cell.
 
 Matplotlib is used through its Agg canvas directly: importing this module does not change the
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from normlab.plotting import (
+from normlab.sweep.plotting import (
     mean_band,
     new_figure,
     save_figure,

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config import ConfigError
-from normlab.sweep.executors import EXECUTORS, default_threads, run_local
+from normlab.sweep.executors import EXECUTORS, run_local
 from normlab.sweep.grouping import RunTask, plan_tasks
 from normlab.sweep.progress import SweepProgress
 from normlab.sweep.ray_executor import run_ray
 from normlab.sweep.spec import SpecError, SweepPlan, check_engine
 from normlab.sweep.state import read_sweep_file, run_state, write_sweep_file
+from normlab.train.machine import default_threads
 from normlab.train.trainer import FINISHED
 
 

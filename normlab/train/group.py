@@ -37,7 +37,6 @@ import torch
 from normlab.config import RunConfig
 from normlab.data import BatchSampler, RunData, load_run_data
 from normlab.data.khop import IGNORE
-from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.plan import resolved_run_fields
@@ -46,6 +45,7 @@ from normlab.train.checkpoint import keep_weights, save_checkpoint
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector, divergence_reason
 from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.machine import tune_cpu_allocator
 from normlab.train.precision import (
     Precision,
     precision_context,

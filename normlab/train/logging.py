@@ -173,9 +173,9 @@ class Throughput:
     (re)start, whose time goes to allocation, lazy compilation and cold caches. Single steps on a
     shared CPU vary by more than 10x; the average is what a reader can extrapolate from.
 
-    MFU is the share of `peak_tflops` (a measured GEMM peak, see `normlab.perf`) that the model's
-    own matrix work (`flops_per_token` per trained token) takes at the smoothed rate; a share
-    above 1 means the short peak measurement read this machine low (another process held the
+    MFU is the share of `peak_tflops` (a measured GEMM peak, see `normlab.train.perf`) that the
+    model's own matrix work (`flops_per_token` per trained token) takes at the smoothed rate; a
+    share above 1 means the short peak measurement read this machine low (another process held the
     cores), so no MFU is shown rather than an impossible one."""
 
     def __init__(self, tokens_per_step: int, *, flops_per_token: float | None = None,

@@ -2,7 +2,7 @@
 
 `train.precision=bf16` runs the forward pass under bf16 autocast (`precision_context`). Whether
 that pays depends on the hardware: on a CPU without native bf16 matrix instructions (neither
-avx512_bf16 nor amx_bf16 among its flags, `normlab.machine.native_bf16`) PyTorch emulates bf16
+avx512_bf16 nor amx_bf16 among its flags, `normlab.train.machine.native_bf16`) PyTorch emulates bf16
 matrix products, far slower than fp32. So a bf16 run on such a CPU warns before its first step,
 with the measured ratio and how to train in fp32 (`warn_slow_bf16`).
 
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 
 from normlab.config import ModelConfig, RunConfig
-from normlab.machine import cpu_model, native_bf16
+from normlab.train.machine import cpu_model, native_bf16
 from normlab.warnings import NormlabWarning
 
 PRECISIONS = ("fp32", "bf16")  # what a run trains in; `auto` resolves to one of them
@@ -202,10 +202,10 @@ def warn_slow_bf16(cfg: RunConfig, precision: str, device: torch.device) -> None
 
 def timing_precision(asked: str, model: ModelConfig) -> tuple[str, list[str]]:
     """For `normlab plan --time`, which times a step of batch 8 x min(128, max_seq_len) tokens
-    on the CPU (`normlab.perf.steady_step_report`): the precision to time it in, and what to say
-    before timing when the config asks for bf16 or auto. A bf16 step where bf16 is emulated is
-    not timed (it can take a minute): the step is timed in fp32, and the note gives the measured
-    ratio and the advice."""
+    on the CPU (`normlab.train.perf.steady_step_report`): the precision to time it in, and what
+    to say before timing when the config asks for bf16 or auto. A bf16 step where bf16 is
+    emulated is not timed (it can take a minute): the step is timed in fp32, and the note gives
+    the measured ratio and the advice."""
     if asked == "fp32":
         return "fp32", []
     cpu, tokens = torch.device("cpu"), 8 * min(128, model.max_seq_len)

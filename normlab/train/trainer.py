@@ -39,11 +39,9 @@ import normlab
 from normlab.config import ConfigError, RunConfig, TrainConfig
 from normlab.data import load_run_data
 from normlab.data.khop import IGNORE
-from normlab.machine import tune_cpu_allocator
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.plan import resolved_run_fields, resolved_settings
-from normlab.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train import distributed
 from normlab.train.checkpoint import (
     CheckpointError,
@@ -61,6 +59,8 @@ from normlab.train.logging import (
     progress_info,
     write_json_atomic,
 )
+from normlab.train.machine import tune_cpu_allocator
+from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.precision import (
     Precision,
     precision_context,

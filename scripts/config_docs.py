@@ -1,8 +1,8 @@
 """docs/config.md from the config schema: every field of every section of a run config, with its
 type, default and meaning (the field's description).
 
-    python -m normlab.config_docs            # rewrite docs/config.md
-    python -m normlab.config_docs --check    # exit 1 when docs/config.md is not what this writes
+    python scripts/config_docs.py           # rewrite docs/config.md
+    python scripts/config_docs.py --check   # exit 1 when docs/config.md is not what this writes
 
 A field without a description is an error here, so that none goes undocumented.
 """
@@ -28,7 +28,7 @@ _BOUNDS = ((Ge, "ge", ">="), (Gt, "gt", ">"), (Le, "le", "<="), (Lt, "lt", "<"),
 
 HEADER = """# Run config reference
 
-<!-- Written by `python -m normlab.config_docs` from the schema in normlab/config.py; edit the
+<!-- Written by `python scripts/config_docs.py` from the schema in normlab/config.py; edit the
 field descriptions there, then rerun it (tests/test_config_docs.py checks the two agree). -->
 
 A run config is a YAML file with up to three sections, `model`, `data` and `train`; every field is
@@ -117,7 +117,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m normlab.config_docs",
+    ap = argparse.ArgumentParser(prog="python scripts/config_docs.py",
                                  description="write docs/config.md from the config schema")
     ap.add_argument("--check", action="store_true", help="only check that it is current")
     ap.add_argument("--out", type=Path, default=DOC)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
-            print(f"{args.out} is out of date; run python -m normlab.config_docs",
+            print(f"{args.out} is out of date; run python scripts/config_docs.py",
                   file=sys.stderr)
             return 1
         return 0

@@ -1,4 +1,4 @@
-"""`normlab probe`: the command over the probe library (registered on `normlab.app.app`).
+"""`normlab probe`: the command over the probe library (registered on `normlab.cli.app.app`).
 
     normlab probe --placement post --blocks 12 --width 64          # one model at init
     normlab probe --placements pre,post --blocks 6,12,24 --seeds 3  # depth sweep with fits
@@ -22,7 +22,8 @@ import torch
 import typer
 from rich.table import Table
 
-from normlab.app import SetOpt, app, finite, output_folder, positive
+from normlab.cli.app import SetOpt, app, finite, output_folder, positive
+from normlab.cli.console import console, err_console, fail
 from normlab.config import (
     MAX_BLOCKS,
     PLACEMENTS,
@@ -31,7 +32,6 @@ from normlab.config import (
     byte_vocab_problem,
     load_model_config,
 )
-from normlab.console import console, err_console, fail
 from normlab.data import DataError
 from normlab.probe import metrics
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
@@ -210,7 +210,7 @@ def probe(
              "--out (or compare placements at init with --placements)")
     checkpoint = checkpoint[0] if checkpoint else None
     if hf:
-        from normlab.interop.command import probe_hf_cli
+        from normlab.cli.interop import probe_hf_cli
 
         model_options = {"--checkpoint": checkpoint, "--placement": placement,
                          "--placements": placements, "--blocks": blocks, "--width": width,
@@ -304,7 +304,7 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
         raise ConfigError(f"--seq-len: {spec['seq_len']} exceeds the model's max_seq_len="
                           f"{base.max_seq_len}; lower --seq-len or --set max_seq_len=...")
     if spec["target"] == "init":  # a trained run's model exists already
-        from normlab.memory import check_fits, estimate
+        from normlab.train.memory import check_fits, estimate
 
         deepest = base.model_copy(update={"n_blocks": max(spec["depths"])})
         check_fits(estimate(deepest, batch_size, spec["seq_len"]), "auto", "probe",

@@ -39,7 +39,7 @@ class MemoryEstimate:
 
 def param_count(cfg: ModelConfig) -> int:
     """Parameters of the model of `cfg` (norm gains and biases aside)."""
-    from normlab.perf import matmul_params
+    from normlab.train.perf import matmul_params
 
     d = cfg.d_model
     embeddings = cfg.vocab_size * d + (cfg.max_seq_len * d if cfg.positions == "learned" else 0)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from normlab.app import app, output_folder
-from normlab.console import console, fail
+from normlab.cli.app import app, output_folder
+from normlab.cli.console import console, fail
 
 
 @app.command()

@@ -16,6 +16,10 @@ the earlier one, so both stay visible).
 A figure saved as SVG keeps its text as text (crisp, searchable, zoomable) and carries `<title>`
 (the alt text) and `<desc>` (the caption); a PNG carries them as its `Title` and `Description`
 text chunks. `figure_text` reads them back for the report.
+
+It lives in the sweep package, the lowest that draws (its stability maps and loss curves), so
+that every package above it (probe, interop, study, report) draws in the same styles without an
+import that climbs.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`normlab report DIR`: write DIR/report.html (registered on `normlab.app.app`)."""
+"""`normlab report DIR`: write DIR/report.html (registered on `normlab.cli.app.app`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from normlab.app import app, output_file
-from normlab.console import console, fail
+from normlab.cli.app import app, output_file
+from normlab.cli.console import console, fail
 
 
 @app.command()

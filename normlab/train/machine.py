@@ -1,5 +1,6 @@
-"""The machine: what a measurement ran on (for benchmark and study records), and process-wide
-settings that make training on it faster."""
+"""The machine: what a measurement ran on (for benchmark and study records), the CPU threads a
+process gets when several train at once, and process-wide settings that make training on it
+faster."""
 
 from __future__ import annotations
 
@@ -51,12 +52,21 @@ def native_bf16() -> bool | None:
     return any(f in flags for f in NATIVE_BF16_FLAGS)
 
 
+def default_threads(workers: int) -> int:
+    """The torch CPU threads of each of `workers` processes that share this process's CPUs."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // max(1, workers))
+
+
 def git_commit() -> str | None:
     """The git commit of the normlab source that runs (with "+dirty" when tracked files differ
     from it), or None when normlab is not run from a git checkout or git is not available."""
     import subprocess
 
-    src = Path(__file__).resolve().parent
+    src = Path(__file__).resolve().parents[1]  # the normlab package
     try:
         def git(*args: str) -> str:
             return subprocess.run(["git", *args], cwd=src, capture_output=True, text=True,

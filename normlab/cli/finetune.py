@@ -1,5 +1,5 @@
 """`normlab finetune RUN_DIR`: the command over :mod:`normlab.finetune` (registered on
-`normlab.app.app`)."""
+`normlab.cli.app.app`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from normlab.app import app, positive
+from normlab.cli.app import app, positive
+from normlab.cli.console import console, err_console, fail
 from normlab.config import ConfigError
-from normlab.console import console, err_console, fail
 from normlab.data.corpus import DataError
 from normlab.data.genre import genre_task, naive_bayes_baseline
 from normlab.finetune import FinetuneError, finetune

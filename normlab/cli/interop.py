@@ -1,4 +1,4 @@
-"""`normlab probe-hf`: probe real checkpoints (registered on `normlab.app.app`).
+"""`normlab probe-hf`: probe real checkpoints (registered on `normlab.cli.app.app`).
 
     normlab probe-hf --hf minilm --hf smollm2 --out probe_hf     # both, plus comparison.png
     normlab probe-hf --hf ./my-gpt2-folder --text notes.txt --seq-len 64
@@ -20,8 +20,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from normlab.app import app, output_folder
-from normlab.console import console, err_console, fail
+from normlab.cli.app import app, output_folder
+from normlab.cli.console import console, err_console, fail
 
 MAX_ROWS = 32
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from normlab.app import app, output_folder, positive
-from normlab.console import err_console, fail
+from normlab.cli.app import app, output_folder, positive
+from normlab.cli.console import err_console, fail
 
 
 @app.command()

@@ -1,9 +1,10 @@
-"""The `normlab` command-line app object, below every command.
+"""The `normlab` command-line app object and the options several commands share, below every
+command.
 
-Each command module registers itself on :data:`app` when imported (`@app.command()`, or
-`app.add_typer(...)` for a group); :mod:`normlab.cli`, the top layer, imports them all and runs
-it. Nothing here imports a command module, and no command module imports :mod:`normlab.cli`, so
-the commands form no import cycle. Console output and `fail` live in :mod:`normlab.console`.
+Each command module of :mod:`normlab.cli` registers itself on :data:`app` when imported
+(`@app.command()`, or `app.add_typer(...)` for a group); the package's `__init__` names them,
+imports each when its command runs, and runs the app. Nothing here imports a command module, so
+the commands form no import cycle. Console output and `fail` live in :mod:`normlab.cli.console`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from normlab.console import fail
+from normlab.cli.console import fail
 
 
 def command_group(help: str) -> typer.Typer:

@@ -1,7 +1,7 @@
 """`normlab sweep ...`: plan, run, summarize and map a sweep. Bad input exits 2 with one message.
 
-Registered on `normlab.app.app` as the `sweep` group; also runnable alone as
-`python -m normlab.sweep.command`.
+Registered on `normlab.cli.app.app` as the `sweep` group; also runnable alone as
+`python -m normlab.cli.sweep`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from normlab.app import app, check_output_folder, command_group, output_file
+from normlab.cli.app import app, check_output_folder, command_group, output_file
+from normlab.cli.console import console, fail
 from normlab.config import ConfigError
-from normlab.console import console, fail
 
 sweep_app = command_group("Many runs from one spec, resumable. Tables and stability maps of "
                           "their outcomes.")
@@ -30,8 +30,8 @@ DirArg = Annotated[Path, typer.Argument(metavar="DIR",
 
 def _plan(spec: Path):
     """The expanded spec; its largest run is checked against the memory it would need."""
-    from normlab.memory import check_run_fits, run_estimate
     from normlab.sweep.spec import plan_sweep
+    from normlab.train.memory import check_run_fits, run_estimate
 
     try:
         plan = plan_sweep(spec)
@@ -58,11 +58,11 @@ def sweep_plan(
     `sweep run` with the local executor would group the pending ones into stacked models."""
     import torch
 
-    from normlab.sweep.executors import default_threads
     from normlab.sweep.grouping import plan_tasks
     from normlab.sweep.runner import default_root
     from normlab.sweep.spec import check_engine, format_value
     from normlab.sweep.state import is_finished, run_state
+    from normlab.train.machine import default_threads
 
     plan = _plan(spec)
     try:
