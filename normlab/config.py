@@ -41,8 +41,6 @@ DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
 
 MAX_BLOCKS = 4096
 PLACEMENTS: tuple[str, ...] = placements.PLACEMENTS
-NORM_KINDS: tuple[str, ...] = NormKind.__args__  # type: ignore[attr-defined]
-INIT_SCHEMES: tuple[str, ...] = InitScheme.__args__  # type: ignore[attr-defined]
 
 
 class ConfigError(ValueError):

@@ -87,7 +87,7 @@ def test_advise_says_each_measurement_as_it_starts(monkeypatch, tmp_path):
     stability check are announced, with their count, before they start."""
     told = []
     monkeypatch.setattr(advise_module, "measure_init", lambda *a, **k: INIT)
-    monkeypatch.setattr(advise_module, "train_many_step",
+    monkeypatch.setattr(advise_module, "train_run_raising_interrupt",
                         lambda cfg, root, progress: told.append("trained") or {
                             "outcome": "completed", "step": 4, "val_loss": 2.0})
     advise(6, 128, check_steps=9, root=tmp_path, progress=told.append)

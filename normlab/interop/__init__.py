@@ -9,7 +9,7 @@ Nothing here touches a hub: models come from local folders or memory (`local_fil
 """
 
 from normlab.interop.adapters import (
-    FAMILIES,
+    HF_FAMILIES,
     HFTapModel,
     capture_hf,
     family_of,
@@ -31,7 +31,7 @@ from normlab.interop.hf_gpt2 import gpt2_to_normlab, load_gpt2, normlab_to_gpt2
 from normlab.interop.probe_hf import drop_scan, make_batches, probe_hf_model, run_hf_probe
 
 __all__ = [
-    "FAMILIES", "KNOWN", "CheckpointNotFound", "CheckpointSpec", "HFTapModel", "InteropError",
+    "HF_FAMILIES", "KNOWN", "CheckpointNotFound", "CheckpointSpec", "HFTapModel", "InteropError",
     "LoadedCheckpoint", "MissingDependency", "bert_to_normlab", "capture_hf", "drop_scan",
     "family_of", "gpt2_to_normlab", "layers_of", "load_bert", "load_checkpoint", "load_gpt2",
     "make_batches", "normlab_to_bert", "normlab_to_gpt2", "probe_hf_model", "resolve_checkpoint",

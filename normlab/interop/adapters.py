@@ -122,7 +122,7 @@ def _pre_sites(ln1: str, attn: str, ln2: str, mlp: str) -> dict[str, tuple[str, 
     }
 
 
-FAMILIES: dict[str, Family] = {
+HF_FAMILIES: dict[str, Family] = {
     "bert": Family(
         "bert", ("bert", "roberta", "xlm-roberta"), "post", "layernorm", "encoder.layer", None,
         {"attn.stream_in": ("", "in", True),
@@ -154,10 +154,10 @@ FAMILIES: dict[str, Family] = {
 def family_of(hf_model: nn.Module) -> Family:
     """The `Family` of a transformers model, by its `config.model_type`."""
     model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
-    for fam in FAMILIES.values():
+    for fam in HF_FAMILIES.values():
         if model_type in fam.model_types:
             return fam
-    known = ", ".join(t for f in FAMILIES.values() for t in f.model_types)
+    known = ", ".join(t for f in HF_FAMILIES.values() for t in f.model_types)
     raise InteropError(f"model_type {model_type!r} ({type(hf_model).__name__}) has no tap "
                        f"adapter; supported model types: {known}")
 

@@ -79,16 +79,16 @@ class NormSpec:
         return y
 
 
-NORM_KINDS = ("layernorm", "rmsnorm", "dyt")
+STACKABLE_NORM_KINDS = ("layernorm", "rmsnorm", "dyt")
 
 
 def norm_spec(module: nn.Module | None, kind: str | None, tap: str) -> NormSpec | None:
     """The `NormSpec` of a norm module, or None for no norm (or an identity)."""
     if module is None or kind is None or kind == "identity":
         return None
-    if kind not in NORM_KINDS:
+    if kind not in STACKABLE_NORM_KINDS:
         raise ValueError(f"{tap}: a {kind} norm cannot be applied to a stack; the analysis "
-                         f"supports {', '.join(NORM_KINDS)}")
+                         f"supports {', '.join(STACKABLE_NORM_KINDS)}")
     return NormSpec(kind, module, tap)
 
 

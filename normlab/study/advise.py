@@ -36,7 +36,7 @@ from typing import Any
 from normlab.config import ModelConfig, load_run_config, parse_config
 from normlab.probe import probe_model, text_batches
 from normlab.study.recorded import Recorded, recorded_at
-from normlab.train.trainer import train_many_step
+from normlab.train.trainer import train_run_raising_interrupt
 
 DEEP = 12  # "pre-norm past about 12 blocks"
 
@@ -93,7 +93,7 @@ def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
                     "data.seq_len=64", "train.batch_size=8", f"train.steps={steps}",
                     f"train.lr={lr}", f"train.warmup={warmup}", "train.eval_every=0",
                     "train.eval_batches=2", "train.schedule=constant", "train.device=cpu"])
-                s = train_many_step(cfg, root, progress=False)
+                s = train_run_raising_interrupt(cfg, root, progress=False)
                 rows.append({"placement": placement, "lr": lr, "warmup": warmup,
                              "outcome": s["outcome"], "reason": s.get("reason"),
                              "step": s.get("step"), "val_loss": s.get("val_loss")})

@@ -37,11 +37,11 @@ from normlab.study.context import (
     TunedGrid,
 )
 from normlab.study.profiles import Profile
-from normlab.study.schema import Pretrained
+from normlab.study.schema import PRE_POST, Pretrained
 from normlab.train import load_trained_model
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import default_threads
-from normlab.train.trainer import FINISHED, train_many_step
+from normlab.train.trainer import FINISHED, train_run_raising_interrupt
 
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
@@ -146,7 +146,8 @@ class StudyFolder(StudyContext):
                      f"({steps} steps each, {self.profile.workers} workers, {self.executor})")
         if todo and (len(todo) > 1 or self.executor == "ray"):
             self._execute(todo)
-        return [train_many_step(cfg, self.runs_root, progress=False) for cfg in configs]
+        return [train_run_raising_interrupt(cfg, self.runs_root, progress=False)
+                for cfg in configs]
 
     def _execute(self, todo: list[RunConfig]) -> None:
         from normlab.sweep.executors import run_local
@@ -175,12 +176,18 @@ class StudyFolder(StudyContext):
         run_local(tasks, self.runs_root, workers=workers, threads=threads,
                   on_start=lambda _run_id: None, on_finish=on_finish)
 
+    def family_config(self, family: str, lr: float, warmup: int, seed: int,
+                      blocks: int | None = None, trajectory: bool = False) -> RunConfig:
+        """`run_config` of a training family (`TRAINING_FAMILIES`): its placement and model
+        fields."""
+        placement, model = TRAINING_FAMILIES[family]
+        return self.run_config(placement, lr, warmup, seed, blocks, trajectory, **model)
+
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
              ) -> dict[float, list[RunRecord]]:
         """Every seed of `family` at each lr (trained together), as records."""
-        placement, model = FAMILIES[family]
         seeds = range(self.profile.seeds)
-        configs = {(lr, s): self.run_config(placement, lr, warmup, s, blocks, **model)
+        configs = {(lr, s): self.family_config(family, lr, warmup, s, blocks)
                    for lr in lrs for s in seeds}
         summaries = self.train(list(configs.values()))
         out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
@@ -191,7 +198,7 @@ class StudyFolder(StudyContext):
     def prefetch(self, specs: list[tuple[str, list[float], int]]) -> None:
         """Train the runs of several `(family, lrs, warmup)` at once, so the workers stay busy
         across families; later `runs` calls read the finished folders."""
-        configs = [self.run_config(FAMILIES[f][0], lr, w, s, **FAMILIES[f][1])
+        configs = [self.family_config(f, lr, w, s)
                    for f, lrs, w in specs for lr in lrs for s in range(self.profile.seeds)]
         self.train(configs)
 
@@ -319,7 +326,7 @@ class StudyFolder(StudyContext):
         lies within the tolerance; the losses and the gap are means over those seeds."""
         p = self.profile
         own = self.c12_checkpoints()
-        by = {pl: {c.seed: c for c in own if c.placement == pl} for pl in PLACEMENTS}
+        by = {pl: {c.seed: c for c in own if c.placement == pl} for pl in PRE_POST}
         kept, left = [], []
         for seed in sorted(set(by["pre"]) & set(by["post"])):
             a, b = by["pre"][seed], by["post"][seed]
@@ -334,7 +341,7 @@ class StudyFolder(StudyContext):
             return MatchedPair(False, reason="no seed gave a pair of trained deep checkpoints"
                                + (": " + "; ".join(left) if left else ""), blocks=p.deep_blocks)
         gaps = [by["pre"][s].val_loss - by["post"][s].val_loss for s in kept]
-        grids = {pl: self.deep_grid(pl) for pl in PLACEMENTS}
+        grids = {pl: self.deep_grid(pl) for pl in PRE_POST}
 
         def mean(pl: str) -> float:
             return sum(by[pl][s].val_loss for s in kept) / len(kept)
@@ -344,9 +351,9 @@ class StudyFolder(StudyContext):
             all(abs(g) <= tol for g in gaps), reason="; ".join(left), tolerance=tol,
             pre_lr=grids["pre"].best_lr, post_lr=grids["post"].best_lr,  # type: ignore
             pre_val_loss=mean("pre"), post_val_loss=mean("post"), gap=sum(gaps) / len(gaps),
-            runs={pl: tuple(by[pl][s].run_dir.name for s in kept) for pl in PLACEMENTS},
+            runs={pl: tuple(by[pl][s].run_dir.name for s in kept) for pl in PRE_POST},
             seed_gaps=tuple(gaps), blocks=p.deep_blocks,
-            steps={pl: tuple(by[pl][s].step for s in kept) for pl in PLACEMENTS})
+            steps={pl: tuple(by[pl][s].step for s in kept) for pl in PRE_POST})
 
     def trained_probes(self) -> ProbedPair:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints
@@ -425,7 +432,7 @@ class StudyFolder(StudyContext):
     def c12_checkpoints(self) -> list[Pretrained]:
         """Deeper pre and post models (`deep_blocks`, each at its own tuned lr: `deep_runs`),
         one pair per seed, taken along their training trajectories (`trajectory_pairs`)."""
-        grids = {pl: self.deep_grid(pl) for pl in PLACEMENTS}
+        grids = {pl: self.deep_grid(pl) for pl in PRE_POST}
         if any(g is None for g in grids.values()):
             return []
         return self.trajectory_pairs(
@@ -437,11 +444,11 @@ class StudyFolder(StudyContext):
         way (the same model, data and schedule as the tuned cell: only evaluations and kept
         weights differ). C10's pairs are taken along them (docs/study.md, C10)."""
         p = self.profile
-        configs = {(pl, s): self.run_config(FAMILIES[pl][0], self.tuned(pl).best_lr, p.warmup,
-                                            s, trajectory=True, **FAMILIES[pl][1])
-                   for pl in PLACEMENTS for s in range(p.seeds)}
+        configs = {(pl, s): self.family_config(pl, self.tuned(pl).best_lr, p.warmup, s,
+                                               trajectory=True)
+                   for pl in PRE_POST for s in range(p.seeds)}
         summaries = self.train(list(configs.values()))
-        out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PLACEMENTS}
+        out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PRE_POST}
         for ((pl, s), cfg), summary in zip(configs.items(), summaries, strict=True):
             out[pl][s] = record(cfg, summary, lr=cfg.train.lr, warmup=p.warmup, seed=s)
         return out
@@ -481,8 +488,7 @@ class StudyFolder(StudyContext):
         if p.deep_blocks and "prefetched_deep" not in self._memo:
             self._memo["prefetched_deep"] = True
             families = ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
-            self.train([self.run_config(FAMILIES[f][0], lr, p.deep_warmup, s, p.deep_blocks,
-                                        **FAMILIES[f][1])
+            self.train([self.family_config(f, lr, p.deep_warmup, s, p.deep_blocks)
                         for f in families for lr in p.deep_start_lrs for s in range(p.seeds)])
 
     def c11_deep(self) -> bool:
@@ -583,9 +589,6 @@ class StudyFolder(StudyContext):
         return [c["cost"] for c in out]
 
 
-PLACEMENTS = ("pre", "post")
-
-
 def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:
     """`(step, validation loss)` at each kept checkpoint of a run, and `(None, final loss)` for
     its last checkpoint (`checkpoint/`)."""
@@ -643,7 +646,7 @@ def final_norm_cost(run_dir: Path, batches: list) -> dict[str, float]:
 
 
 # Training families: a placement plus model fields; each is tuned over its own lr grid.
-FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+TRAINING_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre": ("pre", {}),  # paper default init: GPT-2 scaled
     "post": ("post", {}),  # paper default init: Xavier
     "pre_nofinal": ("pre", {"final_norm": "off"}),

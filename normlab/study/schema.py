@@ -71,11 +71,16 @@ class ClaimResult:
         return asdict(self)
 
 
+# The two placements the study trains and pairs by seed (its runs, C10's and C12's checkpoints);
+# not the placement registry, `normlab.config.PLACEMENTS`.
+PRE_POST: tuple[str, str] = ("pre", "post")
+
+
 @dataclass(frozen=True)
 class Pretrained:
     """One pretrained checkpoint handed to C10 or C12 by the study."""
 
-    placement: str  # "pre" | "post"
+    placement: str  # one of PRE_POST
     seed: int  # pairs are formed by seed (the same data order)
     run_dir: Path  # an ordinary run folder with a checkpoint
     val_loss: float  # validation loss of that checkpoint

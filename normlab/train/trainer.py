@@ -664,7 +664,8 @@ def block_stat_tensors(model: NormTransformer, cap, *, members: bool
             torch.stack(streams) if streams else empty)
 
 
-def train_many_step(cfg: RunConfig, root: Path | str, **kwargs: Any) -> dict[str, Any]:
+def train_run_raising_interrupt(cfg: RunConfig, root: Path | str,
+                                **kwargs: Any) -> dict[str, Any]:
     """`train_run` for a caller that trains several runs in a row: a signal that interrupted this
     run (after its checkpoint) also stops the caller, by raising KeyboardInterrupt."""
     summary = train_run(cfg, root, **kwargs)

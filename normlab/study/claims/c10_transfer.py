@@ -73,14 +73,10 @@ from typing import Any
 
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
-from normlab.study.claims.common import (
-    PLACEMENTS,
-    claim_result,
-    matched_pairs,
-)
+from normlab.study.claims.common import claim_result, matched_pairs
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
-from normlab.study.schema import ClaimResult, Pretrained
+from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 
 _NONE = "the source gives no size: decided at 0, the size reported"
 # "learns the task": at least this much accuracy above the best constant predictor
@@ -225,7 +221,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     probe = ctx.profile.finetune_probe
     arms = FINETUNE_ARMS | (PROBE_ARMS if probe else {})
     runs: dict[str, dict[str, dict[str, dict[int, dict[str, Any]]]]] = {
-        arm: {p: {} for p in PLACEMENTS} for arm in arms}
+        arm: {p: {} for p in PRE_POST} for arm in arms}
 
     def kwargs(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
         from_init, frozen = arms[arm]
@@ -264,7 +260,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
         ctx.log(f"C10: fine-tuning {len(seeds)} pair(s), pretrained and from init, at lrs "
                 f"{list(p_.finetune_lrs)} on {workers} worker(s)")
         jobs = [(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in FINETUNE_ARMS
-                for p in PLACEMENTS for lr in grids[arm] for seed in seeds]
+                for p in PRE_POST for lr in grids[arm] for seed in seeds]
         if probe:
             # a head costs little once the frozen body's features exist: every lr the tuning
             # may reach (the grid and its extensions) is trained in one pass of the body
@@ -273,14 +269,14 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                     f"architectures at init, at lrs {list(p_.finetune_probe_lrs)} (and the "
                     f"extensions it may take: {[f'{v:g}' for v in reach]})")
             for arm in PROBE_ARMS:
-                for p in PLACEMENTS:
+                for p in PRE_POST:
                     for seed in seeds:
                         kw = kwargs(arm, p, reach[0], seed)
                         del kw["lr"]
                         jobs.append((pairs[seed][p].run_dir, kw | {"lrs": reach}))
         finetune_many(jobs, workers)
         for arm in arms:  # reads the results just computed; trains only grid extensions
-            for p in PLACEMENTS:
+            for p in PRE_POST:
                 tuned[arm][p] = tune_lr(lambda lr, a=arm, p=p: mean_score(a, p, lr),
                                         grids[arm], extensions)
                 chosen = runs[arm][p][f"{tuned[arm][p]['best']:g}"]
@@ -292,7 +288,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     return {"settings": s, "seeds": seeds, "left_out": left_out, "tolerance": tol,
             "tuned_lr": tuned, "accuracy": accuracy, "runs": runs,
             "val_loss_pretrained": {p: [pairs[k][p].val_loss for k in seeds]
-                                    for p in PLACEMENTS},
+                                    for p in PRE_POST},
             "baseline": baseline, "chance": task.chance, "majority": task.majority}
 
 
@@ -305,11 +301,11 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
     ("probe_pretrained", "probe_scratch"), its diagnostics: the probe's transfer per placement
     (pretrained - at init > 0) and post's probe accuracy above pre's."""
     out = [CLAIM.predict("{placement} from init", [a - majority for a in accuracy["scratch"][p]],
-                         subject=f"{p} from init") for p in PLACEMENTS]
+                         subject=f"{p} from init") for p in PRE_POST]
     out += [CLAIM.predict("{placement} transfer",
                           [a - b for a, b in zip(accuracy["pretrained"][p], accuracy["scratch"][p],
                                                  strict=True)], subject=f"{p} transfer")
-            for p in PLACEMENTS]
+            for p in PRE_POST]
     out.append(CLAIM.predict("post vs pre", [b - a for a, b in zip(accuracy["pretrained"]["pre"],
                                                                     accuracy["pretrained"]["post"],
                                                                     strict=True)]))
@@ -317,7 +313,7 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
         frozen, at_init = accuracy["probe_pretrained"], accuracy["probe_scratch"]
         out += [CLAIM.predict("{placement} transfer, frozen probe",
                               [a - b for a, b in zip(frozen[p], at_init[p], strict=True)],
-                              subject=f"{p} transfer, frozen probe") for p in PLACEMENTS]
+                              subject=f"{p} transfer, frozen probe") for p in PRE_POST]
         out.append(CLAIM.predict("post vs pre, frozen probe",
                                  [b - a for a, b in zip(frozen["pre"], frozen["post"],
                                                         strict=True)]))

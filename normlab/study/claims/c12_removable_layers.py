@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 from normlab.study.claims.common import (
-    PLACEMENTS,
     SHALLOW_BLOCKS,
     _below,
     _detectable,
@@ -60,7 +59,7 @@ from normlab.study.claims.common import (
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
-from normlab.study.schema import ClaimResult, Pretrained
+from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 from normlab.study.verdict import NOT_TESTED, combine, decide
 
 _SRC = ("Gromov et al. ('minimal degradation of performance until after a large fraction "
@@ -211,7 +210,7 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                         f"{trained_from} steps)")
     batches = ctx.probe_batches()
     per_seed: dict[int, dict[str, Any]] = {}
-    slopes: dict[str, list[float]] = {p: [] for p in PLACEMENTS}
+    slopes: dict[str, list[float]] = {p: [] for p in PRE_POST}
     for seed, sides in pairs.items():
         row = {}
         for p, c in sides.items():
@@ -220,14 +219,14 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                                lambda c=c: own_drop_curve(Path(c.run_dir), batches, c.step))
             row[p] = drop_cost_profile(curve["drop_dloss"]) | {
                 "val_loss": c.val_loss, "run_id": Path(c.run_dir).name, "step": c.step}
-        if any(row[p]["depth_slope"] is None for p in PLACEMENTS):
+        if any(row[p]["depth_slope"] is None for p in PRE_POST):
             left_out.append(f"seed {seed}: " + "; ".join(
-                f"{p} {row[p]['why_undefined']}" for p in PLACEMENTS
+                f"{p} {row[p]['why_undefined']}" for p in PRE_POST
                 if row[p]["depth_slope"] is None))
             per_seed[seed] = row
             continue
         per_seed[seed] = row
-        for p in PLACEMENTS:
+        for p in PRE_POST:
             slopes[p].append(row[p]["depth_slope"])
     decision = decide_c12(slopes)
     return decision | {"per_seed": per_seed, "left_out": left_out, "slopes": slopes,
@@ -322,7 +321,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
                 "pairs": len(res["slopes"]["pre"])}
     wanted = ctx.profile.c12_min_pairs
-    outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PLACEMENTS}
+    outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PRE_POST}
     stalled = [pl for pl, out in outcomes.items()
                if out and all(o in ("stalled", "diverged") for o in out)]
     if stalled:  # a result to report: no model of that side trained, so nothing is compared

@@ -11,7 +11,7 @@ from typing import Any
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.spec import PredictionSpec, Rule
 from normlab.study.context import MatchedPair, ProbedPair, RunRecord, StudyContext, TunedGrid
-from normlab.study.schema import ClaimResult, Pretrained
+from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 from normlab.study.verdict import NOT_TESTED, Prediction, combine
 
 SCALE = ("Measured on small byte-level models on a CPU; effects reported at scale (hundreds of "
@@ -212,9 +212,6 @@ def slope_over_depth(values: Sequence[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, values, strict=True)) / sxx
 
 
-
-
-PLACEMENTS = ("pre", "post")
 TRAINED = ("completed",)
 
 
@@ -230,17 +227,17 @@ def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float
     stalled or diverged is reported and left out."""
     by_seed: dict[int, dict[str, Pretrained]] = {}
     for c in checkpoints:
-        if c.placement not in PLACEMENTS:
-            raise ValueError(f"checkpoint placement must be one of {PLACEMENTS}, got "
+        if c.placement not in PRE_POST:
+            raise ValueError(f"checkpoint placement must be one of {PRE_POST}, got "
                              f"{c.placement!r} ({c.run_dir})")
         by_seed.setdefault(c.seed, {})[c.placement] = c
     pairs, left_out = {}, []
     for seed, sides in sorted(by_seed.items()):
-        missing = [p for p in PLACEMENTS if p not in sides]
+        missing = [p for p in PRE_POST if p not in sides]
         if missing:
             left_out.append(f"seed {seed}: no {' or '.join(missing)} checkpoint")
             continue
-        bad = [f"{p} {sides[p].outcome}" for p in PLACEMENTS if sides[p].outcome not in TRAINED]
+        bad = [f"{p} {sides[p].outcome}" for p in PRE_POST if sides[p].outcome not in TRAINED]
         if bad:
             left_out.append(f"seed {seed}: {', '.join(bad)}")
             continue

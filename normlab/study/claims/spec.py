@@ -103,7 +103,8 @@ class Claim:
     setting: str  # the setting the source states
     paper: str  # the source's numbers, printed beside ours
     predictions: tuple[PredictionSpec, ...]
-    # the (family, with warmup) grids the claim tunes (`normlab.study.experiments.FAMILIES`)
+    # the (family, with warmup) grids the claim tunes
+    # (`normlab.study.experiments.TRAINING_FAMILIES`)
     trains: tuple[tuple[str, bool], ...] = ()
     ladder: str | None = None  # the ladder a theory claim is traced along, or None
     # the smallest setting that could test the claim, said when a scale premise fails
