@@ -255,13 +255,6 @@ class ModelConfig(_Frozen):
     def to_dict(self) -> dict[str, Any]:
         return json.loads(self.model_dump_json())
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        return parse_config(cls, data)
-
 
 class YamlLoader(yaml.SafeLoader):
     """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a

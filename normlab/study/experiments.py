@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from normlab.config import ModelConfig, RunConfig, load_run_config, parse_config
+from normlab.config import RunConfig, load_run_config
 from normlab.probe import probe_model, text_batches
 from normlab.probe.suite import finite_or_none
 from normlab.study.context import (
@@ -85,14 +85,6 @@ class StudyFolder(StudyContext):
         p = self.profile
         return text_batches("shakespeare", n_batches=p.probe_batches,
                             batch_size=p.probe_batch_size, seq_len=seq_len or p.probe_seq_len)
-
-    def init_base(self, **fields: Any) -> ModelConfig:
-        p = self.profile
-        # Xiong et al.'s Lemma 2 assumes a unit-variance input x_0 ~ N(0, I_d): token and
-        # position embeddings each of variance 1/2 sum to it (E||x_0||^2 = d).
-        data = {"d_model": p.width, "n_heads": p.heads, "max_seq_len": p.probe_seq_len,
-                "init": "xavier", "embedding": "unit", **fields}
-        return parse_config(ModelConfig, data)
 
     # -- models at init ------------------------------------------------------------------------
     def init_ladder(self, name: str, rungs: Sequence[Any], placements: Sequence[str],
