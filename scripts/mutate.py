@@ -15,7 +15,7 @@ or that no test reaches counts against the score.
     python scripts/mutate.py                      # every module, in the table's order
     python scripts/mutate.py normlab/study/verdict.py normlab/probe/fits.py
     python scripts/mutate.py --list               # the modules and their tests
-    python scripts/mutate.py --recheck normlab/study/theory.py   # the last run's survivors,
+    python scripts/mutate.py --recheck normlab/study/verdict.py  # the last run's survivors,
                                                   # against the current tests
 
 A row may name `functions`: then only those functions' mutants run and count (the trainer's
