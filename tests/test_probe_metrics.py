@@ -1,12 +1,14 @@
 """The table of probe metrics (normlab.probe.metrics): every number a probe returns has its row,
 a key without one is an error, the suite, the figures, the CLI and the report read it, a new
 metric is one function and one row, and docs/probes.md's lists of measures are what
-`python -m normlab.probe.metrics` writes from it."""
+`python scripts/probe_docs.py` writes from it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,17 @@ from normlab.probe.metrics import (
     UnknownMetric,
     place,
 )
+
+
+def _script():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "probe_docs.py"
+    spec = importlib.util.spec_from_file_location("probe_docs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+probe_docs = _script()
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +131,7 @@ def test_a_new_metric_is_one_function_and_one_row(tiny, monkeypatch):
     assert len(ratio) == 3 and res["summary"]["branch_mean_last"] == ratio[-1]
     assert ("branch_mean", "branch") in metrics.per_block_columns()
     assert metrics.figure_labels()["branch_mean"] == "mean branch ratio"
-    doc = metrics.render()
+    doc = probe_docs.render()
     assert "| `branch_mean` | block | ratio | stream |  | the mean of `branch_attn`" in doc
     assert doc.index("`branch_mean`") < doc.index("<!-- end of the measures of `stream` -->")
 
@@ -155,29 +168,31 @@ def test_reading_the_table_imports_no_torch():
 # --- docs/probes.md --------------------------------------------------------------------------
 
 def test_the_committed_lists_of_measures_match_the_table():
-    assert metrics.DOC.read_text(encoding="utf-8") == metrics.render(), (
-        "docs/probes.md is out of date: run python -m normlab.probe.metrics")
-    assert metrics.main(["--check"]) == 0
+    assert probe_docs.DOC.read_text(encoding="utf-8") == probe_docs.render(), (
+        "docs/probes.md is out of date: run python scripts/probe_docs.py")
+    assert probe_docs.main(["--check"]) == 0
 
 
 def test_check_fails_on_a_stale_file(tmp_path):
     stale = tmp_path / "probes.md"
-    stale.write_text(metrics.render().replace("| `norm_attn` | block |", "| `norm_attn` | model |"))
-    assert metrics.main(["--check", "--out", str(stale)]) == 1
-    assert metrics.main(["--out", str(stale)]) == 0
-    assert stale.read_text() == metrics.render()
+    stale.write_text(probe_docs.render().replace("| `norm_attn` | block |",
+                                                 "| `norm_attn` | model |"))
+    assert probe_docs.main(["--check", "--out", str(stale)]) == 1
+    assert probe_docs.main(["--out", str(stale)]) == 0
+    assert stale.read_text() == probe_docs.render()
 
 
 def test_a_probe_without_its_list_is_refused():
-    text = metrics.render()
+    text = probe_docs.render()
     begin = text.index("<!-- measures of `lens`")
-    end = text.index("<!-- end of the measures of `lens` -->\n")
+    end_mark = "<!-- end of the measures of `lens` -->\n"
+    end = text.index(end_mark)
     with pytest.raises(ValueError, match="no list of the measures of lens"):
-        metrics.render(text[:begin] + text[end + len("<!-- end of the measures of `lens` -->\n"):])
+        probe_docs.render(text[:begin] + text[end + len(end_mark):])
 
 
 def test_every_row_is_listed_once_with_its_unit():
-    text = metrics.render()
+    text = probe_docs.render()
     per = {PER_BLOCK: "block", SUMMARY: "model", SERIES: "step"}
     for m in METRICS:
         head = f"| `{m.name}` | {per[m.per]} | {m.unit} |"

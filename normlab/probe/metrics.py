@@ -3,8 +3,6 @@
     METRICS                     the rows, in the order tables and docs list them
     metric("ang_prev").label    'angular distance to the previous block (fraction of pi)'
     place("loss_std")           'summary': where a result key goes (an unknown key is an error)
-    python -m normlab.probe.metrics            # rewrite the lists of measures in docs/probes.md
-    python -m normlab.probe.metrics --check    # exit 1 when docs/probes.md is not what it writes
 
 A row says what a metric is called in results (`name`), whether it has one value per block, per
 model or per optimizer step (`per`), which `--probes` name computes it (`probe`), the function
@@ -12,7 +10,8 @@ that computes it and what that function reads (`compute`, `needs`), how the prob
 checkpoints gets it (`real`), its unit, its figure label, its name in the report, its CLI
 column, and its definition for docs/probes.md. Read by the probe suite (which probes exist and
 run, where each key of a result goes), the figures (labels, captions, log axes), the CLI
-(columns), the report (names) and the real-checkpoint probe (normlab.interop.probe_hf).
+(columns), the report (names), the real-checkpoint probe (normlab.interop.probe_hf) and
+`scripts/probe_docs.py`, which writes docs/probes.md's lists of measures from it.
 
 Adding a metric is one function and one row (docs/design.md, "Adding a probe metric"). The
 functions are named by module and name and imported when first called, so that reading the table
@@ -21,14 +20,10 @@ functions are named by module and name and imported when first called, so that r
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import math
-import re
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 # Where a metric's values go in a result (`normlab.probe.suite.probe_model`): one value per
@@ -458,87 +453,3 @@ def report_labels() -> dict[str, str]:
     out = {m.name: m.short for m in METRICS if m.short}
     out |= {f"{m.name}_std": f"{m.short}, std" for m in METRICS if m.short and m.spread}
     return out
-
-
-# --- docs/probes.md ------------------------------------------------------------------------
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "probes.md"
-_PER_WORDS = {PER_BLOCK: "block", SUMMARY: "model", SERIES: "step"}
-_SPAN = re.compile(r"(<!-- measures of `(?P<group>[\w-]+)`: written by `python -m "
-                   r"normlab\.probe\.metrics` -->\n).*?(<!-- end of the measures of "
-                   r"`(?P=group)` -->)", re.S)
-
-
-def doc_groups() -> dict[str, list[Metric]]:
-    """The metrics of each list in docs/probes.md: one per probe, and `real` for the ones only
-    real checkpoints have."""
-    groups: dict[str, list[Metric]] = {p: [] for p in PROBES}
-    groups[REAL] = []
-    for m in METRICS:
-        groups[m.probe if m.compute is not None else REAL].append(m)
-    return groups
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def measures_table(metrics: Sequence[Metric]) -> str:
-    """The markdown table of `metrics`: key, per, unit, what it needs, on real checkpoints, and
-    its definition (with the `_std` and `_per_batch` keys that come with it)."""
-    lines = ["| key | per | unit | needs | real checkpoints | definition |",
-             "|---|---|---|---|---|---|"]
-    for m in metrics:
-        needs = ", ".join(f"`{i}`" for i in m.inputs) if m.needs == "metrics" else m.needs
-        doc = m.doc
-        if m.spread:
-            doc += f"; with `{m.name}_std`, its standard deviation over batches"
-        if m.per_batch:
-            doc += f"; `{m.name}_per_batch` holds each batch's row"
-        lines.append(f"| `{m.name}` | {_PER_WORDS[m.per]} | {_cell(m.unit)} | {needs} | "
-                     f"{'yes' if m.real else ''} | {_cell(doc)} |")
-    return "\n".join(lines) + "\n"
-
-
-def render(text: str | None = None) -> str:
-    """docs/probes.md (or `text`) with every list of measures written from METRICS. Each list
-    sits between a begin and an end comment naming its group (a probe, or `real`); a group
-    without its list, or a list of no group, is an error."""
-    text = DOC.read_text(encoding="utf-8") if text is None else text
-    groups = doc_groups()
-    found = [m.group("group") for m in _SPAN.finditer(text)]
-    missing = [g for g in groups if g not in found]
-    unknown = [g for g in found if g not in groups]
-    if missing or unknown:
-        raise ValueError(
-            (f"docs/probes.md has no list of the measures of {', '.join(missing)}: add a "
-             "section with the begin and end comments of its list (as the others have)"
-             if missing else "") +
-            (f"docs/probes.md lists measures of {', '.join(unknown)}, which no row of "
-             "METRICS has" if unknown else ""))
-    return _SPAN.sub(lambda s: s.group(1) + measures_table(groups[s.group("group")])
-                     + s.group(3), text)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m normlab.probe.metrics",
-                                 description="write docs/probes.md's lists of measures from "
-                                             "the table of probe metrics")
-    ap.add_argument("--check", action="store_true", help="only check that it is current")
-    ap.add_argument("--out", type=Path, default=DOC)
-    args = ap.parse_args(argv)
-    current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-    text = render(current)
-    if args.check:
-        if current != text:
-            print(f"{args.out} is out of date; run python -m normlab.probe.metrics",
-                  file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
