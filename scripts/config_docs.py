@@ -9,13 +9,13 @@ A field without a description is an error here, so that none goes undocumented.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
+import doc_writer
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -117,22 +117,9 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python scripts/config_docs.py",
-                                 description="write docs/config.md from the config schema")
-    ap.add_argument("--check", action="store_true", help="only check that it is current")
-    ap.add_argument("--out", type=Path, default=DOC)
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is out of date; run python scripts/config_docs.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return doc_writer.main(argv, prog="python scripts/config_docs.py",
+                           description="write docs/config.md from the config schema",
+                           default=DOC, render=lambda _current: render())
 
 
 if __name__ == "__main__":

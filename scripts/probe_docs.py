@@ -10,11 +10,12 @@ the page's own and is left as it is.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import doc_writer
 
 from normlab.probe import metrics
 from normlab.probe.metrics import PER_BLOCK, REAL, SERIES, SUMMARY, Metric
@@ -78,23 +79,10 @@ def render(text: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python scripts/probe_docs.py",
-                                 description="write docs/probes.md's lists of measures from "
-                                             "the table of probe metrics")
-    ap.add_argument("--check", action="store_true", help="only check that it is current")
-    ap.add_argument("--out", type=Path, default=DOC)
-    args = ap.parse_args(argv)
-    current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-    text = render(current)
-    if args.check:
-        if current != text:
-            print(f"{args.out} is out of date; run python scripts/probe_docs.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
+    return doc_writer.main(argv, prog="python scripts/probe_docs.py",
+                           description="write docs/probes.md's lists of measures from the "
+                                       "table of probe metrics",
+                           default=DOC, render=render)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # The tests use tiny models, which run fastest on one thread; more threads only oversubscribe
 # the cores when anything else runs.
 torch.set_num_threads(1)
+# The scripts of scripts/ are imported by their tests as modules (`import config_docs`), and
+# import each other (`doc_writer`) as `python scripts/<name>.py` lets them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 @pytest.fixture(scope="session")

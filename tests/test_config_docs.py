@@ -3,24 +3,11 @@ field of every section, with its type, default and description."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import config_docs
 import pytest
 from pydantic import Field
 
 from normlab.config import DataConfig, ModelConfig, TrainConfig, _Frozen
-
-
-def _script():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "config_docs.py"
-    spec = importlib.util.spec_from_file_location("config_docs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-config_docs = _script()
 
 
 def test_the_checked_in_reference_matches_the_schema():

@@ -5,11 +5,10 @@ metric is one function and one row, and docs/probes.md's lists of measures are w
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
+import probe_docs
 import pytest
 
 from normlab.probe import metrics
@@ -25,17 +24,6 @@ from normlab.probe.metrics import (
     UnknownMetric,
     place,
 )
-
-
-def _script():
-    path = Path(__file__).resolve().parents[1] / "scripts" / "probe_docs.py"
-    spec = importlib.util.spec_from_file_location("probe_docs", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-probe_docs = _script()
 
 
 @pytest.fixture(scope="module")
