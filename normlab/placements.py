@@ -10,7 +10,7 @@ is `normlab.nn.plan.PLACEMENT_PLANS`, keyed by the same names (a test checks the
 This module imports nothing heavy, so that `normlab.config` validates against it:
 `ModelConfig.placement` and `block_placements` allow the names below and no others. Adding a
 placement is one entry here, one in `PLACEMENT_PLANS`, and its reference formula in
-tests/test_placements.py (docs/design.md, "Adding a placement").
+tests/nn/test_placements.py (docs/design.md, "Adding a placement").
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 #!/bin/sh
-# Test set-up: the report's browser test (tests/test_report.py) renders report.html in headless
-# Chromium. Installs Debian's `chromium` package when /usr/bin/chromium is absent; does nothing
-# otherwise (nor when NORMLAB_CHROMIUM names another Chromium binary, which the test then uses).
-# Quiet and idempotent; runs as root (CI) or through sudo when available. No recommended packages:
-# headless Chromium needs none of them (udev, upower, printer tools...), and the fonts it renders
-# with (DejaVu) come with its dependencies.
+# Test set-up: the report's browser test (tests/report/test_report.py) renders report.html in
+# headless Chromium. Installs Debian's `chromium` package when /usr/bin/chromium is absent; does
+# nothing otherwise (nor when NORMLAB_CHROMIUM names another Chromium binary, which the test then
+# uses). Quiet and idempotent; runs as root (CI) or through sudo when available. No recommended
+# packages: headless Chromium needs none of them (udev, upower, printer tools...), and the fonts it
+# renders with (DejaVu) come with its dependencies.
 set -eu
 
 CHROMIUM=/usr/bin/chromium

@@ -1,8 +1,9 @@
 """Mutation test of the report's stylesheet and templates: each rule that keeps a table readable
 is broken in turn (on a copy of the templates), the report pages are rendered with it and measured
-in headless Chromium by the browser test's layout check (tests/test_report.py: LAYOUT_CHECK, at
-every width of WIDTHS), and the mutant must be seen. Prints mutant -> killed/survived; exits 1 if
-any survives, 2 if a mutation no longer applies (the rule it breaks has changed).
+in headless Chromium by the browser test's layout check (tests/report/test_report.py:
+LAYOUT_CHECK, at every width of WIDTHS), and the mutant must be seen. Prints mutant ->
+killed/survived; exits 1 if any survives, 2 if a mutation no longer applies (the rule it breaks
+has changed).
 
     python scripts/mutate_report_css.py              # `make mutate-report`
     python scripts/mutate_report_css.py STUDY_DIR    # a study already run, instead of a new one
@@ -21,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "report")]
 
 import jinja2  # noqa: E402
 import test_report as checks  # noqa: E402

@@ -92,7 +92,7 @@ def stub_figures(request, monkeypatch):
     """`stub_figures(module, names[, calls])`: replace `module`'s plotting functions `names` by
     recorders that return the figure's path and note what would be drawn (the figure's file,
     its labels and titles), unless the test is marked `draws`. Drawing is most of a planted
-    claim's time; the tests marked `draws` draw the claims' figures, and tests/test_report.py
+    claim's time; the tests marked `draws` draw the claims' figures, and tests/report/test_report.py
     tests the drawing. Returns the list of recorded calls (`calls`, when given, so that the
     functions of several modules record into one list)."""
     def apply(module, names, calls: list[dict] | None = None) -> list[dict]:

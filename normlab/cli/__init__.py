@@ -25,8 +25,8 @@ from normlab.cli.console import console
 
 # Every command's module, imported when the command runs (or its help is asked for), so that
 # `normlab --help` does not pay for torch. The command list of `normlab --help` shows each one's
-# first sentence from here (tests/test_cli_start.py checks that it is the command's own), in this
-# order.
+# first sentence from here (tests/cli/test_cli_start.py checks that it is the command's own), in
+# this order.
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("normlab.cli.plan", "Print the resolved per-block plan."),
     "train": ("normlab.cli.train", "Train one run."),

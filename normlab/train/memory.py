@@ -8,7 +8,7 @@ activations a backward pass keeps, counted as 6 d + 2 f values per token and blo
 outputs, Q, K, V and the attention output; f the MLP width, in and out of its activation)
 without the T x T attention scores or the transient tensors of the backward pass, plus the
 logits and their gradient. With activation checkpointing, one block's activations and every
-block's input. (Checked against the tensors autograd saves, tests/test_cli_errors.py.)
+block's input. (Checked against the tensors autograd saves, tests/cli/test_cli_errors.py.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One optimizer step's arithmetic: the loss, gradient accumulation, the gradient norm and
 clipping. The training loop (`normlab.train.trainer`) calls these between its bookkeeping
 (divergence checks, block statistics, evaluation, checkpoints), so the numbers a run's every
-record rests on live in a few small functions with their own tests (`tests/test_step.py`).
+record rests on live in a few small functions with their own tests (`tests/train/test_step.py`).
 """
 
 from __future__ import annotations

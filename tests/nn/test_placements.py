@@ -946,7 +946,7 @@ def test_the_config_texts_name_the_registry_defaults():
 
 def test_reference_page_names_every_placement_and_its_paper():
     """docs/reference.md section 1 has a row for each placement, citing its paper's arXiv id."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "reference.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reference.md").read_text()
     section = text.split("## 1. Placements", 1)[1].split("\n## ", 1)[0]
     for p in PLACEMENTS:
         row = next((line for line in section.splitlines() if line.startswith(f"| `{p}` |")),

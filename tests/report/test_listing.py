@@ -210,7 +210,7 @@ def test_runs_fit_a_100_column_terminal_without_splitting_a_word(tmp_path):
 
     from normlab.cli.runs import runs_table
 
-    examples = Path(__file__).parents[1] / "examples"
+    examples = Path(__file__).parents[2] / "examples"
     summaries = [train_run(load_run_config(examples / f"{name}.yaml",
                                            ["train.steps=2", "train.eval_batches=1"]),
                            tmp_path, progress=False) for name in ("pre", "post", "modern")]

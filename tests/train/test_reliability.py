@@ -34,7 +34,7 @@ TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_se
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
         "train.eval_every=4"]
 TIMING = ("time_s", "tokens_per_s")
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 def table_rows(output: str) -> dict[str, str]:

@@ -26,7 +26,7 @@ KHOP_ARGS = ["data.task=khop", "model.vocab_size=8", "model.n_blocks=2", "model.
              "model.n_heads=2", "model.max_seq_len=32", "data.seq_len=32", "train.batch_size=8",
              "train.eval_batches=2", "train.steps=4", "train.eval_every=2", "train.lr=3e-3"]
 TIMING = ("time_s", "tokens_per_s")
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,7 @@ def test_bad_settings_exit_2(runs, args, needle):
 
 def test_the_documented_python_example_runs(runs, capsys):
     """docs/probes.md's `load_trained_model` example, on a tiny trained run."""
-    doc = (Path(__file__).parents[1] / "docs" / "probes.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "probes.md").read_text()
     section = doc.split("A trained run from Python:", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert "load_trained_model(" in code and "generate(" in code

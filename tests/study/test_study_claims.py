@@ -43,7 +43,7 @@ WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
             {"lens_gap_pre": -1.0, "lens_gap_post": 0.0}),
 }
 # noise large enough that no rule can decide
-NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/test_study_empirical.py
+NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/study/test_study_empirical.py
 
 
 # C2 reads the deeper half of a trained model: "large t" needs 12 blocks or more (its premise)
@@ -239,7 +239,7 @@ def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
     import json
     import re
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
 
     def plain(text: str) -> str:
         return " ".join(text.replace("`", "").split()).lower()

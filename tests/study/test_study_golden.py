@@ -2,7 +2,7 @@
 number and verdict of `study.json` as it was (words are checked by tests/claim_words).
 
 A change of a rule that is meant to move a number or a verdict is recorded again with
-`NORMLAB_RECORD_GOLDEN=1 pytest tests/test_study_golden.py`, and docs/study.md says why.
+`NORMLAB_RECORD_GOLDEN=1 pytest tests/study/test_study_golden.py`, and docs/study.md says why.
 Floats are compared to a relative 1e-4 or an absolute 1e-5: the same code on another CPU's
 kernels differs in the last digits (a difference of two nearly equal losses, about 1e-3, by a
 few 1e-6 between an AMD EPYC and an Intel Xeon), a changed rule by far more.
@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-GOLDEN = Path(__file__).parent / "golden" / "study_tiny.json"
+GOLDEN = Path(__file__).parents[1] / "golden" / "study_tiny.json"
 # what differs between two runs of the same code: time, machine, commit
 VOLATILE = {"created", "elapsed_s", "elapsed_total_s", "parts", "git_commit", "machine",
             "time_s", "traceback", "wall_s", "normlab", "torch"}

@@ -28,7 +28,7 @@ from normlab.train import read_summary
 
 pytest.importorskip("ray")
 
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 RAY = Path(sys.executable).with_name("ray")
 TINY = """
 base:

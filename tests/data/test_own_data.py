@@ -61,7 +61,7 @@ def said(result) -> str:
 # -- run ids and the config -----------------------------------------------------------------------
 def test_the_default_tokenizer_leaves_run_ids_as_they_were():
     base = load_run_config(None, [])
-    assert base.run_id() == "pre-L6-d256-b018512572e8"  # tests/test_khop.py's recorded id
+    assert base.run_id() == "pre-L6-d256-b018512572e8"  # tests/data/test_khop.py's recorded id
     explicit = load_run_config(None, ["data.tokenizer=byte", "data.text_field=text"])
     assert explicit.run_id() == base.run_id()
     bpe = load_run_config(None, ["data.tokenizer=bpe:512"])
@@ -351,7 +351,7 @@ def test_probes_read_a_checkpoint_s_text_through_its_own_tokenizer(corpus, tmp_p
 def test_the_bpe_example_trains_pre_and_post_on_a_bpe_vocabulary():
     from normlab.sweep.spec import plan_sweep
 
-    path = Path(__file__).parents[1] / "examples" / "sweeps" / "bpe_pre_post.yaml"
+    path = Path(__file__).parents[2] / "examples" / "sweeps" / "bpe_pre_post.yaml"
     plan = plan_sweep(path)
     configs = [run.config for run in plan.runs]
     assert sorted(c.model.placement for c in configs) == ["post", "pre"]

@@ -58,7 +58,7 @@ def test_version():
 
 
 def test_the_readme_command_table_names_every_command():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     table = readme.split("## Commands", 1)[1].split("\n## ", 1)[0]
     for name in load_commands().commands:
         assert f"| `normlab {name}" in table, name
@@ -68,7 +68,7 @@ def test_the_readme_command_table_names_every_command():
 def test_a_mistyped_command_is_matched_against_every_command():
     # in a fresh process, where no lazily imported command is loaded yet
     r = subprocess.run([sys.executable, "-m", "normlab", "prob"], capture_output=True,
-                       text=True, cwd=Path(__file__).parents[1])
+                       text=True, cwd=Path(__file__).parents[2])
     assert r.returncode == 2
     assert "Did you mean 'probe', 'probe-hf'?" in r.stderr
 
@@ -76,5 +76,5 @@ def test_a_mistyped_command_is_matched_against_every_command():
 def test_the_version_is_the_packages():
     import tomllib
 
-    meta = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert meta["project"]["version"] == normlab.__version__

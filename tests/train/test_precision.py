@@ -26,7 +26,7 @@ from normlab.train import perf, train_run
 from normlab.train.group import train_group
 from normlab.train.logging import read_metrics
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CPU = torch.device("cpu")
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f"})
 WITH_BF16 = {"avx512_bf16": AVX2_ONLY | {"avx512_bf16"}, "amx_bf16": AVX2_ONLY | {"amx_bf16"}}

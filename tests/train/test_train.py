@@ -139,7 +139,7 @@ def test_bf16_autocast_trains(tmp_path):
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "normlab", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])})
+                          env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])})
 
 
 def test_cli_bad_config_exits_2_without_writing(tmp_path):
@@ -161,7 +161,7 @@ def test_cli_diverged_exits_0_and_sigterm_checkpoints(tmp_path):
     long = [*(f"--set={a}" for a in TINY), "--set=train.steps=100000", "--quiet",
             "--root=long"]
     proc = subprocess.Popen([sys.executable, "-m", "normlab", "train", *long], cwd=tmp_path,
-                            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])},
+                            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = tmp_path / "long"
     deadline = time.time() + 60

@@ -48,7 +48,7 @@ axes:
   train.lr: [1e-3, 3e-3]
   train.warmup: [0, 5]
 """
-REPO = Path(__file__).parents[1]
+REPO = Path(__file__).parents[2]
 ENV = os.environ | {"PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
 runner = CliRunner()
 

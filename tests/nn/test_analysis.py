@@ -280,7 +280,7 @@ def test_logit_attrs_needs_a_decoder(tokens):
 
 def test_the_worked_example_in_the_docs_runs_and_prints_what_the_docs_show(capsys):
     """The snippet asserts that the attributions sum to the logit; this checks its table."""
-    doc = (Path(__file__).parent.parent / "docs" / "analysis.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "analysis.md").read_text()
     doc = doc.split("## Worked example", 1)[1]
     code = re.search(r"```python\n(.*?)```", doc, re.S).group(1)
     shown = re.search(r"```text\n(.*?)```", doc, re.S).group(1)

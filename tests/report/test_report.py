@@ -1137,7 +1137,7 @@ def recorded_study_dir(tmp_path_factory) -> Path:
     """The recorded standard study's study.json (its figures left out): five seeds, lists of run
     ids, C10's runs four levels deep."""
     d = tmp_path_factory.mktemp("recorded")
-    shutil.copy(Path(__file__).parent.parent / "docs/results/study_standard/study.json", d)
+    shutil.copy(Path(__file__).parents[2] / "docs/results/study_standard/study.json", d)
     return d
 
 
@@ -1161,7 +1161,7 @@ def test_tables_read_at_a_glance(browser, request, which):
         browser.resize(1200, 2000)
 
 
-RESULTS = Path(__file__).parent.parent / "docs" / "results"
+RESULTS = Path(__file__).parents[2] / "docs" / "results"
 # An absolute path of a machine: /home/..., /work/..., C:\... (not "nats/byte", not "n/a").
 ABSOLUTE_PATH = re.compile(r"(?<![\w.:/<])/(?:home|work|tmp|root|Users|mnt|var|opt|srv|data)/"
                            r"|\b[A-Z]:\\")

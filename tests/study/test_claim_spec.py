@@ -109,7 +109,7 @@ def test_docs_study_md_and_the_readme_say_what_the_specs_and_study_json_say():
     import runpy
     from pathlib import Path
 
-    script = Path(__file__).parent.parent / "scripts" / "study_docs.py"
+    script = Path(__file__).parents[2] / "scripts" / "study_docs.py"
     main = runpy.run_path(str(script))["main"]
     assert main(["--check"]) == 0, "run python scripts/study_docs.py"
 

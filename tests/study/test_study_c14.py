@@ -90,7 +90,7 @@ def test_post_stalled_everywhere_leaves_c14_inconclusive(tmp_path):
 def test_khop_config_is_the_feasibility_searchs_run(tmp_path):
     """The study's k-hop run at the feasibility search's size S2 is the same run (same id), so
     the search's runs are reused and the claim's size is the searched one."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / "khop_feasibility.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "khop_feasibility.py"
     spec = importlib.util.spec_from_file_location("khop_feasibility", path)
     search = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(search)
