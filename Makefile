@@ -24,7 +24,9 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	# the report test renders the page in headless Chromium (Debian's package)
 	sh scripts/install_chromium.sh
-	$(PY) -m pytest -q
+	# on every core (pytest-xdist); the tests that share an expensive fixture run on one worker
+	# together (--dist loadgroup, pyproject's addopts; docs/testing.md)
+	$(PY) -m pytest -q -n auto
 
 # each rule of the report's stylesheet and templates that keeps a table readable, broken in turn:
 # the browser test's layout check must see every one (a few minutes; not part of `make test`)

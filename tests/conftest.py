@@ -1,6 +1,8 @@
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,121 @@ torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
+# -- parallel runs ------------------------------------------------------------------------------
+# `make test` runs the suite on every core: pytest-xdist's `-n auto`, with `--dist loadgroup`
+# (pyproject's addopts). Tests are handed out to the workers one at a time, so that a slow file
+# does not hold up the rest; the tests that share an expensive fixture go to one worker together,
+# so that the fixture is built once: the tests that read the session's tiny study (one group
+# across files), and each file's tests that use one of its module-scoped fixtures (trained runs,
+# a loaded model, the browser). A test's own `xdist_group` mark names its group.
+#
+# xdist 3.8 forms its groups by appending the group to each test's node id, which pytest 9.2's
+# structured node ids ignore (pytest-xdist issue 1386: the tests are then spread as if unmarked).
+# The groups therefore travel apart from the node ids: each worker writes the groups it collected
+# to a folder that the controller names in NORMLAB_TEST_GROUPS, and the scheduler below reads
+# them (xdist's own load-scope scheduling, with a test's group as its scope).
+
+GROUPS_ENV = "NORMLAB_TEST_GROUPS"
+_SHARED_SCOPES = ("session", "package", "module", "class")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group of a test: its `xdist_group` mark's name; else the name of a session fixture of
+    this folder that it uses; else its file's path when it uses a module- or class-scoped fixture
+    of this folder; else None (a test that can run anywhere)."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    session, module = None, None
+    for name in item.fixturenames:
+        scope = _scope_of_fixture_of_this_folder(item, name)
+        if scope == "session":
+            session = session or name
+        elif scope is not None:
+            module = module or item.nodeid.split("::", 1)[0]
+    return session or module
+
+
+def _scope_of_fixture_of_this_folder(item: pytest.Item, name: str) -> str | None:
+    """The scope of fixture `name` of `item` when it is shared (not per test) and defined under
+    tests/; None for others (pytest's own, such as tmp_path_factory, cost nothing to build
+    twice)."""
+    defs = item._fixtureinfo.name2fixturedefs.get(name) or ()
+    if not defs or defs[-1].scope not in _SHARED_SCOPES:
+        return None
+    code = getattr(defs[-1].func, "__code__", None)
+    if code is None or Path(__file__).parent not in Path(code.co_filename).parents:
+        return None
+    return defs[-1].scope
+
+
+def _is_session_fixture_of_this_folder(item: pytest.Item, name: str) -> bool:
+    return _scope_of_fixture_of_this_folder(item, name) == "session"
+
+
+def pytest_configure(config):
+    """On the controller of a parallel run: the folder where the workers leave their groups."""
+    if (hasattr(config, "workerinput") or config.getoption("dist", "no") != "loadgroup"
+            or not config.getoption("numprocesses", None)):
+        return
+    folder = tempfile.mkdtemp(prefix="normlab-test-groups-")
+    os.environ[GROUPS_ENV] = folder  # the workers, started after this, inherit it
+    config.add_cleanup(lambda: (os.environ.pop(GROUPS_ENV, None),
+                                shutil.rmtree(folder, ignore_errors=True)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    folder, worker = os.environ.get(GROUPS_ENV), os.environ.get("PYTEST_XDIST_WORKER")
+    if not (folder and worker):
+        return
+    groups = {item.nodeid: group for item in items if (group := xdist_group_of(item))}
+    # the groups of session fixtures (the tiny study: minutes) are handed out first
+    first = sorted({name for item in items for name in item.fixturenames
+                    if _is_session_fixture_of_this_folder(item, name)})
+    tmp = Path(folder) / f"{worker}.json.tmp"
+    tmp.write_text(json.dumps({"groups": groups, "first": first}))
+    tmp.replace(tmp.with_suffix(""))  # whole before the worker reports its collection
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        """Load-scope scheduling whose scope is a test's group, or the test alone."""
+
+        groups: dict[str, str] | None = None
+        first: list[str] = []
+
+        def _read(self) -> None:  # once every worker has reported its collection
+            self.groups = {}
+            for path in sorted(Path(os.environ[GROUPS_ENV]).glob("*.json")):
+                written = json.loads(path.read_text())
+                self.groups.update(written["groups"])
+                self.first = sorted({*self.first, *written["first"]})
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self._read()
+            return self.groups.get(nodeid, nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            for scope in self.first:
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+            super()._assign_work_unit(node)
+
+    return SharedFixtureScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def tiny_study_dir(tmp_path_factory):
-    """A real study at profile `tiny` (about a minute on one core), run once for every test
-    module that reads one."""
+    """A real study at profile `tiny` (its runs on the profile's 2 worker processes: about two
+    minutes on 2 cores), run once for every test that reads one: in a parallel run, those tests
+    are one group, on one worker, handed out first."""
     from normlab.study.runner import run_study
 
     out = tmp_path_factory.mktemp("tiny-study")

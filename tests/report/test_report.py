@@ -1141,7 +1141,11 @@ def recorded_study_dir(tmp_path_factory) -> Path:
     return d
 
 
-@pytest.mark.parametrize("which", ["study", "runs", "tiny_study", "many_runs", "recorded_study"])
+@pytest.mark.parametrize("which", [
+    "study", "runs",
+    # with the other tests that read the session's tiny study (tests/conftest.py)
+    pytest.param("tiny_study", marks=pytest.mark.xdist_group("tiny_study_dir")),
+    "many_runs", "recorded_study"])
 def test_tables_read_at_a_glance(browser, request, which):
     """No word or number broken across lines, numbers on one line in tabular digits, no header
     narrower than its longest word, no table inside a table, nothing wider than the page (a wide
