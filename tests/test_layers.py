@@ -6,6 +6,7 @@ explicit path's size bound, and every table and mask on the tensors' own device 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from normlab.config import ModelConfig
 from normlab.nn import layers
 from normlab.nn.layers import MLP, Attention, Context, apply_rope, rope_tables
+from normlab.nn.taps import hooked
 
 
 def cfg(**kw) -> ModelConfig:
@@ -65,6 +67,32 @@ def test_explicit_attention_without_a_mask_is_softmax_attention(causal):
     got, scores = attn._explicit(q, k, v, None, 0.0)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert scores is None  # no residual attention: nothing passed on
+
+
+@pytest.mark.parametrize("setting", ["fused", "explicit", "uniform", "residual"])
+def test_only_residual_attention_replaces_the_scores_it_is_handed(setting):
+    """RealFormer's attention passes on `Q K^T / sqrt(d_k) + S_prev`; any other attention hands
+    back the scores it was given, as they came (the fused kernel; the explicit path, taken for
+    the hooked pattern, with a padding mask; uniform attention), so a block's carry is changed
+    only where it is used."""
+    kw = {"uniform": {"attention": "uniform"}, "residual": {"residual_attention": True}}
+    attn = randomized(Attention(cfg(kind="encoder", **kw.get(setting, {}))))
+    x = torch.randn(2, 5, 16)
+    prev = torch.randn(2, 4, 5, 5)
+    keys = torch.ones(2, 5, dtype=torch.bool)
+    keys[1, 3:] = False
+    ctx = Context(key_mask=keys[:, None, None, :]) if setting == "explicit" else Context()
+    patterns = []
+    pattern_hooked = (hooked(attn, {"pattern": lambda _m, _i, out: patterns.append(out)})
+                      if setting == "explicit" else contextlib.nullcontext())
+    with torch.no_grad(), pattern_hooked:
+        _, scores = attn(x, ctx, prev)
+    assert len(patterns) == (setting == "explicit")
+    if setting != "residual":
+        assert scores is prev
+        return
+    q, k, _ = heads(attn, x)
+    torch.testing.assert_close(scores, q @ k.transpose(-2, -1) / math.sqrt(4) + prev)
 
 
 def uniform_reference(v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,8 @@ The forward passes tensors, nothing else: a block maps `(x, carry, ctx)` to `(x,
 - `ctx` (`normlab.nn.layers.Context`) is what every attention reads and no block changes: the
   RoPE tables and the padding mask.
 - B2T's block input (Takase et al. 2022, arXiv 2206.00330) lives within one block: the block
-  passes its own input `x` to the MLP sublayer as `block_input`.
+  passes its own input `x` to the MLP sublayer as `block_input` (and `ctx` to the attention
+  sublayer only: the MLP reads neither).
 
 So a block is a function of its arguments, and activation checkpointing recomputes it from the
 same arguments (`normlab.nn.model.checkpointed_block`); a forward hook on `blocks.{i}` sees the
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from normlab.config import ModelConfig
-from normlab.nn.layers import MLP, Attention, Context, NoAttention
+from normlab.nn.layers import MLP, NO_CONTEXT, Attention, Context, NoAttention
 from normlab.nn.norms import make_norm, normed
 from normlab.nn.plan import BlockPlan, SublayerPlan
 from normlab.nn.taps import Tap
@@ -81,8 +82,10 @@ class Sublayer(nn.Module):
         self.post_norm = norm_for(plan.post_norm, cfg)
         self.stream_out = Tap()
 
-    def forward(self, x: torch.Tensor, carry: Carry, ctx: Context,
+    def forward(self, x: torch.Tensor, carry: Carry, ctx: Context = NO_CONTEXT,
                 block_input: torch.Tensor | None = None) -> tuple[torch.Tensor, Carry]:
+        """The stream after this sublayer and the carry it hands on; `ctx` is read by attention
+        only, `block_input` (the block's input) by B2T's MLP sublayer only."""
         x = self.stream_in(x)
         h = normed(self.in_norm, x)
         if self.plan.in_scale != 1.0:
@@ -124,4 +127,4 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, carry: Carry, ctx: Context
                 ) -> tuple[torch.Tensor, Carry]:
         a, carry = self.attn(x, carry, ctx)
-        return self.mlp(a, carry, ctx, block_input=x)
+        return self.mlp(a, carry, block_input=x)
