@@ -1,8 +1,9 @@
 """The shared training loop (`normlab.train.loop`) on a toy kind of training: one weight per
 member, fitted by clipped gradient steps in pure Python floats, so every number is exact. The
 loop's cadences (evaluation, logging, checkpoints, kept weights), a member that diverges alone, a
-stop and its resume, failures, signals and members that have nothing left to train; runs and
-groups on it are tested in tests/test_train.py and tests/test_batched.py."""
+stop and its resume, failures, signals and members that have nothing left to train; runs, groups
+and fine-tuning on it are tested in tests/test_train.py, tests/test_batched.py and
+tests/test_finetune.py."""
 
 from __future__ import annotations
 
@@ -167,7 +168,7 @@ def test_a_failure_ends_the_members_still_training_and_keeps_an_ended_ones_end()
     assert ("end", "c", "failed", 3, "OSError") in loop.events
     d = toy("d", fail_at=2)
     loop = ToyLoop([d])
-    loop.records_failures = False  # (then an error is the caller's)
+    loop.records_failures = False  # (fine-tuning's: an error is the caller's)
     with pytest.raises(OSError, match="disk full"):
         loop.run()
 
@@ -188,7 +189,7 @@ def test_a_signal_stops_every_member_after_the_step():
     assert ("checkpoint", "a", 2) in loop.events
     assert ("end", "b", "interrupted", 2, "signal") in loop.events
     loop = SignalledLoop([toy("c")])
-    loop.stops_on_signal = False  # (then a signal acts as it does anywhere)
+    loop.stops_on_signal = False  # (fine-tuning's: a signal acts as it does anywhere)
     with pytest.raises(KeyboardInterrupt):
         loop.run()
 
@@ -201,12 +202,13 @@ def test_a_member_with_no_step_left_ends_at_once():
     assert done.records == [] and done.w == 0.5
 
 
-def test_runs_and_groups_share_the_loop():
+def test_the_three_kinds_of_training_share_the_loop():
+    from normlab.finetune.loop import _FinetuneLoop
     from normlab.train.group import _GroupLoop
     from normlab.train.trainer import RunLoop, _SingleLoop
 
     assert issubclass(_SingleLoop, RunLoop) and issubclass(_GroupLoop, RunLoop)
-    assert issubclass(RunLoop, TrainLoop)
-    for kind in (_SingleLoop, _GroupLoop):  # the loop itself is never rewritten
+    assert issubclass(RunLoop, TrainLoop) and issubclass(_FinetuneLoop, TrainLoop)
+    for kind in (_SingleLoop, _GroupLoop, _FinetuneLoop):  # the loop itself is never rewritten
         for name in ("run", "train_step", "after_step", "drop", "end"):
             assert getattr(kind, name) is getattr(TrainLoop, name), (kind, name)

@@ -1,9 +1,9 @@
-"""The training loop that single runs and stacked groups share.
+"""The training loop that single runs, stacked groups and fine-tuning share.
 
-A `TrainLoop` trains one or more members (a run, each run of a stacked group), each with its
-own step, its own `TrainConfig` (the lr schedule, clipping and the cadences of evaluation,
-logging, block statistics and checkpoints) and its own records. The loop owns what every kind of
-training does alike, written once here:
+A `TrainLoop` trains one or more members (a run, each run of a stacked group, a fine-tuning at
+one lr), each with its own step, its own `TrainConfig` (the lr schedule, clipping and the
+cadences of evaluation, logging, block statistics and checkpoints) and its own records. The loop
+owns what every kind of training does alike, written once here:
 
     stop        on SIGINT/SIGTERM or at `interrupt_at`: checkpoint, end `interrupted`
     step        each member's lr from its schedule (`lr_at`), forward and backward, then per
@@ -21,8 +21,10 @@ A kind of training subclasses `TrainLoop` and says how its members step and what
 norms), `update` (clipping and the optimizer step), `evaluate`, `write` (a record), `checkpoint`,
 `finish` (a member's end), `show` (progress). The single run (`normlab.train.trainer`) and the
 stacked group (`normlab.train.group`) share their run-folder records through
-`normlab.train.trainer.RunLoop`. The loop computes nothing a member's numbers depend on but its
-lr, and calls the hooks in one fixed order, so a resumed run continues its curve exactly.
+`normlab.train.trainer.RunLoop`; fine-tuning (`normlab.finetune.loop`) keeps a loss curve in
+memory, evaluates once after the loop and has no checkpoints. The loop computes nothing a
+member's numbers depend on but its lr, and calls the hooks in one fixed order, so a resumed run
+continues its curve exactly.
 """
 
 from __future__ import annotations
