@@ -96,7 +96,7 @@ def compiled(width: int, steps: int, precision: str, args, tmp: Path) -> dict:
 def attention_paths(heads: int, args, rounds: int = 7) -> dict:
     """Forward+backward ms of bf16 causal attention at the benchmark's shape: the fused SDPA
     kernel against the explicit two-GEMM path that `explicit_attention_pays` picks on CPU."""
-    from normlab.nn.layers import Attention, ForwardState
+    from normlab.nn.layers import Attention
 
     cfg = config(64 * heads, "bf16", 1, args).model
     attn = Attention(cfg)
@@ -106,7 +106,7 @@ def attention_paths(heads: int, args, rounds: int = 7) -> dict:
     paths = {
         "fused_sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True),
-        "explicit": lambda: attn._explicit(q, k, v, ForwardState(), 0.0),
+        "explicit": lambda: attn._explicit(q, k, v, None, 0.0)[0],
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     for r in range(rounds + 1):

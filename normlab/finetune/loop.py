@@ -3,6 +3,13 @@
 (:mod:`normlab.data.genre`) by `finetune_model` (one lr) or `finetune_model_lrs` (a grid of
 lrs), and `finetune_settings`, the validated settings of one such run. No caching here: fine-tuning
 a run folder, with its results stored in the folder, is :mod:`normlab.finetune.runs`.
+
+Each lr trains on the loop runs train on (:mod:`normlab.train.loop`, `_FinetuneLoop`): the lr
+schedule, the step with its gradient clipping, the stop on a non-finite loss and the logging
+cadence of the loss curve are that loop's; the batches, the loss, the curve and the evaluation
+after training (test, train and validation passages, whatever the outcome) are fine-tuning's own.
+It has no checkpoints (a fine-tuning is short, and its result is cached whole), and a signal stops
+it as it stops any code.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from torch import nn
 from normlab.config import TrainConfig, parse_config
 from normlab.data.genre import TASKS, GenreTask, evaluation_rows, genre_task
 from normlab.nn.model import NormTransformer
-from normlab.train.schedules import lr_at
+from normlab.train.loop import Member, TrainLoop
+from normlab.train.step import clip_and_step, gradient_norm, set_lr
 
 FINETUNE_VERSION = 2
 """Bumped when a change to this package changes results, so old cached files are not reused."""
@@ -151,6 +159,68 @@ def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4
 
 
 # -- the training loop --------------------------------------------------------------------------
+class _FinetuneLoop(TrainLoop):
+    """Fine-tuning at one lr on the shared loop (`normlab.train.loop.TrainLoop`): one member,
+    the classifier; batches from `plan` (rows of the training passages per step; a frozen body's
+    pooled features from `shared`); stops on a non-finite loss only; records a loss curve
+    (`curve`: `[step, mean train loss since the last point, lr]`, a diverged step's loss as
+    text); no evaluation inside the loop (`finetune_model_lrs` evaluates after it, whatever the
+    outcome), no checkpoints, and a signal or an error stops it as it would any code."""
+
+    stops_on_signal = False
+    records_failures = False
+    evaluates = False
+    checkpoints = False
+
+    def __init__(self, member: Member, clf: SequenceClassifier,
+                 optimizer: torch.optim.Optimizer, data: GenreTask, plan: list[np.ndarray],
+                 dev: torch.device, shared: dict[str, Any],
+                 progress: Callable[[str], None] | None) -> None:
+        super().__init__([member])
+        self.clf, self.optimizer, self.data, self.plan = clf, optimizer, data, plan
+        self.dev, self.shared, self.progress = dev, shared, progress
+        self.tokens_per_step = len(plan[0]) * data.passage_bytes if plan else 0
+        self.curve: list[list[Any]] = []
+        self.recent: list[float] = []  # the losses since the curve's last point
+
+    def gradients(self, lrs: list[float], stats_due: list[bool]
+                  ) -> tuple[list[float], list[float]]:
+        rows = self.plan[self.active[0].step]
+        target = _tokens(self.data.train_y[rows], self.dev)
+        if self.shared:  # frozen: the features of the passages, computed once
+            feats = self.shared["feats"][[self.shared["rows"][int(r)] for r in rows]]
+            logits = self.clf.classify(feats)
+        else:
+            logits = self.clf(_tokens(self.data.train_x[rows], self.dev))
+        loss = F.cross_entropy(logits.float(), target)
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):  # diverged: no backward (a shared head stays clean)
+            return [loss_value], [math.nan]
+        loss.backward()
+        self.params, self.total_norm = gradient_norm(self.clf)
+        self.recent.append(loss_value)
+        return [loss_value], [self.total_norm.item()]
+
+    def divergence(self, m: Member, loss: float, grad_norm: float) -> str | None:
+        return None if math.isfinite(loss) else "nonfinite_loss"
+
+    def update(self, rows: list[int], lrs: list[float]) -> None:
+        set_lr(self.optimizer, lrs[0])
+        clip_and_step(self.optimizer, self.params, self.total_norm, self.active[0].tc.grad_clip)
+
+    def write(self, m: Member, record: dict[str, Any]) -> None:
+        if "diverged" in record:
+            self.curve.append([m.step, str(record["train_loss"]), record["lr"]])
+            return
+        self.curve.append([m.step, float(np.mean(self.recent)), record["lr"]])
+        self.recent = []
+        if self.progress is not None:
+            self.progress(f"step {m.step}/{m.tc.steps}, train loss {self.curve[-1][1]:.4f}")
+
+    def finish(self, m: Member, outcome: str, reason: str | None = None, **extra: Any) -> None:
+        pass  # the outcome is the member's; the caller evaluates
+
+
 def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> np.ndarray:
     """Rows of step ``step``: consecutive slices of per-epoch permutations (stateless)."""
     start = step * batch_size
@@ -310,9 +380,6 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
     rng_devices = [dev.index or 0] if dev.type == "cuda" else []
     out = []
     for lr, settings in zip(lrs, all_settings, strict=True):
-        schedule = parse_config(TrainConfig, {"steps": steps, "lr": lr, "warmup": warmup,
-                                              "schedule": "cosine",
-                                              "min_lr_ratio": min_lr_ratio})
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=rng_devices):  # the caller's RNG state is left alone
             torch.manual_seed(seed)
@@ -345,40 +412,18 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
                 params = [p for p in group["params"] if p.requires_grad]
                 if params:
                     groups.append(group | {"params": params})
-            optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
+            # what the loop reads: schedule, clipping, the loss curve's cadence (no block
+            # statistics, no checkpoints; evaluation comes after the loop)
+            tc = parse_config(TrainConfig, {
+                "steps": steps, "lr": lr, "warmup": warmup, "schedule": "cosine",
+                "min_lr_ratio": min_lr_ratio, "weight_decay": weight_decay, "beta1": 0.9,
+                "beta2": 0.999, "eps": 1e-8, "grad_clip": grad_clip, "log_every": log_every,
+                "eval_every": 0, "block_stats_every": 0, "checkpoint_every": 0})
+            optimizer = torch.optim.AdamW(groups, lr=lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
             clf.train(not freeze)
-            curve: list[list[float]] = []
-            recent: list[float] = []
-            outcome = "completed"
-            step = 0
-            for step in range(steps):
-                rows = plan[step]
-                lr_now = lr_at(step, schedule)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_now
-                target = _tokens(data.train_y[rows], dev)
-                if freeze:
-                    logits = clf.classify(shared["feats"][[shared["rows"][int(r)]
-                                                           for r in rows]])
-                else:
-                    logits = clf(_tokens(data.train_x[rows], dev))
-                loss = F.cross_entropy(logits.float(), target)
-                loss_value = loss.item()
-                if not math.isfinite(loss_value):
-                    outcome = "diverged"
-                    curve.append([step + 1, str(loss_value), lr_now])
-                    break
-                loss.backward()
-                if grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                recent.append(loss_value)
-                if (step + 1) % log_every == 0 or step + 1 == steps:
-                    curve.append([step + 1, float(np.mean(recent)), lr_now])
-                    recent = []
-                    if progress is not None:
-                        progress(f"step {step + 1}/{steps}, train loss {curve[-1][1]:.4f}")
+            member = Member(tc=tc)
+            loop = _FinetuneLoop(member, clf, optimizer, data, plan, dev, shared, progress)
+            loop.run()
             train_s = time.perf_counter() - t0
             if progress is not None:
                 progress(f"evaluating on {len(scored)} test passages")
@@ -392,8 +437,9 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
         cfg = model.cfg
         out.append({
             "settings": settings, "task": data.task, "classes": data.classes,
-            "outcome": outcome,
-            "steps_done": step + 1 if outcome == "completed" else step,
+            "outcome": member.outcome,
+            # a diverged run stops before the update of its last step
+            "steps_done": member.step if member.outcome == "completed" else member.step - 1,
             "test_accuracy": test["accuracy"], "test_loss": test["loss"],
             "train_accuracy": train["accuracy"], "train_eval_loss": train["loss"],
             "val_accuracy": val["accuracy"] if val else None,
@@ -402,7 +448,7 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
             "balanced_test_accuracy": float(np.mean(list(per_class.values()))),
             "chance": data.chance, "majority": data.majority,
             "n_train": int(len(data.train_y)), "n_test": int(len(scored)),
-            "n_train_eval": int(n_tr), "loss_curve": curve,
+            "n_train_eval": int(n_tr), "loss_curve": loop.curve,
             "model": {"placement": cfg.placement, "n_blocks": cfg.n_blocks,
                       "d_model": cfg.d_model, "kind": cfg.kind, "norm": cfg.norm,
                       "init": model.plan.init, "params": model.num_params()},

@@ -2,7 +2,7 @@
 
 `HFTapModel(hf_model)` wraps a `transformers` model of a known family and exposes the interface
 the probes read from a normlab model: `blocks[i].{attn,mlp}.{stream_in, branch_in, branch_raw,
-branch_added, stream_out}`, `blocks[i]` itself, `final.in` / `final.out` (all identity `Tap`
+branch_added, stream_out}`, `blocks[i]` itself, `final.input` / `final.out` (all identity `Tap`
 modules), `stream(idx, attention_mask)`, `forward(idx, targets)` (models with an LM head),
 `cfg.kind` and `plan.dual_stream`. So `normlab.nn.capture(wrapper, "blocks.*.mlp.stream_out")`,
 `normlab.probe.stream_stats(wrapper, batches)` and, for causal LMs,
@@ -25,7 +25,7 @@ Which module carries each tap (per block, relative to the layer; "in" = the modu
 | mlp.branch_in | intermediate in | ln_2 out | post_attention_layernorm out |
 | mlp.branch_raw, .branch_added | output.dense out | mlp out | mlp out |
 | mlp.stream_out | layer out | layer out | layer out |
-| final.in / final.out | last layer out (no final norm) | ln_f in / out | norm in / out |
+| final.input / final.out | last layer out (no final norm) | ln_f in / out | norm in / out |
 | attn.post_norm.* / .in_norm.* | attention.output.LayerNorm | ln_1 | input_layernorm |
 | mlp.post_norm.* / .in_norm.* | output.LayerNorm | ln_2 | post_attention_layernorm |
 | final.norm.* | - | ln_f | norm |
@@ -45,17 +45,19 @@ mode): while it is hooked that forward runs transformers' eager attention (sdpa 
 weights) and the model's attention implementation is restored afterwards; with it unhooked
 nothing changes. Layouts are those of transformers 5.
 
-Each norm carries normlab's norm taps (`normlab.nn.norms`): `.in` (the norm module's input),
+Each norm carries normlab's norm taps (`normlab.nn.norms`): `.input` (the norm module's input),
 `.scale` (1/std or 1/rms per token, [B, T, 1], computed from the input with the module's own eps
 only while hooked; a hook returning a new scale makes the norm's output be recomputed with it)
 and `.out` (the module's output). With them, `run_with_cache` and the cache's residual analysis
 (`accumulated_resid`, `apply_ln_to_stack`, and for the pre-norm families `decompose_resid` and
 `logit_attrs`) work on the wrapper as on a normlab model.
 
-`blocks.{i}` fires once per forward at the layer's output, called as `block(x_in, state)` where
-`state.block_input` is the layer input and `state.block_out` its output; what it returns
-becomes the layer output (normlab's layer-drop hooks return `x_in`). Pre-hooks on `blocks.{i}`
-run at that point too, so they cannot change the layer's input (use `attn.stream_in`).
+`blocks.{i}` fires once per forward at the layer's output, called as `block(x_in, carry,
+x_out)` with the layer's input and output and an empty `normlab.nn.block.Carry`, and returns
+`(x_out, carry)`, as a normlab block returns `(x, carry)`; the first tensor of what it returns
+becomes the layer output (normlab's layer-drop hooks return the block's inputs, so `x_in`).
+Pre-hooks on `blocks.{i}` run at that point too, so they cannot change the layer's input (use
+`attn.stream_in`).
 
 `skip_blocks(hf_model, [i, ...])` is the direct way to drop layers (layer drop) with hooks.
 """
@@ -65,7 +67,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -74,10 +75,11 @@ from torch import nn
 
 from normlab.interop.errors import InteropError
 from normlab.nn.analysis import NormSpec, norm_spec
+from normlab.nn.block import Carry
 from normlab.nn.hooked import HookedMixin
 from normlab.nn.model import ModelOutput
 from normlab.nn.norms import add_norm_taps
-from normlab.nn.taps import Tap, active
+from normlab.nn.taps import Tap, active, current_name
 
 SUBLAYER_TAPS = ("stream_in", "branch_in", "branch_raw", "branch_added", "stream_out")
 ATTENTION_TAPS = ("q", "k", "v", "pattern")
@@ -286,7 +288,8 @@ class _NormTaps(nn.Module):
 
 
 class BlockProxy(nn.Module):
-    """Stands for Hugging Face layer i: hooks on it see `(x_in, state)` and the layer output."""
+    """Stands for Hugging Face layer i: hooks on it see `(x_in, carry, x_out)` and the output
+    `(x_out, carry)`, as a normlab block's `(x, carry, ctx)` and `(x, carry)`."""
 
     def __init__(self, norms: Iterable[str] = ()) -> None:
         super().__init__()
@@ -296,8 +299,9 @@ class BlockProxy(nn.Module):
                                                  if n.startswith(kind + ".")),
                                                 attention=kind == "attn"))
 
-    def forward(self, x: torch.Tensor, state: SimpleNamespace) -> torch.Tensor:
-        return state.block_out
+    def forward(self, x: torch.Tensor, carry: Carry, out: torch.Tensor
+                ) -> tuple[torch.Tensor, Carry]:
+        return out, carry
 
 
 class HFTapModel(HookedMixin, nn.Module):
@@ -323,7 +327,7 @@ class HFTapModel(HookedMixin, nn.Module):
                            fam.norm if fam.final_norm else None)
         self.blocks = nn.ModuleList(BlockProxy(fam.norms) for _ in range(len(self._layers)))
         self.final = nn.Module()
-        self.final.add_module("in", Tap())
+        self.final.add_module("input", Tap())
         if self._final_norm is not None:
             self.final.add_module("norm", _NormTaps())
         self.final.add_module("out", Tap())
@@ -333,15 +337,16 @@ class HFTapModel(HookedMixin, nn.Module):
         """The Hugging Face module (and side) that carries tap `tap`, e.g.
         `model.layers.3.post_attention_layernorm (input)`."""
         base_name = {id(m): n for n, m in self.hf.named_modules()}
-        parts = tap.split(".")
+        parts = current_name(tap).split(".")
         if parts[-2:-1] in (["in_norm"], ["post_norm"]) or parts[:2] == ["final", "norm"]:
             norm = self._norm_module(".".join(parts[:-1]))
-            side = {"in": "input", "out": "output", "scale": "scale, from the input"}[parts[-1]]
+            side = {"input": "input", "out": "output", "scale": "scale, from the input"}[
+                parts[-1]]
             return f"{base_name[id(norm)]} ({side})"
         if parts[0] == "final":
             if self._final_norm is None:
                 return f"{base_name[id(self._layers[-1])]} (output)"
-            side = "input" if parts[1] == "in" else "output"
+            side = "input" if parts[1] == "input" else "output"
             return f"{base_name[id(self._final_norm)]} ({side})"
         i, rest = int(parts[1]), ".".join(parts[2:])
         layer = self._layers[i]
@@ -450,10 +455,9 @@ class HFTapModel(HookedMixin, nn.Module):
                     x = _first(out)
                     y = self._fire(taps, x)
                     if active(proxy):
-                        state = SimpleNamespace(block_input=kept["x"], block_out=y)
-                        y = proxy(kept["x"], state)
+                        y = proxy(kept["x"], Carry(), y)[0]
                     if i == last and self._final_norm is None:
-                        y = self._fire([("final.in", getattr(self.final, "in"), True),
+                        y = self._fire([("final.input", self.final.input, True),
                                         ("final.out", self.final.out, True)], y)
                     kept.clear()
                     return None if y is x else _with_first(out, y)
@@ -465,7 +469,7 @@ class HFTapModel(HookedMixin, nn.Module):
                 handles.extend(self._norm_bridge(name, module, taps))
             if self._final_norm is not None:
                 handles.append(self._final_norm.register_forward_pre_hook(
-                    on_input([("final.in", getattr(self.final, "in"), True)]),
+                    on_input([("final.input", self.final.input, True)]),
                     with_kwargs=True))
                 handles.append(self._final_norm.register_forward_hook(
                     on_output([("final.out", self.final.out, True)])))
@@ -575,11 +579,11 @@ class HFTapModel(HookedMixin, nn.Module):
         those on its output, the order of normlab's own norm taps."""
         spec = norm_spec(module, self.family.norm, name)
         kept: dict[str, torch.Tensor] = {}
-        tap_in, tap_out = getattr(taps, "in"), taps.out
+        tap_in, tap_out = taps.input, taps.out
 
         def pre(_m, args, kwargs):
             x = _input_of(args, kwargs)
-            y = self._fire([(f"{name}.in", tap_in, True)], x)
+            y = self._fire([(f"{name}.input", tap_in, True)], x)
             if active(taps.scale):
                 scale = spec.scale_of(y)
                 new = taps.scale(scale)

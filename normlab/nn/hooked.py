@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from normlab.nn.analysis import ResidualAnalysis
-from normlab.nn.taps import capture, hooked, select_taps, tap_names
+from normlab.nn.taps import capture, current_name, hooked, select_taps, tap_names
 
 NamesFilter = str | Sequence[str] | Callable[[str], bool] | None
 HookFn = Callable[..., torch.Tensor | None]
@@ -58,7 +58,7 @@ class HookPoint:
     name: str
 
     def layer(self) -> int | None:
-        """The block index of the tap; None for taps outside the blocks (`final.in`)."""
+        """The block index of the tap; None for taps outside the blocks (`final.input`)."""
         m = _BLOCK.fullmatch(self.name)
         return int(m.group(1)) if m else None
 
@@ -81,6 +81,7 @@ class ActivationCache(ResidualAnalysis, Mapping[str, torch.Tensor]):
         if isinstance(key, tuple):
             name, block = key
             key = f"blocks.{block % self.n_blocks}.{name}"
+        key = current_name(key)
         try:
             return self._tensors[key]
         except KeyError:
@@ -104,6 +105,7 @@ class ActivationCache(ResidualAnalysis, Mapping[str, torch.Tensor]):
         """The per-block tensors `blocks.{i}.{name}` for every block i, stacked in block order:
         [n_blocks, ...]. Every block must be in the cache (select them all with names_filter,
         e.g. `blocks.*.mlp.stream_out`)."""
+        name = current_name(name)
         found = {int(m.group(1)): t for key, t in self._tensors.items()
                  if (m := _BLOCK.fullmatch(key)) and m.group(2) == name}
         if len(found) != self.n_blocks:

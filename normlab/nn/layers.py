@@ -1,5 +1,9 @@
 """The sublayers every placement shares: multi-head attention and the MLP.
 
+Both are functions of their inputs: the MLP maps `h` to its output; attention maps `h`, the
+forward's `Context` (RoPE tables, padding mask) and the previous attention's pre-softmax scores
+(RealFormer) to its output and the scores it passes on. Nothing is kept between calls.
+
 Attention goes through `scaled_dot_product_attention` (fused kernels) unless RealFormer's residual
 attention needs the raw scores, or the `pattern` tap is hooked, which take the explicit path.
 """
@@ -7,7 +11,7 @@ attention needs the raw scores, or the `pattern` tap is hooked, which take the e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -18,15 +22,14 @@ from normlab.nn.norms import make_norm
 from normlab.nn.taps import Tap, active, fire
 
 
-@dataclass
-class ForwardState:
-    """What one forward pass carries from sublayer to sublayer besides the stream itself."""
+class Context(NamedTuple):
+    """What every attention of one forward reads, the same in every block (immutable)."""
 
     rope: tuple[torch.Tensor, torch.Tensor] | None = None  # cos, sin: [T, head_dim]
     key_mask: torch.Tensor | None = None  # [B, 1, 1, T] bool, True where a key may be attended
-    prev_scores: torch.Tensor | None = None  # RealFormer: previous block's pre-softmax scores
-    block_input: torch.Tensor | None = None  # B2T: the stream entering the current block
-    dual: torch.Tensor | None = None  # ResiDual: the un-normalized second stream d
+
+
+NO_CONTEXT = Context()  # learned positions, no padding
 
 
 def rope_tables(seq_len: int, head_dim: int, base: float, device=None) -> tuple[torch.Tensor, ...]:
@@ -51,7 +54,9 @@ class Attention(nn.Module):
     each with its own norm of size head_dim shared by the heads (the released code's
     `q_norm`/`k_norm`/`v_norm`), before RoPE.
     `residual_attention` (RealFormer, He et al. 2020, arXiv 2012.11747) adds the previous block's
-    pre-softmax scores to this block's: `S_l = Q K^T / sqrt(d_k) + S_{l-1}`.
+    pre-softmax scores to this block's: `S_l = Q K^T / sqrt(d_k) + S_{l-1}`. So the forward takes
+    `S_{l-1}` (`prev_scores`, None in the first block) and returns `S_l` beside its output; an
+    attention without it returns `prev_scores` as it came (None).
 
     Taps: `q`, `k`, `v` ([B, H, T, head_dim], after the QKV norms and RoPE: what the scores are
     computed from) and `pattern` (the softmax probabilities [B, H, T, T] before attention dropout,
@@ -79,39 +84,44 @@ class Attention(nn.Module):
         for name in ("q", "k", "v", "pattern"):
             self.add_module(name, Tap())
 
-    def forward(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ctx: Context = NO_CONTEXT,
+                prev_scores: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention output [B, T, d] and the scores the next attention adds (RealFormer;
+        `prev_scores` unchanged otherwise)."""
         B, T, _ = x.shape
         if self.uniform:
-            return self.resid_dropout(self.proj(self._uniform(x, state)))
+            return self.resid_dropout(self.proj(self._uniform(x, ctx.key_mask))), prev_scores
         qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim)
         q, k, v = qkv.unbind(2)
         if self.qkv_norms is not None:
             q, k, v = (norm(t) for norm, t in zip(self.qkv_norms, (q, k, v), strict=True))
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, Dh]
-        if state.rope is not None:
-            cos, sin = state.rope
+        if ctx.rope is not None:
+            cos, sin = ctx.rope
             q, k = apply_rope(q, cos[:T], sin[:T]), apply_rope(k, cos[:T], sin[:T])
         q, k, v = fire(self.q, q), fire(self.k, k), fire(self.v, v)
         p = self.attn_dropout if self.training else 0.0
+        scores = prev_scores
         if self.residual_attention or explicit_attention_pays(q) or active(self.pattern):
-            y = self._explicit(q, k, v, state, p)
+            y, scores = self._explicit(q, k, v, ctx.key_mask, p, prev_scores)
         else:
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=state.key_mask, dropout_p=p,
-                is_causal=self.causal and state.key_mask is None,
+                q, k, v, attn_mask=ctx.key_mask, dropout_p=p,
+                is_causal=self.causal and ctx.key_mask is None,
             )
         y = y.transpose(1, 2).reshape(B, T, -1)
-        return self.resid_dropout(self.proj(y))
+        return self.resid_dropout(self.proj(y)), scores
 
-    def _uniform(self, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
+    def _uniform(self, x: torch.Tensor, key_mask: torch.Tensor | None) -> torch.Tensor:
         """Every allowed position weighted equally: softmax of all-zero scores, as with
         W^Q = W^K = 0 (Xiong et al. 2020, arXiv 2002.04745, Sec. 3.3). Only the V third of the
         fused projection is used; Q and K keep their slots so checkpoints share one layout."""
         d = x.shape[-1]
         bias = None if self.qkv.bias is None else self.qkv.bias[2 * d:]
         v = F.linear(x, self.qkv.weight[2 * d:], bias)  # [B, T, d]; heads do not matter here
-        if state.key_mask is not None:  # padding (encoder): mean over the unpadded keys
-            m = state.key_mask[:, 0, 0, :, None].to(v.dtype)  # [B, T, 1]
+        if key_mask is not None:  # padding (encoder): mean over the unpadded keys
+            m = key_mask[:, 0, 0, :, None].to(v.dtype)  # [B, T, 1]
             return ((v * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp_min(1.0)
                     ).expand_as(v)
         if not self.causal:
@@ -119,12 +129,15 @@ class Attention(nn.Module):
         counts = torch.arange(1, x.shape[1] + 1, device=x.device, dtype=v.dtype)[None, :, None]
         return v.cumsum(1) / counts
 
-    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: ForwardState,
-                  dropout_p: float) -> torch.Tensor:
-        """softmax(Q K^T / sqrt(d_k) [+ S_prev] + mask) V as batched GEMMs."""
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  key_mask: torch.Tensor | None, dropout_p: float,
+                  prev_scores: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """softmax(Q K^T / sqrt(d_k) [+ S_prev] + mask) V as batched GEMMs, and the scores to
+        pass on: `S = Q K^T / sqrt(d_k) + S_prev` with residual attention, else `prev_scores`."""
         B, H, T, Dh = q.shape
         scale = 1.0 / math.sqrt(Dh)
-        if not self.residual_attention and state.key_mask is None:
+        if not self.residual_attention and key_mask is None:
             # scale and causal mask fused into one GEMM on [B*H, T, T]
             bias = (causal_bias(T, q.dtype, q.device) if self.causal
                     else q.new_zeros(1, 1, 1))
@@ -132,20 +145,21 @@ class Attention(nn.Module):
                                    alpha=scale)
             probs = fire(self.pattern, scores.softmax(dim=-1).view(B, H, T, T))
             att = F.dropout(probs.flatten(0, 1), p=dropout_p)
-            return torch.bmm(att, v.flatten(0, 1)).view(B, H, T, Dh)
-        allowed = state.key_mask
+            return torch.bmm(att, v.flatten(0, 1)).view(B, H, T, Dh), prev_scores
+        allowed = key_mask
         if self.causal:
             tri = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
             allowed = tri if allowed is None else allowed & tri
         scores = (q @ k.transpose(-2, -1)) * scale
+        passed_on = prev_scores
         if self.residual_attention:
-            if state.prev_scores is not None:
-                scores = scores + state.prev_scores
-            state.prev_scores = scores
+            if prev_scores is not None:
+                scores = scores + prev_scores
+            passed_on = scores
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         att = F.dropout(fire(self.pattern, scores.softmax(dim=-1)), p=dropout_p)
-        return att @ v
+        return att @ v, passed_on
 
 
 def causal_bias(T: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -169,8 +183,10 @@ def explicit_attention_pays(q: torch.Tensor) -> bool:
 class NoAttention(nn.Module):
     """The attention sublayer of `attention: none`: adds nothing, so a block is its MLP only."""
 
-    def forward(self, x: torch.Tensor, state: ForwardState | None = None) -> torch.Tensor:
-        return torch.zeros_like(x)
+    def forward(self, x: torch.Tensor, ctx: Context = NO_CONTEXT,
+                prev_scores: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return torch.zeros_like(x), prev_scores
 
 
 class MLP(nn.Module):
@@ -188,7 +204,7 @@ class MLP(nn.Module):
         self.fc_out = nn.Linear(f, cfg.d_model, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, state: ForwardState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc_in(x)
         if self.swiglu:
             gate, value = h.chunk(2, dim=-1)

@@ -3,11 +3,15 @@
 One model class for every placement: `build_model(cfg)` resolves the placement into a plan and
 the blocks execute it. Decoder and encoder share the same blocks; the encoder is bidirectional and
 pools the final stream into a sequence-classification head.
+
+`stream` passes tensors from block to block, `x, carry = block(x, carry, ctx)` (the
+`normlab.nn.block` module doc): `ctx` holds what every attention reads (RoPE tables, padding
+mask), `carry` ResiDual's second stream and RealFormer's scores. A norm the plan leaves out
+(`embed_norm`, `final.norm`) is None, as in the blocks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 from typing import NamedTuple
@@ -19,11 +23,11 @@ from torch.utils.checkpoint import checkpoint
 
 from normlab.config import ModelConfig
 from normlab.nn.analysis import NormSpec, norm_spec, residual_sum_problem
-from normlab.nn.block import Block
+from normlab.nn.block import Block, Carry, norm_for
 from normlab.nn.hooked import HookedMixin
 from normlab.nn.init import init_weights
-from normlab.nn.layers import ForwardState, rope_tables
-from normlab.nn.norms import make_norm
+from normlab.nn.layers import Context, rope_tables
+from normlab.nn.norms import normed
 from normlab.nn.plan import HARMFUL_INIT, ModelPlan, build_plan
 from normlab.nn.taps import Tap, capture
 from normlab.warnings import NormlabWarning
@@ -40,12 +44,6 @@ class NormTransformer(HookedMixin, nn.Module):
         self.cfg = cfg
         self.plan = plan if plan is not None else build_plan(cfg)
         d = cfg.d_model
-
-        def norm(kind: str | None) -> nn.Module:
-            if kind is None:
-                return nn.Identity()
-            return make_norm(kind, d, eps=cfg.norm_eps, bias=cfg.norm_bias, dyt_alpha=cfg.dyt_alpha)
-
         self.tok_emb = nn.Embedding(cfg.vocab_size, d)
         self.pos_emb = nn.Embedding(cfg.max_seq_len, d) if cfg.positions == "learned" else None
         if cfg.positions == "rope":
@@ -53,12 +51,12 @@ class NormTransformer(HookedMixin, nn.Module):
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
-        self.embed_norm = norm(self.plan.embed_norm)
+        self.embed_norm = norm_for(self.plan.embed_norm, cfg)
         self.blocks = nn.ModuleList(Block(bp, cfg) for bp in self.plan.blocks)
         self.final = nn.Module()
-        self.final.add_module("in", Tap())
-        self.final.add_module("norm", norm(self.plan.final_norm))
-        self.final.add_module("out", Tap())
+        self.final.input = Tap()
+        self.final.norm = norm_for(self.plan.final_norm, cfg)
+        self.final.out = Tap()
         if cfg.kind == "decoder":
             self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
             if cfg.tie_embeddings:
@@ -85,7 +83,7 @@ class NormTransformer(HookedMixin, nn.Module):
             x = x * math.sqrt(self.cfg.d_model)
         if self.pos_emb is not None:
             x = x + self._positions(T)
-        return self.embed_norm(self.drop(x))
+        return normed(self.embed_norm, self.drop(x))
 
     def _positions(self, length: int) -> torch.Tensor:
         """Learned position embeddings of the first `length` positions, to add to the tokens'."""
@@ -94,21 +92,24 @@ class NormTransformer(HookedMixin, nn.Module):
     def stream(self, idx: torch.Tensor, attention_mask: torch.Tensor | None = None
                ) -> torch.Tensor:
         """The final normalized stream [B, T, d] that the head reads."""
-        state = ForwardState()
-        if self.pos_emb is None:
-            state.rope = (self.rope_cos, self.rope_sin)
+        key_mask = None
         if attention_mask is not None:
             if self.cfg.causal:
                 raise ValueError("attention_mask (padding) is only supported for kind=encoder")
-            state.key_mask = attention_mask.bool()[:, None, None, :]
+            key_mask = attention_mask.bool()[:, None, None, :]
+        ctx = Context(rope=(self.rope_cos, self.rope_sin) if self.pos_emb is None else None,
+                      key_mask=key_mask)
         x = self.embed(idx)
-        if self.plan.dual_stream:
-            state.dual = x
+        carry = Carry(dual=x if self.plan.dual_stream else None)
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for block in self.blocks:
-            x = checkpointed_block(block, x, state) if recompute else block(x, state)
-        x = getattr(self.final, "in")(x)
-        x = x + self.final.norm(state.dual) if self.plan.dual_stream else self.final.norm(x)
+            x, carry = (checkpointed_block(block, x, carry, ctx) if recompute
+                        else block(x, carry, ctx))
+        x = self.final.input(x)
+        if self.plan.dual_stream:  # ResiDual's output a_L + Norm(d_L)
+            x = x + normed(self.final.norm, carry.dual)
+        else:
+            x = normed(self.final.norm, x)
         return self.final.out(x)
 
     def forward(
@@ -163,23 +164,17 @@ class NormTransformer(HookedMixin, nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def checkpointed_block(block: Block, x: torch.Tensor, state: ForwardState) -> torch.Tensor:
-    """`block(x, state)` under activation checkpointing: only the block's inputs are kept and its
-    activations are recomputed in the backward pass (Chen et al. 2016, arXiv 1604.06174), so
+def checkpointed_block(block: Block, x: torch.Tensor, carry: Carry, ctx: Context
+                       ) -> tuple[torch.Tensor, Carry]:
+    """`block(x, carry, ctx)` under activation checkpointing: only the block's inputs are kept and
+    its activations are recomputed in the backward pass (Chen et al. 2016, arXiv 1604.06174), so
     memory grows with one block's activations plus one stream per block, not with all of them.
 
-    The tensors a block carries in `state` (ResiDual's second stream, RealFormer's scores) are
-    passed in and out explicitly: the recomputation must see their values at this block, not the
-    values they hold when the backward pass reaches it.
+    A block is a function of its arguments (ResiDual's second stream and RealFormer's scores
+    come in `carry` and go out in the returned one), so the recomputation sees exactly the
+    values the forward saw.
     """
-    def run(x, dual, prev_scores):
-        local = dataclasses.replace(state, dual=dual, prev_scores=prev_scores)
-        out = block(x, local)
-        return out, local.dual, local.prev_scores
-
-    x, state.dual, state.prev_scores = checkpoint(run, x, state.dual, state.prev_scores,
-                                                  use_reentrant=False)
-    return x
+    return checkpoint(block, x, carry, ctx, use_reentrant=False)
 
 
 @torch.no_grad()

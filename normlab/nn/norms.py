@@ -3,10 +3,11 @@
 `make_norm(kind, dim, ...)` is the one place a norm is built, so every placement gets the same
 implementation of each kind.
 
-LayerNorm, RMSNorm and DyT carry taps (`normlab.nn.taps`): `in` (what the norm reads), `out` (what
-it returns) and, for LayerNorm and RMSNorm, `scale`, the per-token factor [..., 1] that divides
-the (centred) input: `1/sqrt(Var[x] + eps)` for LayerNorm (Ba et al. 2016, arXiv 1607.06450),
-`1/sqrt(mean(x^2) + eps)` for RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467), so that
+LayerNorm, RMSNorm and DyT carry taps (`normlab.nn.taps`): `input` (what the norm reads), `out`
+(what it returns) and, for LayerNorm and RMSNorm, `scale`, the per-token factor [..., 1] that
+divides the (centred) input: `1/sqrt(Var[x] + eps)` for LayerNorm (Ba et al. 2016,
+arXiv 1607.06450), `1/sqrt(mean(x^2) + eps)` for RMSNorm (Zhang & Sennrich 2019,
+arXiv 1910.07467), so that
 
     LayerNorm(x) = (x - mean(x)) * scale * weight + bias,   RMSNorm(x) = x * scale * weight.
 
@@ -27,8 +28,8 @@ from normlab.nn.taps import Tap, active, fire
 
 
 def add_norm_taps(norm: nn.Module, scale: bool) -> None:
-    """The `in`, (`scale`) and `out` taps of a norm module."""
-    norm.add_module("in", Tap())
+    """The `input`, (`scale`) and `out` taps of a norm module."""
+    norm.add_module("input", Tap())
     if scale:
         norm.add_module("scale", Tap())
     norm.add_module("out", Tap())
@@ -51,14 +52,14 @@ def rmsnorm_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class LayerNorm(nn.LayerNorm):
-    """`nn.LayerNorm` with the taps `in`, `scale`, `out` (the module doc)."""
+    """`nn.LayerNorm` with the taps `input`, `scale`, `out` (the module doc)."""
 
     def __init__(self, dim: int, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__(dim, eps=eps, bias=bias)
         add_norm_taps(self, scale=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fire(getattr(self, "in"), x)
+        x = fire(self.input, x)
         if not active(self.scale):
             return fire(self.out, super().forward(x))
         xf = x.to(_stat_dtype(x))
@@ -68,14 +69,14 @@ class LayerNorm(nn.LayerNorm):
 
 
 class RMSNorm(nn.RMSNorm):
-    """`nn.RMSNorm` with the taps `in`, `scale`, `out` (the module doc)."""
+    """`nn.RMSNorm` with the taps `input`, `scale`, `out` (the module doc)."""
 
     def __init__(self, dim: int, eps: float | None = None) -> None:
         super().__init__(dim, eps=eps)
         add_norm_taps(self, scale=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fire(getattr(self, "in"), x)
+        x = fire(self.input, x)
         if not active(self.scale):
             return fire(self.out, super().forward(x))
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
@@ -98,7 +99,7 @@ class DyT(nn.Module):
         add_norm_taps(self, scale=False)  # no per-token scale (the module doc)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = fire(getattr(self, "in"), x)
+        x = fire(self.input, x)
         y = torch.tanh(self.alpha * x) * self.weight
         return fire(self.out, y + self.bias if self.bias is not None else y)
 
@@ -113,6 +114,12 @@ class TokenBatchNorm(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         return super().forward(x.reshape(-1, shape[-1])).reshape(shape)
+
+
+def normed(norm: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+    """`norm(x)`; `x` itself where the plan puts no norm (an absent norm is None throughout
+    `normlab.nn`: no module, no parameters, no taps)."""
+    return x if norm is None else norm(x)
 
 
 def make_norm(

@@ -175,12 +175,13 @@ def _stacked_leaf(mods: Sequence[nn.Module], tied: dict[int, nn.Parameter]) -> n
 
 
 def _fold_members(module: nn.Module, args: tuple) -> tuple:
-    x, state = args
-    return (x.flatten(0, 1), state)  # [M, B, T, d] -> [M*B, T, d]
+    x, *rest = args  # the context and RealFormer's scores, already [M*B, ...], pass as they are
+    return (x.flatten(0, 1), *rest)  # [M, B, T, d] -> [M*B, T, d]
 
 
-def _unfold_members(module: Attention, args: tuple, out: torch.Tensor) -> torch.Tensor:
-    return out.unflatten(0, (module.proj.weight.shape[0], -1))
+def _unfold_members(module: Attention, args: tuple, out: tuple) -> tuple:
+    y, scores = out
+    return y.unflatten(0, (module.proj.weight.shape[0], -1)), scores
 
 
 class StackedTransformer(NormTransformer):
@@ -202,8 +203,9 @@ class StackedTransformer(NormTransformer):
         self.shapes = {name: tuple(p.shape) for name, p in base.named_parameters()}
         for name, child in base.named_children():
             self.add_module(name, child)
-        if base.pos_emb is None:  # RoPE: a plain attribute, not a child
-            self.pos_emb = None
+        for name in ("pos_emb", "embed_norm"):  # absent (RoPE; no norm): None, not a child
+            if getattr(base, name) is None:
+                setattr(self, name, None)
         for name, buf in base.named_buffers(recurse=False):
             self.register_buffer(name, buf, persistent=False)
 

@@ -4,8 +4,8 @@ Every sublayer has five taps, the same for every placement:
 `blocks.{i}.{attn|mlp}.stream_in` (stream entering the sublayer), `.branch_in` (what the sublayer
 F reads: the normalized and scaled stream), `.branch_raw` (F's output), `.branch_added` (what is
 actually added to the stream, after an output norm or gate), `.stream_out` (stream leaving the
-sublayer, after any post-add norm); plus `final.in` and `final.out` around the final norm.
-Norms carry three more (`normlab.nn.norms`): `{norm}.in`, `{norm}.scale` (the per-token factor
+sublayer, after any post-add norm); plus `final.input` and `final.out` around the final norm.
+Norms carry three more (`normlab.nn.norms`): `{norm}.input`, `{norm}.scale` (the per-token factor
 1/std or 1/rms, [..., 1]) and `{norm}.out`, e.g. `blocks.{i}.attn.in_norm.scale`,
 `final.norm.scale`; attention carries `blocks.{i}.attn.fn.{q,k,v}` ([B, H, T, head_dim], after any
 QKV norm and RoPE) and `blocks.{i}.attn.fn.pattern` (softmax probabilities [B, H, T, T]).
@@ -13,6 +13,10 @@ A tap is an identity module: with no hook attached it only costs a module call; 
 attention taps are not even called unless hooked (`active`), and the values only they need (the
 explicit scale, the attention pattern) are computed only then. A forward hook that returns a
 tensor replaces the value (interventions such as the merge test use this on `branch_in`).
+
+`input` was named `in` before (a Python keyword, reachable only through `getattr`); the former
+name is still read wherever names are looked up (`select_taps`, `capture`, `hooked`, a capture's
+or cache's keys): `final.in` means `final.input` (`current_name`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,18 @@ def fire(tap: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return tap(x) if tap._forward_hooks or tap._forward_pre_hooks else x
 
 
+FORMER_NAMES = {"in": "input"}  # a tap's former last name component -> its name now
+
+
+def current_name(name: str) -> str:
+    """A tap name (or glob) with a former last component replaced: `final.in` -> `final.input`,
+    `blocks.*.in_norm.in` -> `blocks.*.in_norm.input`, a cache's gradient `final.in_grad` ->
+    `final.input_grad`; other names are returned as they are."""
+    head, dot, last = name.rpartition(".")
+    stem = last.removesuffix("_grad")
+    return head + dot + FORMER_NAMES.get(stem, stem) + last[len(stem):]
+
+
 @dataclass
 class Capture(Mapping[str, torch.Tensor]):
     """Activations (and, after backward, gradients) recorded at the selected taps: a read-only
@@ -55,7 +71,7 @@ class Capture(Mapping[str, torch.Tensor]):
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        return self.activations[name]
+        return self.activations[current_name(name)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.activations)
@@ -70,7 +86,7 @@ def tap_names(model: nn.Module) -> list[str]:
 
 def select_taps(model: nn.Module, patterns: str | Sequence[str]) -> list[str]:
     """Tap names matching any of the glob patterns (`*` for all, `blocks.*.mlp.stream_out`)."""
-    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    pats = [current_name(p) for p in ([patterns] if isinstance(patterns, str) else patterns)]
     names = tap_names(model)
     chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
     unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
@@ -117,6 +133,7 @@ def hooked(model: nn.Module, forward: Mapping[str, Hook] | None = None,
         for table, register in ((forward, "register_forward_hook"),
                                 (pre, "register_forward_pre_hook")):
             for name, fns in (table or {}).items():
+                name = current_name(name)
                 try:
                     module = model.get_submodule(name)
                 except AttributeError:

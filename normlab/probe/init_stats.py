@@ -53,7 +53,7 @@ def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, obj
     weights = [blk.mlp.fn.fc_out.weight for blk in model.blocks]
     was_training = model.training
     model.eval()
-    taps = ["blocks.0.attn.stream_in", "final.in"]
+    taps = ["blocks.0.attn.stream_in", "final.input"]
     taps += [f"blocks.{i}.{k}.{t}" for i in range(L) for k in ("attn", "mlp")
              for t in ("stream_in", "branch_added")]
     taps += [f"blocks.{i}.mlp.stream_out" for i in range(L)]
@@ -75,6 +75,6 @@ def init_statistics(model: nn.Module, batches: Sequence[Batch]) -> dict[str, obj
                                                         ("in", "stream_in"))},
         },
         "summary": {"embed_sq": _mean_sq(a["blocks.0.attn.stream_in"]),
-                    "final_in_sq": _mean_sq(a["final.in"]), "last_fc_out_grad": fc[-1],
+                    "final_in_sq": _mean_sq(a["final.input"]), "last_fc_out_grad": fc[-1],
                     "loss": loss.item(), "d_model": model.cfg.d_model, "n_blocks": L},
     }

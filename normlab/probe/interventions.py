@@ -7,10 +7,10 @@ own. Forward hooks on `blocks.{t+1}.{attn,mlp}.branch_in` return the values capt
 on the same input. Reported: `merge_dloss[t]` = loss(merged) - loss(original) and
 `merge_kl[t]` = KL(original || merged) of the output distribution (nats, mean over positions).
 
-Layer drop, for t = 0..L-1: block t returns its input (a forward hook on the Block), so the stream
-skips it. Everything else the block leaves in the forward state (ResiDual's second stream,
-RealFormer's attention scores, B2T's block input) is restored to its value before the block by a
-forward pre-hook, so the dropped block leaves no trace. Reported: `drop_dloss[t]`, `drop_kl[t]`.
+Layer drop, for t = 0..L-1: block t returns its inputs (a forward hook on the Block), the stream
+and the carry (ResiDual's second stream, RealFormer's attention scores) as they came in, so the
+dropped block leaves no trace (B2T's block input never leaves the block). Reported:
+`drop_dloss[t]`, `drop_kl[t]`.
 
 The per-batch rows (`*_per_batch`) are kept: the effective-depth summary needs their spread.
 """
@@ -55,23 +55,14 @@ def merge_hooks(t: int) -> dict[str, object]:
     return table
 
 
-def drop_hooks(t: int) -> tuple[dict[str, object], dict[str, object]]:
-    """(forward hooks, pre-hooks) that make block t return its input and leave the forward
-    state as it was before the block."""
-    before: dict[str, object] = {}
+def drop_hooks(t: int) -> dict[str, object]:
+    """The forward hook that makes block t return its inputs `(x, carry)` in place of its
+    output (`normlab.nn.block`: a block maps `(x, carry, ctx)` to `(x, carry)`)."""
 
-    def pre(_m, args) -> None:
-        before.clear()
-        before.update(vars(args[1]))
+    def forward(_m, args, _out) -> tuple:
+        return args[0], args[1]
 
-    def forward(_m, args, _out) -> torch.Tensor:
-        state = args[1]
-        for key, value in before.items():
-            setattr(state, key, value)
-        return args[0]
-
-    name = f"blocks.{t}"
-    return {name: forward}, {name: pre}
+    return {f"blocks.{t}": forward}
 
 
 @torch.no_grad()
@@ -84,7 +75,8 @@ def merge_test(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
 @torch.no_grad()
 def layer_drop(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
     """Loss increase and KL(original || dropped) when each block is skipped, over batches."""
-    return _scan(model, batches, "drop", [drop_hooks(t) for t in range(len(model.blocks))])
+    return _scan(model, batches, "drop",
+                 [(drop_hooks(t), None) for t in range(len(model.blocks))])
 
 
 def _scan(model: nn.Module, batches: Sequence[Batch], prefix: str,

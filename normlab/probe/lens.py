@@ -54,8 +54,9 @@ def logit_lens(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
     with eval_mode(model):
         for idx, targets in batches:
             def make(i: int, targets=targets):
-                def hook(_m, args, x) -> None:
-                    d = args[1].dual if dual else None
+                def hook(_m, _args, block_out) -> None:
+                    x, carry = block_out  # a block returns the stream and its carry
+                    d = carry.dual if dual else None
                     on = x + norm(d) if dual else norm(x)
                     off = x + d if dual else x
                     normed[i] += model_loss("decoder", head(on), targets).item()

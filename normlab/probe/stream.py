@@ -98,9 +98,9 @@ class StreamRecorder:
         return hook
 
     def _dual_hook(self, i: int):
-        def hook(_m, args, _out) -> None:
+        def hook(_m, _args, out) -> None:  # a block returns (x, carry): carry.dual after it
             with torch.no_grad():
-                self.dual_n[i] = token_norms(args[1].dual)
+                self.dual_n[i] = token_norms(out[1].dual)
         return hook
 
     @torch.no_grad()

@@ -16,6 +16,11 @@ resumes from its own checkpoint. Members already finished are skipped; members m
 different steps. The members train in one precision, decided as `train_run` decides it
 (`normlab.train.precision`: `auto` measured once for the group); a resumed member keeps the
 precision its folder recorded, and one that recorded another trains in a stack of its own.
+
+The group trains on the loop `train_run` trains on (`normlab.train.loop.TrainLoop`, with the
+run-folder records of `normlab.train.trainer.RunLoop`): the cadences, divergence checks, stops,
+checkpoints, summaries and failures are the same code; only the step (`_GroupLoop.gradients`,
+`update`), the evaluation and the checkpoint of one member out of the stack are the group's.
 """
 
 from __future__ import annotations
@@ -23,12 +28,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import sys
-import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +42,11 @@ from normlab.data import BatchSampler, RunData, load_run_data
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
-from normlab.nn.plan import resolved_run_fields
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
-from normlab.train.checkpoint import keep_weights, save_checkpoint
-from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
-from normlab.train.divergence import SpikeDetector, divergence_reason
-from normlab.train.logging import MetricsLog, Progress, write_json_atomic
+from normlab.train.checkpoint import save_checkpoint
+from normlab.train.diagnostics import FINAL_STREAM, TokenShare
+from normlab.train.divergence import SpikeDetector
+from normlab.train.logging import MetricsLog, Progress
 from normlab.train.machine import tune_cpu_allocator
 from normlab.train.precision import (
     Precision,
@@ -54,23 +56,20 @@ from normlab.train.precision import (
     warn_slow_bf16,
 )
 from normlab.train.rundir import hold_run
-from normlab.train.schedules import lr_at
 from normlab.train.stacked_adamw import StackedAdamW
 from normlab.train.trainer import (
-    _StopFlag,
+    RunLoop,
+    RunMember,
     bits_per_byte,
     block_stat_tensors,
-    block_stats_due,
     check_run_folder,
     checkpoint_state,
-    eval_due,
     param_groups,
     record_failure,
     recover_run_folder,
     resolve_device,
     restore_checkpoint,
     run_meta,
-    run_summary,
     throughput,
     write_run_config,
 )
@@ -108,33 +107,19 @@ def stack_key(cfg: RunConfig) -> str:
                        "train": {k: d["train"][k] for k in SHARED_TRAIN}}, sort_keys=True)
 
 
-@dataclass
-class _Member:
-    cfg: RunConfig
-    run_dir: Path
+@dataclass(kw_only=True)
+class _Member(RunMember):
+    """A run of the group: its batches, validation batches, and until the stack is built its
+    model and optimizer state."""
+
     sampler: BatchSampler  # (or a synthetic task's sampler: the same interface)
     val: list
     model: NormTransformer | None
     optimizer_state: dict[str, dict[str, torch.Tensor]]
-    spike: SpikeDetector
-    metrics: MetricsLog
-    step: int = 0
-    start: int = 0
-    best_val: float = float("inf")
-    final: dict[str, Any] = field(default_factory=dict)
-    repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
-    threads: int | None = None  # the CPU thread count its checkpoint recorded
-    unigram_entropy: float = math.nan  # of the training bytes: the stall threshold's reference
-    data: RunData | None = None  # the run's data (a synthetic task's has an accuracy metric)
-    precision: Precision = Precision("fp32", "")  # what it trains in (see `train_group`)
 
-    @property
-    def run_id(self) -> str:
-        return self.cfg.run_id()
-
-    def hyper(self) -> dict[str, Any]:
-        tc = self.cfg.train
-        return {"lr": lr_at(self.step, tc), "weight_decay": tc.weight_decay,
+    def hyper(self, lr: float) -> dict[str, Any]:
+        tc = self.tc
+        return {"lr": lr, "weight_decay": tc.weight_decay,
                 "beta1": tc.beta1, "beta2": tc.beta2, "eps": tc.eps}
 
 
@@ -155,10 +140,8 @@ def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
     metrics.write_config(cfg.to_yaml(), restored.step)
     names = {p: n for n, p in model.named_parameters()}
     state = {names[p]: s for p, s in optimizer.state.items() if s}
-    return _Member(cfg, run_dir, sampler, val, model, state, spike, metrics, restored.step,
-                   restored.step, restored.best_val, dict(restored.final),
-                   repairs + restored.repairs, restored.threads if restored.step else None,
-                   unigram_entropy=data.unigram_entropy, data=data, precision=precision)
+    return _Member.restored(cfg, run_dir, restored, spike, metrics, precision, data, repairs,
+                            sampler=sampler, val=val, model=model, optimizer_state=state)
 
 
 def check_group(cfgs: list[RunConfig]) -> None:
@@ -224,7 +207,9 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
             before = torch.get_num_threads()
             try:
                 _match_group_threads(stack, device)
-                done = _GroupLoop(stack, device, progress).run(interrupt_at, signalled)
+                loop = _GroupLoop(stack, device, progress)
+                loop.run(interrupt_at, signalled)
+                done = loop.summaries
             finally:
                 torch.set_num_threads(before)
             summaries.update(done)
@@ -249,13 +234,13 @@ def _match_group_threads(members: list[_Member], device: torch.device) -> None:
                              "in the last bits from an uninterrupted run's")
 
 
-class _GroupLoop:
-    """The training loop of a group: the members still training are the rows of the stack, in
-    the order of `active`; a member that finishes, diverges or stops leaves both."""
+class _GroupLoop(RunLoop):
+    """The training loop of a group (`normlab.train.loop.TrainLoop`): the members still
+    training are the rows of the stack, in the order of `active`; a member that finishes,
+    diverges or stops leaves both."""
 
     def __init__(self, members: list[_Member], device: torch.device, progress: bool) -> None:
-        self.active = members
-        self.device = device
+        super().__init__(members, device)
         self.group_size = len(members)
         self.template = copy.deepcopy(members[0].model)  # a member's shape, for its checkpoint
         self.template_opt = torch.optim.AdamW(param_groups(self.template, 0.0))
@@ -273,14 +258,15 @@ class _GroupLoop:
             print(f"{len(members)} stacked runs train in {self.precision.precision} "
                   f"({self.precision.reason})", file=sys.stderr, flush=True)
         warn_slow_bf16(members[0].cfg, self.precision.precision, device)
-        self.summaries: dict[str, dict[str, Any]] = {}
         total = max(m.cfg.train.steps for m in members)
         self.bar = Progress(total, min(m.step for m in members),
                             f"{len(members)} stacked runs", every=tc.log_every, enabled=progress)
         # fed the time per member-step, so its tokens/s and MFU are those of the whole stack
         self.speed = throughput(members[0].cfg, self.precision.precision, self.tokens_per_step,
                                 device, progress)
-        self.t_start = time.perf_counter()
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"engine": "stacked", "group_size": self.group_size}
 
     # -- member records ---------------------------------------------------------------------------
     def checkpoint(self, row: int) -> None:
@@ -296,170 +282,68 @@ class _GroupLoop:
         save_checkpoint(m.run_dir / "checkpoint", self.template, self.template_opt,
                         checkpoint_state(m.step, m.best_val, m.spike, m.run_id))
 
-    def finish(self, m: _Member, outcome: str, reason: str | None = None,
-               **extra: Any) -> None:
-        if m.repairs:
-            extra["repairs"] = m.repairs
-        summary = run_summary(m.cfg, m.precision, outcome, m.step, m.best_val, m.final, reason,
-                              engine="stacked", group_size=self.group_size, **extra)
-        write_json_atomic(m.run_dir / "summary.json", summary)
-        m.metrics.write_hparams(resolved_run_fields(m.cfg), summary)
-        m.metrics.close()
-        self.summaries[m.run_id] = summary
+    def keep_rows(self, rows: list[int]) -> None:
+        self.optim.keep(rows)
 
-    def finish_trained(self, m: _Member, tokens_per_s: float | None) -> None:
-        """End a member that trained all its steps: `completed`, or `stalled` as `train_run`
-        decides it."""
-        outcome, diagnosis = end_of_run(m.final, m.run_dir, m.unigram_entropy,
-                                        m.cfg.train.stall_margin)
-        self.finish(m, outcome, tokens_per_s=tokens_per_s, **diagnosis)
-
-    def drop(self, rows: list[int]) -> list[int]:
-        """Remove these members from the stack (they have finished, diverged or stopped);
-        returns the rows kept, in order."""
-        keep = [r for r in range(len(self.active)) if r not in set(rows)]
-        if rows:
-            self.active = [self.active[r] for r in keep]
-            if keep:
-                self.optim.keep(keep)
-        return keep
-
-    # -- the loop ---------------------------------------------------------------------------------
-    def run(self, interrupt_at: int | None, signalled: bool = False
-            ) -> dict[str, dict[str, Any]]:
-        for m in self.active:
-            write_json_atomic(m.run_dir / "summary.json", {
-                "run_id": m.run_id, "outcome": "running", "step": m.step,
-                "steps_planned": m.cfg.train.steps, "engine": "stacked",
-                "group_size": self.group_size})
-        ended = [r for r, m in enumerate(self.active) if m.step >= m.cfg.train.steps]
-        for r in ended:  # stopped after its last checkpoint, before its summary was written
-            self.checkpoint(r)
-            self.finish_trained(self.active[r], tokens_per_s=None)
-        self.drop(ended)
-        try:
-            with _StopFlag() as stop:
-                while self.active:
-                    signalled = signalled or stop.signal is not None
-                    stopping = [r for r, m in enumerate(self.active) if signalled
-                                or (interrupt_at is not None and m.step >= interrupt_at)]
-                    for r in stopping:
-                        self.checkpoint(r)
-                        self.finish(self.active[r], "interrupted",
-                                    reason="signal" if signalled else "requested")
-                    self.drop(stopping)
-                    if self.active:
-                        self.train_step()
-        except Exception as e:  # failure is data: every member still training records it
-            for m in self.active:
-                if m.run_id not in self.summaries:  # (one that ended this step keeps its end)
-                    self.finish(m, "failed", reason=type(e).__name__, message=str(e),
-                                traceback=traceback.format_exc())
-        finally:
-            self.bar.close()
-            for m in self.active:
-                m.metrics.close()
-        return self.summaries
-
+    # -- the step ---------------------------------------------------------------------------------
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         pairs = [m.sampler.batch(m.step) for m in self.active]
         x = torch.stack([p[0] for p in pairs]).to(self.device, non_blocking=True)
         y = torch.stack([p[1] for p in pairs]).to(self.device, non_blocking=True)
         return x, y
 
-    def train_step(self) -> None:
-        t0 = time.perf_counter()
-        hyper = [m.hyper() for m in self.active]
+    def gradients(self, lrs: list[float], stats_due: list[bool]
+                  ) -> tuple[list[float], list[float]]:
         x, y = self.batch()
-        stats_due = [block_stats_due(m.cfg.train, m.step + 1) for m in self.active]
         with (capture(self.model, "blocks.*.mlp.stream_out") if any(stats_due)
               else contextlib.nullcontext()) as cap, self.autocast:
             losses = self.model(x, y).loss
         losses.sum().backward()  # each member's gradient is that of its own loss
-        stats = self.block_stats(cap) if any(stats_due) else None
-        grads = self.optim.gather_grads()
+        self.stats = self.member_block_stats(cap) if any(stats_due) else None
+        self.grads = self.optim.gather_grads()
         # one device-to-host copy for the losses and gradient norms of all members
-        loss_list, norms = torch.stack([losses.detach().float(),
-                                        torch.linalg.vector_norm(grads, dim=1)]).tolist()
-        records = []
-        diverged = []
-        for r, (m, loss, norm, hp) in enumerate(zip(self.active, loss_list, norms, hyper,
-                                                    strict=True)):
-            m.step += 1
-            record = {"step": m.step, "train_loss": loss, "lr": hp["lr"], "grad_norm": norm}
-            reason = divergence_reason(loss, norm, m.spike)
-            if reason is not None:  # the member stops here, before its update, as train_run does
-                m.metrics.write(record | {"diverged": reason})
-                m.final["train_loss"] = loss
-                self.finish(m, "diverged", reason=reason)
-                diverged.append(r)
-            else:
-                if stats_due[r]:  # gradients as computed, before clipping, as train_run
-                    record.update(stats[r])
-                records.append(record)
-        if diverged:
-            keep = self.drop(diverged)
-            if not keep:
-                return
-            grads = grads[keep]
-            norms, hyper = [norms[r] for r in keep], [hyper[r] for r in keep]
-        self.optim.clip_(grads, norms, [m.cfg.train.grad_clip for m in self.active])
-        self.optim.step(grads, hyper)
-        self.optim.zero_grad()
-        dt = time.perf_counter() - t0
-        self.after_step(records, dt)
+        loss_list, self.norms = torch.stack([losses.detach().float(),
+                                             torch.linalg.vector_norm(self.grads, dim=1)]).tolist()
+        return loss_list, self.norms
 
-    def block_stats(self, cap) -> list[dict[str, float]]:
+    def block_stats(self, row: int) -> dict[str, float]:
+        return self.stats[row]
+
+    def update(self, rows: list[int], lrs: list[float]) -> None:
+        grads, norms = self.grads, self.norms
+        if len(rows) < len(norms):  # some diverged: the rest step
+            grads, norms = grads[rows], [norms[r] for r in rows]
+        self.optim.clip_(grads, norms, [m.tc.grad_clip for m in self.active])
+        self.optim.step(grads, [m.hyper(lr) for m, lr in zip(self.active, lrs, strict=True)])
+        self.optim.zero_grad()
+
+    def member_block_stats(self, cap) -> list[dict[str, float]]:
         """`normlab.train.trainer.block_stats` of each member, in one host sync."""
         names, grads, streams = block_stat_tensors(self.model, cap, members=True)
         columns = torch.cat([grads, streams]).t().tolist()
         return [dict(zip(names, col, strict=True)) for col in columns]
 
-    def after_step(self, records: list[dict[str, Any]], dt: float) -> None:
-        """Evaluation, logging, checkpoints and completion of each member after a step."""
-        last = [m.step == m.cfg.train.steps for m in self.active]
-        due = [eval_due(m.cfg.train, m.step) for m in self.active]
-        val, share, acc = self.evaluate() if any(due) else (None, None, None)
-        done = []
-        for r, (m, record) in enumerate(zip(self.active, records, strict=True)):
-            tc = m.cfg.train
-            if due[r]:
-                bpb = bits_per_byte(m.data, val[r]) if m.data is not None else {}
-                record.update(val_loss=val[r], token_share=share[r], **acc[r], **bpb)
-                m.best_val = min(m.best_val, val[r])
-                m.final.update(val_loss=val[r], token_share=share[r], **acc[r], **bpb)
-            m.final["train_loss"] = record["train_loss"]
-            if (m.step % tc.log_every == 0 or last[r] or "val_loss" in record
-                    or block_stats_due(tc, m.step)):
-                m.metrics.write(record | {"time_s": dt, "tokens_per_s": self.tokens_per_step / dt})
-            if last[r] or (tc.checkpoint_every and m.step % tc.checkpoint_every == 0):
-                self.checkpoint(r)
-                if tc.keep_checkpoints and not last[r]:
-                    keep_weights(m.run_dir / "checkpoint", m.step)
-            if last[r]:
-                elapsed = time.perf_counter() - self.t_start
-                self.finish_trained(m, self.tokens_per_step * (m.step - m.start) / elapsed)
-                done.append(r)
+    def show(self, records: list[dict[str, Any]], dt: float) -> None:
         n = len(self.active)
         self.speed.update(dt / n)
         losses = [r["train_loss"] for r in records]
         self.bar.update(max(m.step for m in self.active),
                         f"{n} runs, loss {min(losses):.4f}-{max(losses):.4f}, "
                         f"{self.speed.describe()} in all")
-        self.drop(done)
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[list[float], list[float], list[dict[str, float]]]:
+    def evaluate(self, due: list[bool]) -> list[dict[str, Any] | None]:
         """Each member's mean validation loss on its own fixed batches, the token-varying share
-        of its final stream on them, and a synthetic task's accuracies (as
-        `normlab.train.trainer.evaluate`; empty for text)."""
+        of its final stream on them, a synthetic task's accuracies (as
+        `normlab.train.trainer.evaluate`; none for text) and the loss in bits per byte, for
+        every member (those not `due` too: one forward of the stack)."""
         self.model.eval()
         n = len(self.active[0].val)
         totals = torch.zeros(len(self.active), dtype=torch.float64, device=self.device)
         share = TokenShare()
         data = self.active[0].data  # the members share their data (`stack_key`)
-        accuracy = data.accuracy() if data is not None else None
-        weighted = data is not None and data.masked_targets  # as train_run's token_weighted
+        accuracy = data.accuracy()
+        weighted = data.masked_targets  # as train_run's token_weighted
         counted = torch.zeros_like(totals)
         with capture(self.model, FINAL_STREAM) as cap:
             for k in range(n):
@@ -479,4 +363,6 @@ class _GroupLoop:
         self.model.train()
         acc = accuracy.values() if accuracy is not None else [{} for _ in self.active]
         means = (totals / counted).tolist() if weighted else [t / n for t in totals.tolist()]
-        return means, share.values(), acc
+        return [{"val_loss": val, "token_share": tshare, **a, **bits_per_byte(m.data, val)}
+                for m, val, tshare, a in zip(self.active, means, share.values(), acc,
+                                             strict=True)]

@@ -1,7 +1,9 @@
 """One optimizer step's arithmetic: the loss, gradient accumulation, the gradient norm and
-clipping. The training loop (`normlab.train.trainer`) calls these between its bookkeeping
-(divergence checks, block statistics, evaluation, checkpoints), so the numbers a run's every
-record rests on live in a few small functions with their own tests (`tests/train/test_step.py`).
+clipping. A run's loop (`normlab.train.trainer`) and fine-tuning (`normlab.finetune.loop`) call
+these from the hooks of the shared loop (`normlab.train.loop`), which does the bookkeeping
+between them (divergence checks, block statistics, evaluation, checkpoints), so the numbers a
+run's every record rests on live in a few small functions with their own tests
+(`tests/train/test_step.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The training loop: a run is a pure function of its `RunConfig`, recorded in its own folder.
+"""Training a run: a run is a pure function of its `RunConfig`, recorded in its own folder.
 
     runs/<run_id>/config.yaml      resolved config plus versions, device, precision
     runs/<run_id>/metrics.jsonl    one JSON object per logged step
@@ -17,16 +17,16 @@ Each evaluation also records the token-varying share of the final stream and, fo
 as bits per byte of the held-out text (`val_bpb`, comparable across tokenizers); a run that ends
 no better than the unigram entropy of its training tokens is `stalled` (see
 `normlab.train.diagnostics`).
+
+The steps, the cadences and the stops are the shared loop's (`normlab.train.loop.TrainLoop`);
+`RunLoop` adds what every run with a folder records (metrics.jsonl, checkpoint, summary.json,
+progress), for one run here (`train_run`) and for a stacked group (`normlab.train.group`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-import threading
-import time
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,7 @@ import torch
 import yaml
 
 import normlab
-from normlab.config import ConfigError, RunConfig, TrainConfig
+from normlab.config import ConfigError, RunConfig
 from normlab.data import load_run_data
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
@@ -51,7 +51,7 @@ from normlab.train.checkpoint import (
     save_checkpoint,
 )
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
-from normlab.train.divergence import SpikeDetector, divergence_reason
+from normlab.train.divergence import SpikeDetector
 from normlab.train.logging import (
     MetricsLog,
     Progress,
@@ -59,6 +59,11 @@ from normlab.train.logging import (
     progress_info,
     write_json_atomic,
 )
+from normlab.train.loop import BLOCK_STATS_MIN_EVERY as BLOCK_STATS_MIN_EVERY
+from normlab.train.loop import Member, TrainLoop, tokens_per_s
+from normlab.train.loop import block_stats_due as block_stats_due
+from normlab.train.loop import block_stats_every as block_stats_every
+from normlab.train.loop import eval_due as eval_due
 from normlab.train.machine import tune_cpu_allocator
 from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.precision import (
@@ -77,7 +82,6 @@ from normlab.train.rundir import (
     read_summary,
     summary_problem,
 )
-from normlab.train.schedules import lr_at
 from normlab.train.step import accumulate_gradients, clip_and_step, gradient_norm, set_lr
 from normlab.warnings import NormlabWarning
 
@@ -275,32 +279,6 @@ def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
     return summary
 
 
-def eval_due(tc: TrainConfig, step: int) -> bool:
-    """Whether the run evaluates after `step`: every `eval_every` steps and after the last."""
-    return bool(tc.eval_every and step % tc.eval_every == 0) or step == tc.steps
-
-
-# The default cadence of per-block statistics: on logged steps, at most once in this many steps.
-# A statistics step costs 0.7% more than a plain step at the default shape, 13% at 24 blocks of
-# width 64 and 37% of a 2.7 ms step (benchmarks/bench_logging.py, docs/performance.md); once in
-# 10 steps keeps the overhead under 5% at all of them.
-BLOCK_STATS_MIN_EVERY = 10
-
-
-def block_stats_every(tc: TrainConfig) -> int:
-    """The steps between per-block statistics (0: none): `block_stats_every` when set, else the
-    smallest multiple of `log_every` that is at least `BLOCK_STATS_MIN_EVERY`."""
-    if tc.block_stats_every is not None:
-        return tc.block_stats_every
-    return tc.log_every * -(-BLOCK_STATS_MIN_EVERY // tc.log_every)
-
-
-def block_stats_due(tc: TrainConfig, step: int) -> bool:
-    """Whether per-block statistics are recorded at `step` (see `block_stats_every`)."""
-    every = block_stats_every(tc)
-    return bool(every) and step % every == 0
-
-
 def throughput(cfg: RunConfig, precision: str, tokens_per_step: int, device: torch.device,
                measure_peak: bool, devices: int = 1) -> Throughput:
     """The smoothed throughput of the progress line; with `measure_peak`, also MFU against the
@@ -312,27 +290,6 @@ def throughput(cfg: RunConfig, precision: str, tokens_per_step: int, device: tor
         peak = quick_peak_tflops(dtype, device.type) * devices
     return Throughput(tokens_per_step, peak_tflops=peak,
                       flops_per_token=train_flops_per_token(cfg.model, cfg.data.seq_len))
-
-
-class _StopFlag:
-    """SIGINT/SIGTERM set a flag; the loop checkpoints and stops at the next step boundary."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopFlag:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, _frame) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def train_run(
@@ -425,7 +382,6 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     """`train_run` once the run's lock is held."""
     tc = cfg.train
     run_id = cfg.run_id()
-    ckpt_dir = run_dir / "checkpoint"
     finished = check_run_folder(cfg, run_dir, resume)
     if finished is not None:
         if progress and dist.main:
@@ -464,108 +420,171 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume,
                                   threads=threads, device=device)
-    start, best_val = restored.step, restored.best_val
-    if start and progress and dist.main:  # a re-run continues where the checkpoint left off
-        print(f"{run_id}: resuming from step {start} of {tc.steps} (its checkpoint)",
+    if restored.step and progress and dist.main:  # a re-run continues where it left off
+        print(f"{run_id}: resuming from step {restored.step} of {tc.steps} (its checkpoint)",
               file=sys.stderr, flush=True)
-    repairs = repairs + restored.repairs
-    metrics.write_config(cfg.to_yaml(), start)
+    metrics.write_config(cfg.to_yaml(), restored.step)
+    member = RunMember.restored(cfg, run_dir, restored, spike, metrics, precision, data,
+                                repairs)
+    loop = _SingleLoop(member, model, net, optimizer, sampler, val, data, dist, device,
+                       progress)
+    loop.run(interrupt_at)
+    return loop.summaries[run_id]
 
-    def checkpoint(step: int) -> None:
-        if dist.main:
-            save_checkpoint(ckpt_dir, model, optimizer,
-                            checkpoint_state(step, best_val, spike, run_id))
 
-    def finish(outcome: str, step: int, reason: str | None = None, **extra: Any) -> dict:
-        if repairs:
-            extra["repairs"] = repairs
-        summary = run_summary(cfg, precision, outcome, step, best_val, final, reason,
-                              world_size=dist.world_size, **extra)
-        if dist.main:
-            write_json_atomic(run_dir / "summary.json", summary)
-            metrics.write_hparams(resolved_run_fields(cfg), summary)
+@dataclass(kw_only=True)
+class RunMember(Member):
+    """A member of a run-folder loop (`RunLoop`): a run with its folder, records and the
+    precision it trains in."""
+
+    cfg: RunConfig
+    run_dir: Path
+    metrics: MetricsLog
+    precision: Precision
+    data: Any  # the run's data (its unigram entropy, bits per byte, a task's accuracy)
+    repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
+    threads: int | None = None  # the CPU thread count its checkpoint recorded
+
+    @property
+    def run_id(self) -> str:
+        return self.cfg.run_id()
+
+    @classmethod
+    def restored(cls, cfg: RunConfig, run_dir: Path, restored: Restored, spike: SpikeDetector,
+                 metrics: MetricsLog, precision: Precision, data: Any, repairs: list[str],
+                 **more: Any) -> RunMember:
+        """The member of a run continued from `restored` (see `restore_checkpoint`)."""
+        return cls(tc=cfg.train, cfg=cfg, run_dir=run_dir, step=restored.step,
+                   start=restored.step, spike=spike, best_val=restored.best_val,
+                   final=dict(restored.final), val_step=restored.val_step, metrics=metrics,
+                   precision=precision, data=data, repairs=repairs + restored.repairs,
+                   threads=restored.threads if restored.step else None, **more)
+
+
+class RunLoop(TrainLoop):
+    """The `TrainLoop` of runs with folders (a single run, a stacked group): each member's
+    metrics.jsonl, checkpoint, summary.json (`running` while it trains; its outcome at its end,
+    `stalled` or `completed` as `end_of_run` decides) and progress. In a process group
+    (`dist`) rank 0 alone writes them, and the ranks leave together."""
+
+    def __init__(self, members: list[RunMember], device: torch.device,
+                 dist: distributed.Dist = distributed.SINGLE) -> None:
+        super().__init__(members)
+        self.device = device
+        self.dist = dist
+        self.summaries: dict[str, dict[str, Any]] = {}
+        self.bar: Progress | None = None
+
+    def summary_fields(self) -> dict[str, Any]:
+        """What every summary of this loop says besides the run's own fields."""
+        return {}
+
+    def begin(self) -> None:
+        if self.dist.main:
+            for m in self.active:
+                write_json_atomic(m.run_dir / "summary.json", {
+                    "run_id": m.run_id, "outcome": "running", "step": m.step,
+                    "steps_planned": m.tc.steps, **self.summary_fields()})
+
+    def write(self, m: RunMember, record: dict[str, Any]) -> None:
+        m.metrics.write(record)
+
+    def keep_weights(self, row: int) -> None:
+        if self.dist.main:
+            m = self.active[row]
+            keep_weights(m.run_dir / "checkpoint", m.step)
+
+    def finish(self, m: RunMember, outcome: str, reason: str | None = None,
+               **extra: Any) -> None:
+        if m.repairs:
+            extra["repairs"] = m.repairs
+        summary = run_summary(m.cfg, m.precision, outcome, m.step, m.best_val, m.final, reason,
+                              **self.summary_fields(), **extra)
+        if self.dist.main:
+            write_json_atomic(m.run_dir / "summary.json", summary)
+            m.metrics.write_hparams(resolved_run_fields(m.cfg), summary)
+        m.metrics.close()
+        self.summaries[m.run_id] = summary
         if outcome != "failed":  # ranks in step: none returns before the folder is complete
-            dist.barrier()  # (after a failure the others may be inside another collective)
-        return summary
+            self.dist.barrier()  # (after a failure the others may be inside another collective)
 
-    final: dict[str, Any] = dict(restored.final)
-    val_step = restored.val_step  # the progress line marks a validation loss of an earlier step
-    bar = Progress(tc.steps, start, run_id, every=tc.log_every, enabled=progress and dist.main)
-    tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
-    speed = throughput(cfg, precision.precision, tokens_per_step, device,
-                       progress and dist.main, dist.world_size)
-    autocast = precision_context(precision.precision, device)
-    if dist.main:
-        write_json_atomic(run_dir / "summary.json", {
-            "run_id": run_id, "outcome": "running", "step": start, "steps_planned": tc.steps,
-            "world_size": dist.world_size})
-    t_run = time.perf_counter()
-    try:
-        with _StopFlag() as stop:
-            step = start
-            while step < tc.steps:
-                # 2: a signal on some rank, 1: interrupt_at; the max over ranks stops all alike
-                stop_code = dist.max(2 if stop.signal is not None else int(
-                    interrupt_at is not None and step >= interrupt_at))
-                if stop_code:
-                    checkpoint(step)
-                    return finish("interrupted", step, reason="signal" if stop_code == 2 else
-                                  "requested")
-                t0 = time.perf_counter()
-                lr = lr_at(step, tc)
-                set_lr(optimizer, lr)
-                stats_now = block_stats_due(tc, step + 1)
-                acc = accumulate_gradients(
-                    net, sampler, step, tc.grad_accum, dist, device, autocast,
-                    capture(model, "blocks.*.mlp.stream_out") if stats_now else None,
-                    token_weighted=data.masked_targets)
-                train_loss, captured = acc.train_loss, acc.captured
-                params, total_norm = gradient_norm(model)
-                grad_norm = total_norm.item()
-                step += 1
-                record: dict[str, Any] = {"step": step, "train_loss": train_loss, "lr": lr,
-                                          "grad_norm": grad_norm}
-                reason = divergence_reason(train_loss, grad_norm, spike)
-                if reason is not None:
-                    metrics.write(record | {"diverged": reason})
-                    final.update(train_loss=train_loss)
-                    return finish("diverged", step, reason=reason)
-                if stats_now:  # before the step: gradients as computed, before clipping
-                    record.update(block_stats(model, captured, dist))
-                clip_and_step(optimizer, params, total_norm, tc.grad_clip)
-                dt = time.perf_counter() - t0
-                last = step == tc.steps
-                if eval_due(tc, step):
-                    record.update(evaluate(model, val, autocast, dist, data.accuracy(),
-                                           token_weighted=data.masked_targets))
-                    record.update(bits_per_byte(data, record["val_loss"]))
-                    best_val, val_step = min(best_val, record["val_loss"]), step
-                    final.update(val_loss=record["val_loss"], token_share=record["token_share"],
-                                 **accuracy_of(record), **bits_of(record))
-                final["train_loss"] = train_loss
-                if step % tc.log_every == 0 or last or "val_loss" in record or stats_now:
-                    metrics.write(record | {"time_s": dt, "tokens_per_s": tokens_per_step / dt})
-                if tc.checkpoint_every and step % tc.checkpoint_every == 0 and not last:
-                    checkpoint(step)
-                    if tc.keep_checkpoints and dist.main:
-                        keep_weights(ckpt_dir, step)
-                speed.update(dt)
-                bar.update(step, progress_info(train_loss, lr, grad_norm, final.get("val_loss"),
-                                               speed, accuracy_of(final), val_step=val_step,
-                                               step=step, bpb=final.get("val_bpb")))
-            checkpoint(step)
-            elapsed = time.perf_counter() - t_run
-            done = step - start
-            outcome, diagnosis = end_of_run(final, run_dir, data.unigram_entropy,
-                                            tc.stall_margin)
-            return finish(outcome, step, **diagnosis,
-                          tokens_per_s=tokens_per_step * done / elapsed if done else None)
-    except Exception as e:  # failure is data: the run folder says what happened
-        return finish("failed", locals().get("step", start), reason=type(e).__name__,
-                      message=str(e), traceback=traceback.format_exc())
-    finally:
-        bar.close()
-        metrics.close()
+    def end_trained(self, m: RunMember) -> None:
+        """`completed`, or `stalled` as `end_of_run` decides it."""
+        outcome, diagnosis = end_of_run(m.final, m.run_dir, m.data.unigram_entropy,
+                                        m.tc.stall_margin)
+        self.end(m, outcome, **diagnosis, tokens_per_s=tokens_per_s(self, m))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        for m in self.members:
+            m.metrics.close()
+
+
+class _SingleLoop(RunLoop):
+    """The loop of one run (`train_run`): its model, possibly wrapped for DDP (`net`) or
+    compiled, steps by `accumulate_gradients` over `grad_accum` micro-batches."""
+
+    def __init__(self, member: RunMember, model: NormTransformer, net: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, sampler: Any, val: list, data: Any,
+                 dist: distributed.Dist, device: torch.device, progress: bool) -> None:
+        super().__init__([member], device, dist)
+        self.model, self.net, self.optimizer = model, net, optimizer
+        self.sampler, self.val, self.data = sampler, val, data
+        tc, cfg = member.tc, member.cfg
+        self.bar = Progress(tc.steps, member.step, member.run_id, every=tc.log_every,
+                            enabled=progress and dist.main)
+        self.tokens_per_step = tc.batch_size * tc.grad_accum * cfg.data.seq_len
+        self.speed = throughput(cfg, member.precision.precision, self.tokens_per_step, device,
+                                progress and dist.main, dist.world_size)
+        self.autocast = precision_context(member.precision.precision, device)
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"world_size": self.dist.world_size}
+
+    def stop_reasons(self, signalled: bool, interrupt_at: int | None) -> list[str | None]:
+        # 2: a signal on some rank, 1: interrupt_at; the max over ranks stops all alike
+        m = self.active[0]
+        code = self.dist.max(2 if signalled else int(interrupt_at is not None
+                                                     and m.step >= interrupt_at))
+        return [{0: None, 1: "requested", 2: "signal"}[code]]
+
+    def gradients(self, lrs: list[float], stats_due: list[bool]
+                  ) -> tuple[list[float], list[float]]:
+        m = self.active[0]
+        self.acc = accumulate_gradients(
+            self.net, self.sampler, m.step, m.tc.grad_accum, self.dist, self.device,
+            self.autocast,
+            capture(self.model, "blocks.*.mlp.stream_out") if stats_due[0] else None,
+            token_weighted=self.data.masked_targets)
+        self.params, self.total_norm = gradient_norm(self.model)
+        return [self.acc.train_loss], [self.total_norm.item()]
+
+    def block_stats(self, row: int) -> dict[str, float]:
+        return block_stats(self.model, self.acc.captured, self.dist)
+
+    def update(self, rows: list[int], lrs: list[float]) -> None:
+        set_lr(self.optimizer, lrs[0])
+        clip_and_step(self.optimizer, self.params, self.total_norm, self.active[0].tc.grad_clip)
+
+    def evaluate(self, due: list[bool]) -> list[dict[str, Any] | None]:
+        values = evaluate(self.model, self.val, self.autocast, self.dist, self.data.accuracy(),
+                          token_weighted=self.data.masked_targets)
+        return [values | bits_per_byte(self.data, values["val_loss"])]
+
+    def checkpoint(self, row: int) -> None:
+        if self.dist.main:
+            m = self.active[row]
+            save_checkpoint(m.run_dir / "checkpoint", self.model, self.optimizer,
+                            checkpoint_state(m.step, m.best_val, m.spike, m.run_id))
+
+    def show(self, records: list[dict[str, Any]], dt: float) -> None:
+        (m,), (record,) = self.active, records
+        self.speed.update(dt)
+        self.bar.update(m.step, progress_info(
+            record["train_loss"], record["lr"], record["grad_norm"], m.final.get("val_loss"),
+            self.speed, accuracy_of(m.final), val_step=m.val_step, step=m.step,
+            bpb=m.final.get("val_bpb")))
 
 
 def bits_per_byte(data: Any, val_loss: float) -> dict[str, float]:

@@ -346,6 +346,27 @@ def test_an_lr_grid_gives_each_lr_s_own_run_and_a_frozen_one_shares_the_features
     assert [r["cached"] for r in got[0]] == [True, True] and got[1]["cached"] is True
 
 
+def test_a_diverged_lr_ends_alone_and_the_next_lr_starts_clean(tiny_run):
+    """A non-finite loss ends that lr's fine-tuning `diverged` before its update (the curve's
+    last point holds the loss as text; the steps done leave it out), evaluated all the same; in
+    a frozen lr grid the next lr trains its shared head from a clean start, as it does alone."""
+    from normlab.finetune import finetune_model_lrs
+    from normlab.train import load_trained_model
+
+    _, model = load_trained_model(tiny_run)
+    task = small_task("genre", n_train=64, n_test=32)
+    kw = dict(steps=4, batch_size=8, warmup=1, device="cpu", seed=2, standardize=16,
+              train_eval_max=16, log_every=2, freeze=True)
+    huge, normal = finetune_model_lrs(model, task, [1e36, 1e-3], **kw)
+    assert huge["outcome"] == "diverged" and huge["loss_curve"][-1][1] in ("nan", "inf")
+    assert huge["steps_done"] == huge["loss_curve"][-1][0] - 1 < 4
+    assert 0.0 <= huge["test_accuracy"] <= 1.0
+    alone = finetune_model(model, task, lr=1e-3, **kw)
+    assert normal["outcome"] == "completed" and normal["steps_done"] == 4
+    for key in ("loss_curve", "test_loss", "test_accuracy", "confusion"):
+        assert normal[key] == alone[key], key
+
+
 def test_long_passages_are_read_in_windows_of_the_pretraining_context(tiny_run):
     """A 128-byte passage on a model pretrained on 64-byte sequences: two windows, each from
     position 0; the pooled vector is the mean over both windows' streams."""

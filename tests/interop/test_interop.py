@@ -268,11 +268,11 @@ def test_bert_taps_and_layer_drop_match_the_import():
     for name, value in a.activations.items():
         torch.testing.assert_close(b[name], value, rtol=0, atol=ATOL, msg=name)
     for t in range(3):
-        fwd, pre = drop_hooks(t)
+        fwd = drop_hooks(t)
         with torch.no_grad():
-            with hooked(model, fwd, pre):
+            with hooked(model, fwd):
                 ref = model.stream(idx)
-            with hooked(wrapper, fwd, pre):
+            with hooked(wrapper, fwd):
                 via_block = wrapper.stream(idx)
             with skip_blocks(hf, [t]):
                 direct = hf.bert(idx).last_hidden_state
@@ -317,7 +317,7 @@ def test_llama_taps_follow_the_residual_stream():
                                        layers[i].post_attention_layernorm(x_mid))
         if i + 1 < L:
             assert torch.equal(cap[f"{p}.mlp.stream_out"], cap[f"blocks.{i + 1}.attn.stream_in"])
-    torch.testing.assert_close(cap["final.in"], cap[f"blocks.{L - 1}.mlp.stream_out"])
+    torch.testing.assert_close(cap["final.input"], cap[f"blocks.{L - 1}.mlp.stream_out"])
     with torch.no_grad():
         torch.testing.assert_close(out.logits, hf.lm_head(cap["final.out"]))
         with skip_blocks(hf, range(L)):  # every block skipped: norm(embedding)
@@ -573,14 +573,14 @@ def test_norm_scale_taps_and_residual_analysis_on_hf_models(make):
                                   for k in ("attn", "mlp")]
         for name in norms:
             module = wrapper._norm_module(name)
-            x = cache[f"{name}.in"].double()
+            x = cache[f"{name}.input"].double()
             if rms:
                 expected = 1 / torch.sqrt((x**2).mean(-1, keepdim=True) + module.variance_epsilon)
             else:
                 expected = 1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + module.eps)
             torch.testing.assert_close(cache[f"{name}.scale"].double(), expected, rtol=1e-6,
                                        atol=0)
-            torch.testing.assert_close(cache[f"{name}.out"], module(cache[f"{name}.in"]))
+            torch.testing.assert_close(cache[f"{name}.out"], module(cache[f"{name}.input"]))
         torch.testing.assert_close(cache["blocks.1.attn.in_norm.out"],
                                    cache["blocks.1.attn.branch_in"])
         # the final norm with its frozen scale reproduces its output on the whole stream
@@ -592,7 +592,7 @@ def test_norm_scale_taps_and_residual_analysis_on_hf_models(make):
         total = stack[0]
         for part in stack[1:]:
             total = total + part
-        assert torch.equal(total, cache["final.in"])
+        assert torch.equal(total, cache["final.input"])
         target = torch.roll(idx, -1, dims=1)
         attrs = cache.logit_attrs(stack, target)
         torch.testing.assert_close(attrs.sum(0) + cache.logit_bias(target),
@@ -606,7 +606,7 @@ def test_norm_scale_taps_and_residual_analysis_on_hf_models(make):
         doubled = wrapper.run_with_hooks(idx, fwd_hooks=[
             ("final.norm.scale", lambda s, hook: 2 * s)])
         spec = cache.reading_norm()
-        by_hand = spec.apply(cache["final.in"], 2 * cache["final.norm.scale"], add_bias=True)
+        by_hand = spec.apply(cache["final.input"], 2 * cache["final.norm.scale"], add_bias=True)
         torch.testing.assert_close(doubled, hf.lm_head(by_hand), rtol=0, atol=1e-4)
     assert wrapper.site_of("blocks.1.mlp.in_norm.scale").endswith(
         ("ln_2 (scale, from the input)", "post_attention_layernorm (scale, from the input)"))
@@ -618,7 +618,7 @@ def test_bert_norm_taps_and_no_decomposition_of_a_post_ln_stream():
     wrapper = HFTapModel(hf)
     with torch.no_grad():
         _, cache = wrapper.run_with_cache(_tokens())
-    x = cache["blocks.0.attn.post_norm.in"].double()
+    x = cache["blocks.0.attn.post_norm.input"].double()
     ln = hf.bert.encoder.layer[0].attention.output.LayerNorm
     torch.testing.assert_close(cache["blocks.0.attn.post_norm.scale"].double(),
                                1 / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + ln.eps),

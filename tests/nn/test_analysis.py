@@ -50,7 +50,7 @@ def test_scale_tap_is_one_over_std_or_rms_in_float64(norm, tokens):
     assert names == [f"blocks.{i}.{k}.in_norm" for i in range(3) for k in ("attn", "mlp")] + [
         "final.norm"]
     for name in names:
-        x = cache[f"{name}.in"].double()
+        x = cache[f"{name}.input"].double()
         if norm == "layernorm":
             expected = 1 / torch.sqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, True) + eps)
         else:
@@ -59,7 +59,7 @@ def test_scale_tap_is_one_over_std_or_rms_in_float64(norm, tokens):
         assert scale.shape == (2, 16, 1)
         torch.testing.assert_close(scale.double(), expected, rtol=1e-6, atol=0)
         module = model.get_submodule(name)
-        torch.testing.assert_close(cache[f"{name}.out"], module(cache[f"{name}.in"]))
+        torch.testing.assert_close(cache[f"{name}.out"], module(cache[f"{name}.input"]))
     assert torch.equal(cache["blocks.1.attn.in_norm.out"], cache["blocks.1.attn.branch_in"])
     # the explicit computation (scale hooked) is the fused one's function
     torch.testing.assert_close(logits, plain, rtol=0, atol=1e-5)
@@ -67,11 +67,11 @@ def test_scale_tap_is_one_over_std_or_rms_in_float64(norm, tokens):
 
 def test_a_hook_on_the_scale_replaces_it(tokens):
     model = _model(placement="pre")
-    _, cache = model.run_with_cache(tokens, names_filter=["final.norm.scale", "final.in"])
+    _, cache = model.run_with_cache(tokens, names_filter=["final.norm.scale", "final.input"])
     doubled = model.run_with_hooks(tokens, fwd_hooks=[("final.norm.scale",
                                                        lambda s, hook: 2 * s)])
     norm = model.final.norm
-    x = cache["final.in"]
+    x = cache["final.input"]
     by_hand = (x - x.mean(-1, keepdim=True)) * 2 * cache["final.norm.scale"] * norm.weight
     torch.testing.assert_close(doubled, model.lm_head(by_hand + norm.bias), atol=1e-5, rtol=0)
 
@@ -79,7 +79,7 @@ def test_a_hook_on_the_scale_replaces_it(tokens):
 def test_dyt_has_no_scale_tap(tokens):
     model = _model(placement="pre", norm="dyt")
     names = tap_names(model)
-    assert "final.norm.in" in names and "final.norm.out" in names
+    assert "final.norm.input" in names and "final.norm.out" in names
     assert not any(n.endswith(".scale") for n in names)
     _, cache = model.run_with_cache(tokens)
     with pytest.raises(ValueError, match="DyT.*no per-token scale.*freeze_scale=False"):
@@ -168,7 +168,7 @@ def test_accumulated_resid_follows_transformerlens_layout(tokens):
     stack, labels = cache.accumulated_resid(return_labels=True)
     assert labels == ["0_pre", "1_pre", "2_pre", "final_post"]
     assert torch.equal(stack[1], cache["blocks.1.attn.stream_in"])
-    assert torch.equal(stack[-1], cache["final.in"])
+    assert torch.equal(stack[-1], cache["final.input"])
     _, labels = cache.accumulated_resid(layer=2, incl_mid=True, return_labels=True)
     assert labels == ["0_pre", "0_mid", "1_pre", "1_mid", "2_pre"]
     stack, labels = cache.accumulated_resid(layer=1, mlp_input=True, return_labels=True)
@@ -199,8 +199,8 @@ def test_decompose_resid_sums_to_the_stream_exactly(placement, extra, tokens):
     total = stack[0]
     for part in stack[1:]:  # in the order the model added them: bit for bit
         total = total + part
-    assert torch.equal(total, cache["final.in"])
-    torch.testing.assert_close(stack.sum(0), cache["final.in"])
+    assert torch.equal(total, cache["final.input"])
+    torch.testing.assert_close(stack.sum(0), cache["final.input"])
     upto = cache.decompose_resid(layer=L - 1, mlp_input=True)
     torch.testing.assert_close(upto.sum(0), cache[f"blocks.{L - 1}.mlp.stream_in"])
     _, labels = cache.decompose_resid(mode="mlp", incl_embeds=False, return_labels=True)

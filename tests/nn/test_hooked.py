@@ -39,13 +39,34 @@ def test_run_with_cache_returns_logits_and_the_selected_taps(model, tokens):
 @pytest.mark.parametrize("names_filter, expected", [
     (None, None),
     ("final.out", ["final.out"]),
-    (["final.in", "blocks.0.attn.branch_in"], ["blocks.0.attn.branch_in", "final.in"]),
+    (["final.input", "blocks.0.attn.branch_in"], ["blocks.0.attn.branch_in", "final.input"]),
     (lambda name: name.endswith("branch_raw") and name.startswith("blocks.2"),
      ["blocks.2.attn.branch_raw", "blocks.2.mlp.branch_raw"]),
 ])
 def test_names_filter_forms(model, tokens, names_filter, expected):
     _, cache = model.run_with_cache(tokens, names_filter=names_filter)
     assert sorted(cache) == sorted(expected if expected is not None else tap_names(model))
+
+
+def test_the_former_tap_name_in_still_reads(model, tokens):
+    """`final.in` and `{norm}.in` were renamed `input` (`in` is a Python keyword); names saved
+    before, or written in scripts, still select, hook and read the same taps."""
+    assert "final.in" not in tap_names(model) and "final.input" in tap_names(model)
+    _, cache = model.run_with_cache(tokens, tokens, names_filter=["final.in", "*.post_norm.in"],
+                                    incl_bwd=True)
+    model.zero_grad(set_to_none=True)
+    norms = [f"blocks.{i}.{k}.post_norm.input" for i in range(3) for k in ("attn", "mlp")]
+    assert sorted(cache) == sorted(n + g for n in ["final.input", *norms] for g in ("", "_grad"))
+    assert torch.equal(cache["final.in"], cache["final.input"])
+    assert torch.equal(cache["final.in_grad"], cache["final.input_grad"])
+    assert torch.equal(cache["attn.post_norm.in", 1], cache["blocks.1.attn.post_norm.input"])
+    assert torch.equal(cache.stack("mlp.post_norm.in"), cache.stack("mlp.post_norm.input"))
+    with capture(model, "final.in") as cap:
+        model(tokens)
+    assert list(cap) == ["final.input"] and torch.equal(cap["final.in"], cache["final.input"])
+    seen = []
+    model.run_with_hooks(tokens, fwd_hooks=[("final.in", lambda v, hook: seen.append(hook.name))])
+    assert seen == ["final.input"]
 
 
 def test_names_filter_that_selects_nothing_is_an_error(model, tokens):
@@ -126,10 +147,10 @@ def test_hooks_that_observe_chain_and_clean_up(model, tokens):
         raise RuntimeError("hook failed")
 
     with pytest.raises(RuntimeError, match="hook failed"):
-        model.run_with_hooks(tokens, fwd_hooks=[("final.in", broken)])
+        model.run_with_hooks(tokens, fwd_hooks=[("final.input", broken)])
     assert hooks_left(model) == []
     with pytest.raises(TypeError, match="not callable"):
-        model.run_with_hooks(tokens, fwd_hooks=[("final.in", None)])
+        model.run_with_hooks(tokens, fwd_hooks=[("final.input", None)])
 
 
 def test_return_types(model, tokens):

@@ -6,6 +6,7 @@ explicit path's size bound, and every table and mask on the tensors' own device 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -14,7 +15,8 @@ import torch.nn.functional as F
 
 from normlab.config import ModelConfig
 from normlab.nn import layers
-from normlab.nn.layers import MLP, Attention, ForwardState, apply_rope, rope_tables
+from normlab.nn.layers import MLP, Attention, Context, apply_rope, rope_tables
+from normlab.nn.taps import hooked
 
 
 def cfg(**kw) -> ModelConfig:
@@ -62,8 +64,35 @@ def test_explicit_attention_without_a_mask_is_softmax_attention(causal):
     if causal:
         scores = scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), -math.inf)
     want = scores.softmax(-1) @ v
-    got = attn._explicit(q, k, v, ForwardState(), 0.0)
+    got, scores = attn._explicit(q, k, v, None, 0.0)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert scores is None  # no residual attention: nothing passed on
+
+
+@pytest.mark.parametrize("setting", ["fused", "explicit", "uniform", "residual"])
+def test_only_residual_attention_replaces_the_scores_it_is_handed(setting):
+    """RealFormer's attention passes on `Q K^T / sqrt(d_k) + S_prev`; any other attention hands
+    back the scores it was given, as they came (the fused kernel; the explicit path, taken for
+    the hooked pattern, with a padding mask; uniform attention), so a block's carry is changed
+    only where it is used."""
+    kw = {"uniform": {"attention": "uniform"}, "residual": {"residual_attention": True}}
+    attn = randomized(Attention(cfg(kind="encoder", **kw.get(setting, {}))))
+    x = torch.randn(2, 5, 16)
+    prev = torch.randn(2, 4, 5, 5)
+    keys = torch.ones(2, 5, dtype=torch.bool)
+    keys[1, 3:] = False
+    ctx = Context(key_mask=keys[:, None, None, :]) if setting == "explicit" else Context()
+    patterns = []
+    pattern_hooked = (hooked(attn, {"pattern": lambda _m, _i, out: patterns.append(out)})
+                      if setting == "explicit" else contextlib.nullcontext())
+    with torch.no_grad(), pattern_hooked:
+        _, scores = attn(x, ctx, prev)
+    assert len(patterns) == (setting == "explicit")
+    if setting != "residual":
+        assert scores is prev
+        return
+    q, k, _ = heads(attn, x)
+    torch.testing.assert_close(scores, q @ k.transpose(-2, -1) / math.sqrt(4) + prev)
 
 
 def uniform_reference(v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -82,7 +111,7 @@ def test_uniform_attention_is_the_mean_over_the_allowed_keys(case):
     B, T, d = 2, 5, 16
     x = torch.randn(B, T, d)
     v = x @ attn.qkv.weight[2 * d:].T + attn.qkv.bias[2 * d:]
-    state = ForwardState()
+    key_mask = None
     if case == "causal":
         allowed = torch.ones(T, T, dtype=torch.bool).tril()
     elif case == "encoder":
@@ -90,9 +119,9 @@ def test_uniform_attention_is_the_mean_over_the_allowed_keys(case):
     else:
         keys = torch.ones(B, T, dtype=torch.bool)
         keys[1, (1 if case == "one key" else 3):] = False
-        state.key_mask = keys[:, None, None, :]
+        key_mask = keys[:, None, None, :]
         allowed = keys[:, None, :].expand(B, T, T)
-    got = attn._uniform(x, state)
+    got = attn._uniform(x, key_mask)
     torch.testing.assert_close(got, uniform_reference(v, allowed), rtol=1e-5, atol=1e-6)
 
 
@@ -124,9 +153,9 @@ def test_bf16_on_cpu_takes_the_explicit_path_without_a_pattern_hook(monkeypatch)
         return real(self, *args)
 
     monkeypatch.setattr(Attention, "_explicit", spy)
-    attn.bfloat16()(torch.randn(2, 5, 16, dtype=torch.bfloat16), ForwardState())
+    attn.bfloat16()(torch.randn(2, 5, 16, dtype=torch.bfloat16))
     assert calls == [torch.bfloat16]
-    attn.float()(torch.randn(2, 5, 16), ForwardState())  # fp32: the fused kernel
+    attn.float()(torch.randn(2, 5, 16))  # fp32: the fused kernel
     assert calls == [torch.bfloat16]
 
 
@@ -135,11 +164,11 @@ def test_attention_dropout_applies_in_training_only():
     x = torch.randn(2, 6, 16)
     attn.resid_dropout.p = 0.0  # only the attention probabilities' dropout is left
     attn.eval()
-    a, b = attn(x, ForwardState()), attn(x, ForwardState())
+    (a, _), (b, _) = attn(x), attn(x)
     torch.testing.assert_close(a, b)
     attn.train()
     torch.manual_seed(0)
-    c = attn(x, ForwardState())
+    c, _ = attn(x)
     assert not torch.allclose(c, a, atol=1e-3)
 
 
@@ -164,17 +193,17 @@ def test_masks_and_tables_are_made_on_the_tensors_device(setting):
     fails the forward."""
     attn = Attention(cfg(**setting)).to("meta")
     x = torch.empty(2, 5, 16, device="meta")
-    state = ForwardState()
+    ctx = Context()
     if setting.get("positions") == "rope":
-        state.rope = rope_tables(8, attn.head_dim, 10000.0, device="meta")
-        assert all(t.device.type == "meta" for t in state.rope)
+        ctx = Context(rope=rope_tables(8, attn.head_dim, 10000.0, device="meta"))
+        assert all(t.device.type == "meta" for t in ctx.rope)
     q = torch.empty(2, 4, 5, 4, device="meta")
-    assert attn(x, state).device.type == "meta"
+    assert attn(x, ctx)[0].device.type == "meta"
     if not attn.uniform:
-        assert attn._explicit(q, q, q, ForwardState(), 0.0).device.type == "meta"
-        residual = ForwardState(prev_scores=None)
+        assert attn._explicit(q, q, q, None, 0.0)[0].device.type == "meta"
         attn.residual_attention = True  # the masked branch
-        assert attn._explicit(q, q, q, residual, 0.0).device.type == "meta"
+        y, scores = attn._explicit(q, q, q, None, 0.0)
+        assert y.device.type == "meta" and scores.device.type == "meta"
 
 
 def test_the_causal_bias_is_made_on_the_device_of_the_scores(monkeypatch):
@@ -187,5 +216,5 @@ def test_the_causal_bias_is_made_on_the_device_of_the_scores(monkeypatch):
     monkeypatch.setattr(layers, "causal_bias",
                         lambda T, dtype, device: seen.append(device) or real(T, dtype, device))
     q = torch.empty(2, 4, 5, 4, device="meta")
-    Attention(cfg()).to("meta")._explicit(q, q, q, ForwardState(), 0.0)
+    Attention(cfg()).to("meta")._explicit(q, q, q, None, 0.0)
     assert seen == [q.device]

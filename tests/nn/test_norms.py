@@ -92,7 +92,7 @@ def _tapped(norm, x, hook=None):
     taps' values."""
     seen = {}
     handles = [getattr(norm, name).register_forward_hook(
-        lambda _m, _i, out, name=name: seen.__setitem__(name, out)) for name in ("in", "out")]
+        lambda _m, _i, out, name=name: seen.__setitem__(name, out)) for name in ("input", "out")]
     handles.append(norm.scale.register_forward_hook(
         hook or (lambda _m, _i, out: seen.__setitem__("scale", out))))
     try:
@@ -116,7 +116,7 @@ def test_the_explicit_path_taken_for_the_scale_tap_equals_torchs_norm(kind, bias
     got, seen = _tapped(norm, x)
     torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6)
     assert got.dtype == x.dtype
-    torch.testing.assert_close(seen["in"], x, rtol=0, atol=0)
+    torch.testing.assert_close(seen["input"], x, rtol=0, atol=0)
     torch.testing.assert_close(seen["out"], got, rtol=0, atol=0)
     scale_fn = norms.layernorm_scale if kind == "layernorm" else norms.rmsnorm_scale
     torch.testing.assert_close(seen["scale"], scale_fn(x, 1e-3), rtol=0, atol=0)
@@ -150,17 +150,17 @@ def test_rmsnorm_without_eps_uses_the_dtypes_epsilon():
     torch.testing.assert_close(got, norm(x), rtol=1e-5, atol=1e-6)
 
 
-def test_dyt_has_in_and_out_taps_and_no_scale():
+def test_dyt_has_input_and_out_taps_and_no_scale():
     dyt = make_norm("dyt", 8)
     assert not hasattr(dyt, "scale")
     seen = {}
     hs = [getattr(dyt, n).register_forward_hook(lambda _m, _i, o, n=n: seen.__setitem__(n, o))
-          for n in ("in", "out")]
+          for n in ("input", "out")]
     x = _x()
     y = dyt(x)
     for h in hs:
         h.remove()
-    torch.testing.assert_close(seen["in"], x)
+    torch.testing.assert_close(seen["input"], x)
     torch.testing.assert_close(seen["out"], y)
     torch.testing.assert_close(y, torch.tanh(0.5 * x))
 

@@ -17,7 +17,6 @@ from typer.testing import CliRunner  # noqa: E402
 from normlab.cli.probe import probe  # noqa: E402
 from normlab.config import PLACEMENTS, load_run_config, make_model_config  # noqa: E402
 from normlab.nn import build_model, capture  # noqa: E402
-from normlab.nn.layers import ForwardState  # noqa: E402
 from normlab.probe import (  # noqa: E402
     angular_distance,
     depth_sweep,
@@ -168,8 +167,7 @@ def test_merge_feeds_block_t_input_to_block_t_plus_1(batches):
             model(idx)
         with hooked(model, merge_hooks(t)), capture(model, f"blocks.{t + 1}.attn.branch_raw") as m:
             model(idx)
-        expected = model.blocks[t + 1].attn.fn(normal[f"blocks.{t}.attn.branch_in"],
-                                               ForwardState())
+        expected, _ = model.blocks[t + 1].attn.fn(normal[f"blocks.{t}.attn.branch_in"])
     torch.testing.assert_close(m[f"blocks.{t + 1}.attn.branch_raw"], expected)
 
 
@@ -183,8 +181,7 @@ def test_drop_restores_resi_dual_second_stream(batches):
             seen[name] = args[1].dual.clone()
         return hook
 
-    fwd, pre = drop_hooks(1)
-    with torch.no_grad(), hooked(model, fwd, pre), hooked(model, pre={
+    with torch.no_grad(), hooked(model, drop_hooks(1)), hooked(model, pre={
             "blocks.1": before("in1"), "blocks.2": before("in2")}):
         model(batches[0][0])
     torch.testing.assert_close(seen["in2"], seen["in1"], rtol=0, atol=0)
