@@ -52,6 +52,7 @@ LABELS = {
     "late_merge_kl": "merge KL, deeper half",
     "late_drop_dloss": "layer-drop loss increase, deeper half",
     "test_accuracy": "test accuracy",
+    "ngram_baseline_context": "character-trigram baseline (context)",
     "lens_gap": "logit-lens gap (raw - normed)",
     "d_model": "width",
     "n_blocks": "blocks",

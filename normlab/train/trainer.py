@@ -177,27 +177,26 @@ def checkpoint_state(step: int, best_val: float, spike: SpikeDetector, run_id: s
 class Restored:
     """Where a run continues: its step and best val loss, the final losses its records hold
     (so a summary rebuilt at the last step keeps them), the repairs made on the way (warned and
-    recorded in summary.json), and the thread count to put back when the run ends (None if the
-    resume did not change it)."""
+    recorded in summary.json) and the thread count its checkpoint recorded."""
 
     step: int = 0
     best_val: float = float("inf")
     final: dict[str, Any] = field(default_factory=dict)
     repairs: list[str] = field(default_factory=list)
-    threads_before: int | None = None
     threads: int | None = None  # the count recorded in the checkpoint
     val_step: int | None = None  # the step of the last evaluation its records hold
 
 
 def match_threads(recorded: int | None, device: torch.device, policy: ThreadPolicy,
-                  where: Path) -> int | None:
+                  where: Path) -> None:
     """Make a resumed CPU run use the thread count its checkpoint recorded: `match` sets it
-    (returns the count to put back afterwards), `refuse` raises `ThreadCountError` saying how to
-    resume. CPU matrix products split their sums by thread, so another count changes the last
-    bits of every step, and a resume would match neither the old nor a new run."""
+    (`train_run` puts this process's count back when the run ends), `refuse` raises
+    `ThreadCountError` saying how to resume. CPU matrix products split their sums by thread, so
+    another count changes the last bits of every step, and a resume would match neither the old
+    nor a new run."""
     current = torch.get_num_threads()
     if recorded is None or device.type != "cpu" or recorded == current:
-        return None
+        return
     if policy == "refuse":
         raise ThreadCountError(
             f"{where}: trained with {recorded} CPU thread(s), this process has {current}; "
@@ -207,7 +206,6 @@ def match_threads(recorded: int | None, device: torch.device, policy: ThreadPoli
     warnings.warn(f"{where}: resuming with the {recorded} CPU thread(s) it was trained with, "
                   f"not {current}, so that its numbers continue exactly", NormlabWarning,
                   stacklevel=3)
-    return current
 
 
 def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
@@ -233,8 +231,7 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
         restored.step, restored.best_val = state["step"], float(state["best_val_loss"])
         restored.threads = state.get("threads")
         if threads is not None:
-            restored.threads_before = match_threads(restored.threads, device or
-                                                    torch.device("cpu"), threads, run_dir)
+            match_threads(restored.threads, device or torch.device("cpu"), threads, run_dir)
     records, note = metrics.truncate_after(restored.step)  # 0: died before its first checkpoint
     if note:
         restored.repairs.append(note)
