@@ -41,12 +41,22 @@ def described_config(folder: RunFolder) -> dict[str, Any]:
     section resolved when that part is valid on its own."""
     from normlab.nn.plan import resolved_model_fields, resolved_run_fields
 
+    asked = folder.meta.get("precision") or folder.summary.get("precision")
     if folder.config is not None:
-        return resolved_run_fields(folder.config)
+        return with_resolved_precision(resolved_run_fields(folder.config), asked)
     model = folder.raw_config.get("model")
     try:
         resolved = resolved_model_fields(parse_config(ModelConfig, model))
     except ConfigError:
-        return folder.raw_config
-    return folder.raw_config | {"model": resolved}
+        return with_resolved_precision(folder.raw_config, asked)
+    return with_resolved_precision(folder.raw_config | {"model": resolved}, asked)
+
+
+def with_resolved_precision(config: dict[str, Any], resolved: str | None) -> dict[str, Any]:
+    """`train.precision: auto` shown as what the run resolved it to, `fp32 (auto)`, when the run
+    recorded that (config.yaml's meta, summary.json); the config unchanged otherwise."""
+    train = config.get("train")
+    if resolved and isinstance(train, dict) and train.get("precision") == "auto":
+        return config | {"train": train | {"precision": f"{resolved} (auto)"}}
+    return config
 

@@ -52,6 +52,7 @@ from normlab.train.checkpoint import (
 )
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector
+from normlab.train.listing import with_resolved_precision
 from normlab.train.logging import (
     MetricsLog,
     Progress,
@@ -499,7 +500,8 @@ class RunLoop(TrainLoop):
                               **self.summary_fields(), **extra)
         if self.dist.main:
             write_json_atomic(m.run_dir / "summary.json", summary)
-            m.metrics.write_hparams(resolved_run_fields(m.cfg), summary)
+            m.metrics.write_hparams(with_resolved_precision(resolved_run_fields(m.cfg),
+                                                            m.precision.precision), summary)
         m.metrics.close()
         self.summaries[m.run_id] = summary
         if outcome != "failed":  # ranks in step: none returns before the folder is complete

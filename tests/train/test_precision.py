@@ -222,6 +222,27 @@ def test_auto_records_bf16_where_it_measured_faster(cpu, tmp_path, autocasts):
     assert set(autocasts) == {"bf16"}
 
 
+def test_listings_the_report_and_tensorboard_show_what_auto_resolved_to(cpu, tmp_path,
+                                                                       autocasts):
+    from test_logging import events, hparams_of
+
+    from normlab.report.runs import read_run
+    from normlab.train.listing import described_config
+    from normlab.train.rundir import read_run_folder
+
+    cpu.set(WITH_BF16["amx_bf16"], 0.5)
+    s = train_run(_cfg("train.precision=auto"), tmp_path, progress=False)
+    run_dir = tmp_path / s["run_id"]
+    assert described_config(read_run_folder(run_dir))["train"]["precision"] == "bf16 (auto)"
+    assert read_run(run_dir, tmp_path).flat["train.precision"] == "bf16 (auto)"
+    start = hparams_of(events(run_dir))["_hparams_/session_start_info"].session_start_info
+    assert start.hparams["train.precision"].string_value == "bf16 (auto)"
+    # asked for by name, a precision is shown as asked
+    fixed = train_run(_cfg("train.precision=fp32", "train.steps=1"), tmp_path, progress=False)
+    assert described_config(read_run_folder(tmp_path / fixed["run_id"]))["train"][
+        "precision"] == "fp32"
+
+
 def test_fp32_and_bf16_runs_record_their_precision(cpu, tmp_path):
     cpu.set(WITH_BF16["amx_bf16"])
     for asked in ("fp32", "bf16"):
