@@ -12,9 +12,11 @@ import pytest
 from normlab.probe.fits import mean_ci, t_quantile
 from normlab.study.claims.common import make_claim
 from normlab.study.verdict import (
+    MECHANISM,
     NOT_TESTED,
     Prediction,
     band_rule_text,
+    base_subject,
     combine,
     decide,
     decide_band,
@@ -535,3 +537,91 @@ def test_a_failed_setting_about_scale_makes_the_claim_not_tested():
     assert combine([short, good]) == NOT_TESTED and combine([short, bad]) == NOT_TESTED
     unmatched = predict_setting("matched loss", "q", "", [0.3], "<=", 0.05)
     assert combine([unmatched, bad]) == "inconclusive"  # not about scale: never refuted
+
+
+# -- every field of a prediction, from its arguments ------------------------------------------
+# Each rule's function carries its subject, quantity, source text, role, kind and threshold's
+# origin through to the prediction the claim tables print: checked field by field here, with
+# the defaults a caller leaves out.
+
+def _carried(pred, subject="s", quantity="q", paper="p", source="", role="claim"):
+    return (pred.subject, pred.quantity, pred.paper, pred.threshold_source, pred.role,
+            pred.effect.name) == (subject, quantity, paper, source, role, quantity)
+
+
+def test_a_direction_carries_its_arguments_and_names_its_threshold_when_undecided():
+    pred = predict_direction("s", "q", "p", [0.4, 0.6, 0.5], ">", 0.5, 0.0)
+    assert _carried(pred) and pred.kind == "direction" and pred.verdict == "inconclusive"
+    assert pred.diagnosis.startswith("too few seeds or steps to tell the quantity from 0.5 ")
+    pred = predict_direction("s", "q", "p", [1.0, 1.1], ">", 0.0, 0.0, threshold_source="t",
+                             role="premise")
+    assert _carried(pred, source="t", role="premise")
+
+
+def test_an_order_carries_its_arguments_and_means_any_size():
+    for expected, side in ((">", "above"), ("<", "below")):
+        pred = predict_order("s", "q", "p", [0.4, 0.6, 0.5], expected, 0.5)
+        assert _carried(pred) and pred.kind == "order" and pred.meaningful == 0.0
+        assert f"lies entirely {side} 0.5;" in pred.rule
+        assert pred.diagnosis.startswith("too few seeds or steps to tell the quantity from 0.5")
+    pred = predict_order("s", "q", "p", [1.0, 1.1], ">", 0.0, threshold_source="t",
+                         role="diagnostic")
+    assert _carried(pred, source="t", role="diagnostic")
+
+
+def test_non_inferiority_carries_its_arguments_and_names_both_ends():
+    pred = predict_non_inferiority("s", "q", "p", [0.0, 0.01], 0.02)
+    assert _carried(pred) and pred.kind == "non_inferiority"
+    assert "95% interval's upper end" in pred.rule and "its lower end lies beyond" in pred.rule
+    pred = predict_non_inferiority("s", "q", "p", [0.0, 0.01], 0.02, "<", threshold_source="t",
+                                   role="premise")
+    assert _carried(pred, source="t", role="premise")
+    assert "95% interval's lower end" in pred.rule and "its upper end lies beyond" in pred.rule
+
+
+def test_a_band_and_an_equivalence_carry_their_arguments():
+    pred = predict_band("s", "q", "p", [0.1, 0.2], 0.0, 1.0)
+    assert _carried(pred) and (pred.kind, pred.meaningful) == ("band", 0.5)
+    assert predict_band("s", "q", "p", [0.1, 0.2], 0.0, 1.0, threshold_source="t"
+                        ).threshold_source == "t"
+    pred = predict_equivalence("s", "q", "p", [0.0, 0.01], 0.02)
+    assert _carried(pred) and pred.kind == "equivalence"
+    pred = predict_equivalence("s", "q", "p", [0.0, 0.01], 0.02, threshold_source="t",
+                               role="diagnostic")
+    assert _carried(pred, source="t", role="diagnostic")
+
+
+def test_a_failure_rate_carries_its_arguments_and_decides_from_two_seeds():
+    pred = predict_failure_rate("s", "q", "p", [True, True], ">", 0.1)
+    assert _carried(pred) and (pred.kind, pred.meaningful) == ("failure_rate", 0.1)
+    assert pred.verdict == "supported" and pred.effect.n == 2  # two seeds decide
+    assert "lies entirely above 0.1;" in pred.rule
+    pred = predict_failure_rate("s", "q", "p", [True, False], "<", 0.5, threshold_source="t",
+                                role="premise")
+    assert _carried(pred, source="t", role="premise") and "lies entirely below 0.5;" in pred.rule
+    assert pred.diagnosis == "1 of 2 seeds failed: the 95% interval [0.09, 0.91] includes 0.5"
+    one = predict_failure_rate("s", "q", "p", [True], ">", 0.1)
+    assert one.verdict == "inconclusive" and one.diagnosis == \
+        "too few seeds to decide (fewer than 2)"
+
+
+def test_a_setting_carries_its_arguments_and_its_extremes():
+    pred = predict_setting("s", "q", "p", [6.0, 12.0], ">", 5.0)
+    assert _carried(pred, role="premise") and (pred.kind, pred.meaningful) == ("setting", 0.0)
+    assert math.isnan(pred.mde)
+    assert (pred.effect.estimate, pred.effect.ci_low, pred.effect.ci_high) == (9.0, 6.0, 12.0)
+    empty = predict_setting("s", "q", "p", [], ">", 5.0, threshold_source="t", role="claim")
+    assert _carried(empty, source="t") and empty.verdict == "inconclusive"
+    assert math.isnan(empty.effect.ci_low) and math.isnan(empty.effect.ci_high)
+
+
+def test_wilson_interval_of_one_seed_and_its_ends():
+    assert wilson_interval(1, 1) == pytest.approx((0.2065, 1.0), abs=1e-4)
+    assert wilson_interval(0, 1) == pytest.approx((0.0, 0.7935), abs=1e-4)
+    assert wilson_interval(20, 20)[1] == 1.0  # clamped: unclamped it is 1 + 2e-16
+    assert wilson_interval(7, 7)[0] > 0 and wilson_interval(0, 7)[0] == 0.0
+
+
+def test_base_subject_strips_the_mechanism_mark_at_the_end_only():
+    assert base_subject("pre" + MECHANISM) == "pre"
+    assert base_subject("post vs pre") == "post vs pre"
