@@ -41,6 +41,26 @@ def test_from_works_layout():
         TokenArray(np.zeros((2, 2)), [])
 
 
+def test_first_at_or_above_finds_the_first_id_past_a_vocabulary(monkeypatch):
+    import normlab.data.batches as batches
+
+    arr = TokenArray(np.array([3, 9, 1, 7, 9, 2], dtype=np.uint16), [Span("t", 0, 6)])
+    assert arr.first_at_or_above(7) == (1, 9)  # the first, not the largest; >= counts
+    assert arr.first_at_or_above(9) == (1, 9)
+    assert arr.first_at_or_above(10) is None  # nothing that large
+    assert arr.first_at_or_above(0) == (0, 3)
+    monkeypatch.setattr(batches, "CHUNK", 2)  # scanned a chunk at a time
+    assert arr.first_at_or_above(7) == (1, 9)
+    assert arr.first_at_or_above(4) == (1, 9)
+    late = TokenArray(np.array([1, 1, 1, 1, 8, 9], dtype=np.uint16), [Span("t", 0, 6)])
+    assert late.first_at_or_above(8) == (4, 8)  # in the third chunk, at its start
+    assert late.first_at_or_above(9) == (5, 9)  # second of its chunk
+    empty = TokenArray(np.array([], dtype=np.uint16), [])
+    assert empty.first_at_or_above(0) is None
+    one = TokenArray(np.array([5], dtype=np.uint16), [Span("t", 0, 1)])
+    assert one.first_at_or_above(5) == (0, 5)
+
+
 def test_unigram_entropy():
     arr = TokenArray(np.frombuffer(b"aabbbbcc", dtype=np.uint8), [Span("t", 0, 8)])
     p = np.array([0.25, 0.5, 0.25])

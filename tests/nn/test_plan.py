@@ -188,6 +188,10 @@ def test_unknown_block_placement():
         update={"block_placements": ("bogus",)})  # past the config's own check
     with pytest.raises(ValueError, match=r"^unknown placement 'bogus'$"):
         build_plan(bad)
+    whole = bad.model_copy(update={"block_placements": ("mix",)})  # no block of its own
+    with pytest.raises(ValueError, match=r"^placement 'mix' has no block of its own; its blocks "
+                                         r"are other placements'$"):
+        build_plan(whole)
 
 
 def test_skip_normed_needs_an_input_norm():

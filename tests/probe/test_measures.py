@@ -117,3 +117,9 @@ def test_kl_divergence():
     assert kl_divergence(p + 3.0, q - 1.0) == pytest.approx(kl, rel=1e-5)  # logits, any shift
     assert kl_divergence(q, q) == 0.0
     assert kl_divergence(q, p) != pytest.approx(kl)  # not symmetric
+    # a decoder's [batch, positions, vocab]: summed over the vocabulary, averaged over positions
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 3, 5, generator=gen), torch.randn(2, 3, 5, generator=gen)
+    each = [float((pa.softmax(-1) * (pa.log_softmax(-1) - pb.log_softmax(-1))).sum())
+            for pa, pb in zip(a.reshape(6, 5), b.reshape(6, 5), strict=True)]
+    assert kl_divergence(a, b) == pytest.approx(sum(each) / 6, rel=1e-5)

@@ -320,6 +320,14 @@ def test_token_weighting_gives_the_mean_over_every_counted_target(float64):
     assert acc.train_loss == pytest.approx(one.train_loss, rel=1e-6, abs=0)
     for k, g in grads(joined).items():
         torch.testing.assert_close(grads(weighted)[k], g, rtol=1e-6, atol=1e-9, msg=k)
+    # and both are the plain loss of that batch (cross-entropy over its counted targets) and its
+    # gradient, not a multiple of them: both sides scaled alike would pass the checks above
+    direct = tiny_model()
+    loss = direct(*MaskedJoined(batch_size=4).batch(0)).loss
+    loss.backward()
+    assert acc.train_loss == pytest.approx(loss.item(), rel=1e-6, abs=0)
+    for k, g in grads(direct).items():
+        torch.testing.assert_close(grads(weighted)[k], g, rtol=1e-6, atol=1e-9, msg=k)
     plain = accumulate_gradients(tiny_model(), Masked(batch_size=2), 0, 2, distributed.SINGLE,
                                  CPU, contextlib.nullcontext())
     assert plain.train_loss != pytest.approx(one.train_loss, rel=1e-3)
