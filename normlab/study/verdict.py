@@ -150,7 +150,7 @@ class Prediction:
         return asdict(self)
 
 
-def _diagnose(verdict: str, mde: float, meaningful: float, threshold: float = 0.0) -> str:
+def _diagnose(verdict: str, mde: float, meaningful: float, threshold: float) -> str:
     if verdict != "inconclusive":
         return ""
     if not math.isfinite(mde):
@@ -188,7 +188,8 @@ def predict_band(subject: str, quantity: str, paper: str, values: Sequence[float
     mde = min_detectable(vals)
     meaningful = (high - low) / 2
     return Prediction(subject, quantity, paper, band_rule_text(quantity, low, high), verdict,
-                      effect, vals, meaningful, mde, _diagnose(verdict, mde, meaningful),
+                      effect, vals, meaningful, mde,
+                      _diagnose(verdict, mde, meaningful, low),  # (a band of no width: a point)
                       threshold_source, "claim", "band")
 
 

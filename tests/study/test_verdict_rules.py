@@ -584,6 +584,8 @@ def test_a_band_and_an_equivalence_carry_their_arguments():
     assert _carried(pred) and (pred.kind, pred.meaningful) == ("band", 0.5)
     assert predict_band("s", "q", "p", [0.1, 0.2], 0.0, 1.0, threshold_source="t"
                         ).threshold_source == "t"
+    point = predict_band("s", "q", "p", [0.4, 0.6, 0.5], 0.5, 0.5)  # a band of no width
+    assert point.diagnosis.startswith("too few seeds or steps to tell the quantity from 0.5 ")
     pred = predict_equivalence("s", "q", "p", [0.0, 0.01], 0.02)
     assert _carried(pred) and pred.kind == "equivalence"
     pred = predict_equivalence("s", "q", "p", [0.0, 0.01], 0.02, threshold_source="t",
