@@ -190,8 +190,14 @@ def test_a_signal_stops_every_member_after_the_step():
     assert ("end", "b", "interrupted", 2, "signal") in loop.events
     loop = SignalledLoop([toy("c")])
     loop.stops_on_signal = False  # (fine-tuning's: a signal acts as it does anywhere)
-    with pytest.raises(KeyboardInterrupt):
-        loop.run()
+    # Python's own Ctrl-C handler, whatever this process had (a pytest-xdist worker ignores
+    # SIGINT, leaving it to the controller)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run()
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_a_member_with_no_step_left_ends_at_once():
