@@ -23,6 +23,7 @@ from normlab.study.context import StudyContext
 from normlab.study.experiments import StudyFolder
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import ClaimResult
+from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import cpu_model, default_threads, git_commit
 
@@ -76,6 +77,17 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
             "claims": selected}
     study["parts"] = [*parts, part]
     t0 = time.perf_counter()
+    with keep_local_workers():  # one pool of worker processes for every claim's runs
+        _run_claims(ctx, selected, funcs, study, part, out, log, t0)
+    return study
+
+
+def _run_claims(ctx: StudyFolder, selected: Sequence[str], funcs: dict[str, Any],
+                study: dict[str, Any], part: dict[str, Any], out: Path,
+                log: Callable[[str], None], t0: float) -> None:
+    """Each selected claim in turn, study.json written after each (a failing one recorded as
+    not run)."""
+    profile = study["profile"]
     for i, cid in enumerate(selected, 1):
         t = time.perf_counter()
         log(f"{cid}: running (claim {i} of {len(selected)}, "
@@ -94,7 +106,6 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         study["elapsed_s"] = part["elapsed_s"] = time.perf_counter() - t0
         study["elapsed_total_s"] = sum(p["elapsed_s"] for p in study["parts"])
         write_json_atomic(out / "study.json", study)
-    return study
 
 
 def theory_left_out(cid: str, profile: str) -> ClaimResult:

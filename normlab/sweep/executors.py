@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -204,42 +204,98 @@ def _report(task: AnyTask, result: tuple[Any, float], on_finish: OnFinish) -> No
         on_finish(run.run_id, summary, wall / len(runs))
 
 
+class _Pool:
+    """A local pool of worker processes and what its workers were started with."""
+
+    def __init__(self, workers: int, threads: int, n_gpu: int) -> None:
+        self.ctx = _context()
+        self.key = (workers, threads)
+        self.stop = self.ctx.Event()
+        self.started = self.ctx.Value("i", 0)  # workers that got through _init_worker
+        gpu_ids = None
+        if n_gpu:
+            gpu_ids = self.ctx.Queue()
+            for i in range(workers):
+                gpu_ids.put(i % n_gpu)
+        self.executor = ProcessPoolExecutor(max_workers=workers, mp_context=self.ctx,
+                                            initializer=_init_worker,
+                                            initargs=(threads, gpu_ids, self.stop, self.started))
+
+
+# The pool `keep_local_workers` keeps open between `run_local` calls ({} inside it, before the
+# first call; None outside it).
+_KEPT: dict[str, _Pool] | None = None
+
+
+@contextlib.contextmanager
+def keep_local_workers() -> Iterator[None]:
+    """Inside it, `run_local` calls with the same workers and threads share one pool of worker
+    processes: each worker starts (a fresh interpreter that imports torch, a few seconds) once,
+    not once per call. A study makes many calls of a few runs each. The pool is replaced when a
+    worker dies, dropped after Ctrl-C, and shut down when the block ends. A run's numbers do not
+    depend on the process that trains it (a run is a function of its config)."""
+    global _KEPT
+    if _KEPT is not None:  # nested: the outer block keeps the pool
+        yield
+        return
+    _KEPT = {}
+    try:
+        yield
+    finally:
+        kept, _KEPT = _KEPT, None
+        if kept:
+            kept["pool"].executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _take_pool(workers: int, threads: int, n_gpu: int) -> tuple[_Pool, bool]:
+    """A pool for one `run_local` call, and whether it is kept open after it (the kept pool of
+    `keep_local_workers` when it matches; GPU pools, whose workers hold devices, are never
+    kept)."""
+    if _KEPT is None or n_gpu:
+        return _Pool(workers, threads, n_gpu), False
+    kept = _KEPT.get("pool")
+    if kept is not None and kept.key == (workers, threads) and not kept.stop.is_set() \
+            and not getattr(kept.executor, "_broken", False):  # (a worker died while idle)
+        return kept, True
+    if kept is not None:
+        kept.executor.shutdown(wait=True, cancel_futures=True)
+    _KEPT["pool"] = _Pool(workers, threads, n_gpu)
+    return _KEPT["pool"], True
+
+
+def _drop_kept(pool: _Pool) -> None:
+    if _KEPT is not None and _KEPT.get("pool") is pool:
+        del _KEPT["pool"]
+
+
 def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
               on_start: OnStart, on_finish: OnFinish) -> None:
     """Run every task on `workers` local processes. Ctrl-C (KeyboardInterrupt) asks running runs
     to checkpoint, waits for them, reports them, and re-raises; a second Ctrl-C kills them."""
-    ctx = _context()
-    stop = ctx.Event()
     n_gpu = _gpu_count(tasks)
     pending: deque[AnyTask] = deque(tasks)
     suspects: deque[AnyTask] = deque()   # in flight when a worker died: retried one at a time
     in_flight: dict[Future, AnyTask] = {}
-    started = ctx.Value("i", 0)  # workers of the current pool that got through _init_worker
-
-    def new_pool() -> ProcessPoolExecutor:
-        started.value = 0
-        gpu_ids = None
-        if n_gpu:
-            gpu_ids = ctx.Queue()
-            for i in range(workers):
-                gpu_ids.put(i % n_gpu)
-        return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                   initargs=(threads, gpu_ids, stop, started))
+    pool, kept = _take_pool(workers, threads, n_gpu)
 
     alone: AnyTask | None = None      # the suspect now running by itself, if any
 
     def submit(task: AnyTask) -> None:
-        if isinstance(task, GroupTask):
-            fut = pool.submit(run_group, [t.config for t in task.members], str(root), threads,
-                              list(task.run_ids))
-        else:
-            fut = pool.submit(run_one, task.config, str(root), threads, task.run_id)
+        try:
+            if isinstance(task, GroupTask):
+                fut = pool.executor.submit(run_group, [t.config for t in task.members],
+                                           str(root), threads, list(task.run_ids))
+            else:
+                fut = pool.executor.submit(run_one, task.config, str(root), threads,
+                                           task.run_id)
+        except BrokenProcessPool as e:  # a worker died before the task went out: as if after
+            fut = Future()
+            fut.set_exception(e)
         in_flight[fut] = task
         for run_id in task.run_ids:
             on_start(run_id)
 
-    pool = new_pool()
-    killed = False
+    killed, done_cleanly = False, False
     try:
         while pending or suspects or in_flight:
             if suspects:
@@ -266,12 +322,12 @@ def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
                             root / run.run_id, run.run_id, type(e).__name__, str(e)), 0.0)
                     continue
                 _report(task, result, on_finish)
-            if broken and started.value == 0:  # no worker ever started: retrying cannot help
+            if broken and pool.started.value == 0:  # no worker ever started: retrying cannot help
                 raise ExecutorError(spawn_failure_message())
             if broken:  # a worker died; every run in flight is a suspect
                 broken.extend(in_flight.values())
                 in_flight.clear()
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.executor.shutdown(wait=True, cancel_futures=True)
                 if len(broken) == 1 and isinstance(alone, GroupTask) and broken[0] is alone:
                     suspects.extend(alone.members)  # (out of memory?) its runs, one at a time
                 elif len(broken) == 1 and broken[0] is alone:
@@ -283,12 +339,18 @@ def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
                     on_finish(task.run_id, summary, 0.0)
                 else:
                     suspects.extendleft(reversed(broken))
-                pool = new_pool()
+                if kept:
+                    _drop_kept(pool)
+                pool, kept = _take_pool(workers, threads, n_gpu)
+        done_cleanly = True
     except KeyboardInterrupt:
-        killed = _stop_local(pool, in_flight, stop, root, on_finish)
+        killed = _stop_local(pool.executor, in_flight, pool.stop, root, on_finish)
         raise
     finally:
-        pool.shutdown(wait=not killed, cancel_futures=True)
+        if not (kept and done_cleanly):  # a kept pool stays open for the next call
+            if kept:
+                _drop_kept(pool)
+            pool.executor.shutdown(wait=not killed, cancel_futures=True)
 
 
 def _stop_local(pool: ProcessPoolExecutor, in_flight: dict[Future, AnyTask], stop: Any,

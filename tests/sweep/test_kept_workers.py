@@ -1,0 +1,106 @@
+"""`keep_local_workers`: inside it, `run_local` calls share one pool of worker processes (the
+study's many small calls start their workers once); outside it, each call has its own."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import normlab.sweep.executors as executors
+from normlab.config import load_run_config
+from normlab.sweep.executors import keep_local_workers, run_local
+from normlab.sweep.grouping import RunTask
+
+TINY = ["model.n_blocks=1", "model.d_model=16", "model.n_heads=2", "model.max_seq_len=16",
+        "data.seq_len=16", "train.steps=2", "train.batch_size=4", "train.eval_batches=1",
+        "train.eval_every=2", "train.checkpoint_every=2"]
+
+
+def task(lr: float) -> RunTask:
+    cfg = load_run_config(None, [*TINY, f"train.lr={lr}"])
+    return RunTask(cfg.run_id(), cfg.to_dict())
+
+
+@pytest.fixture
+def pools(monkeypatch):
+    """Every pool `run_local` starts, in order."""
+    made: list[executors._Pool] = []
+    real = executors._Pool
+
+    def counting(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(executors, "_Pool", counting)
+    return made
+
+
+def run(tasks: list[RunTask], root, threads: int = 1) -> dict[str, str]:
+    outcomes: dict[str, str] = {}
+    run_local(tasks, root, workers=1, threads=threads, on_start=lambda _r: None,
+              on_finish=lambda r, s, _w: outcomes.__setitem__(r, s["outcome"]))
+    return outcomes
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def workers_of(pool: executors._Pool) -> set[int]:
+    return set(pool.executor._processes or {})
+
+
+def test_calls_inside_share_one_pool_and_it_ends_with_the_block(pools, tmp_path):
+    with keep_local_workers():
+        first = run([task(1e-3)], tmp_path)
+        (pool,) = pools
+        started = workers_of(pool)
+        second = run([task(2e-3)], tmp_path)
+        assert len(pools) == 1 and workers_of(pool) == started  # the same worker trained both
+        with keep_local_workers():  # nested: still the outer block's pool
+            run([task(3e-3)], tmp_path)
+        assert len(pools) == 1
+    assert set(first.values()) | set(second.values()) <= {"completed", "stalled"}
+    assert len(first) == len(second) == 1
+    assert not any(alive(pid) for pid in started)  # shut down when the block ended
+    assert executors._KEPT is None
+
+
+def test_other_threads_or_a_stopped_pool_start_a_new_one(pools, tmp_path):
+    with keep_local_workers():
+        run([task(1e-3)], tmp_path, threads=1)
+        run([task(2e-3)], tmp_path, threads=2)  # workers started with another thread count
+        assert len(pools) == 2 and executors._KEPT["pool"] is pools[1]
+        pools[1].stop.set()  # as after Ctrl-C: its workers refuse new runs
+        run([task(3e-3)], tmp_path, threads=2)
+        assert len(pools) == 3 and executors._KEPT["pool"] is pools[2]
+
+
+def test_outside_the_block_each_call_has_its_own_pool(pools, tmp_path):
+    run([task(1e-3)], tmp_path)
+    run([task(2e-3)], tmp_path)
+    assert len(pools) == 2 and executors._KEPT is None
+    assert all(not workers_of(p) for p in pools)  # each shut down after its call
+
+
+@pytest.mark.parametrize("noticed", [True, False])
+def test_a_worker_that_dies_while_idle_in_a_kept_pool_is_replaced(pools, tmp_path, noticed):
+    """Killed between two calls: the next call starts a new pool, whether the pool already
+    knew its worker was gone (`noticed`) or finds out when the call's run comes back broken."""
+    with keep_local_workers():
+        run([task(1e-3)], tmp_path)
+        (pool,) = pools
+        for pid in workers_of(pool):
+            os.kill(pid, 9)
+        deadline = time.monotonic() + 10
+        while noticed and not pool.executor._broken and time.monotonic() < deadline:
+            time.sleep(0.05)
+        outcomes = run([task(2e-3)], tmp_path)
+        assert len(pools) == 2 and executors._KEPT["pool"] is pools[1]
+        assert list(outcomes.values())[0] in ("completed", "stalled")
