@@ -26,7 +26,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -49,22 +48,16 @@ NOMINAL_BF16_TFLOPS = {"H200": 989.4, "H100 NVL": 835.0, "H100 PCIe": 756.0, "H1
                        "A100": 312.0, "L40S": 362.1, "L4": 121.0, "A10G": 70.0}
 
 
-@dataclass(frozen=True)
-class Shape:
-    blocks: int
-    width: int
-    heads: int
-    seq_len: int
-    vocab: int
-    batch: int
-
-    def words(self) -> str:
-        return (f"{self.blocks} blocks, width {self.width}, {self.heads} heads, context "
-                f"{self.seq_len}, vocabulary {self.vocab:,}, batch {self.batch}")
+# GPT-2 small's size (Radford et al. 2019) and the smoke run's, as ModelConfig fields
+GPT2_SMALL = {"n_blocks": 12, "d_model": 768, "n_heads": 12, "max_seq_len": 1024,
+              "vocab_size": 50257}
+SMOKE = {"n_blocks": 2, "d_model": 32, "n_heads": 2, "max_seq_len": 16, "vocab_size": 64}
+BATCH, SMOKE_BATCH = 8, 2
 
 
-GPT2_SMALL = Shape(blocks=12, width=768, heads=12, seq_len=1024, vocab=50257, batch=8)
-SMOKE = Shape(blocks=2, width=32, heads=2, seq_len=16, vocab=64, batch=2)
+def shape_words(size: dict[str, int], batch: int) -> str:
+    return (f"{size['n_blocks']} blocks, width {size['d_model']}, {size['n_heads']} heads, "
+            f"context {size['max_seq_len']}, vocabulary {size['vocab_size']:,}, batch {batch}")
 
 
 def nominal_peak(device_name: str) -> float | None:
@@ -76,24 +69,24 @@ def nominal_peak(device_name: str) -> float | None:
     return None
 
 
-def model_config(placement: str, shape: Shape) -> ModelConfig:
-    return ModelConfig(placement=placement, vocab_size=shape.vocab, n_blocks=shape.blocks,
-                       d_model=shape.width, n_heads=shape.heads, max_seq_len=shape.seq_len,
-                       tie_embeddings=True, positions="learned", mlp="gelu")
+def model_config(placement: str, size: dict[str, int]) -> ModelConfig:
+    return ModelConfig(placement=placement, **size, tie_embeddings=True, positions="learned",
+                       mlp="gelu")
 
 
-def time_placement(placement: str, shape: Shape, device: torch.device, *, steps: int,
-                   warmup: int, compile_model: bool) -> dict:
+def time_placement(placement: str, size: dict[str, int], batch: int, device: torch.device, *,
+                   steps: int, warmup: int, compile_model: bool) -> dict:
     """Train `steps` timed steps (after `warmup` untimed ones) and return the step times."""
-    cfg = model_config(placement, shape)
+    cfg = model_config(placement, size)
+    seq_len, vocab = size["max_seq_len"], size["vocab_size"]
     model = build_model(cfg, seed=0).to(device)
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(param_groups(model, 0.1), lr=3e-4, betas=(0.9, 0.95),
                                   fused=True)
     net = torch.compile(model) if compile_model else model
     gen = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randint(0, shape.vocab, (shape.batch, shape.seq_len), generator=gen).to(device)
-    y = torch.randint(0, shape.vocab, (shape.batch, shape.seq_len), generator=gen).to(device)
+    x = torch.randint(0, vocab, (batch, seq_len), generator=gen).to(device)
+    y = torch.randint(0, vocab, (batch, seq_len), generator=gen).to(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step() -> float:
@@ -120,7 +113,7 @@ def time_placement(placement: str, shape: Shape, device: torch.device, *, steps:
     return {"placement": placement, "params": params,
             "first_step_s": first, "step_s": statistics.median(times), "steps": steps,
             "first_loss": first_loss, "last_loss": last_loss,
-            "flops_per_token": train_flops_per_token(cfg, shape.seq_len)}
+            "flops_per_token": train_flops_per_token(cfg, seq_len)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,24 +135,26 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--steps and --warmup must be at least 1")
 
     if args.smoke:
-        device, shape = torch.device("cpu"), SMOKE
+        device, size, batch = torch.device("cpu"), SMOKE, SMOKE_BATCH
         args.steps, args.warmup, compile_model = 2, 1, False
     elif not torch.cuda.is_available():
         print("gpu_check.py: no CUDA GPU on this machine, so nothing was checked (normlab's GPU "
               "path is untested here); run it where `torch.cuda.is_available()` is true.")
         return 0
     else:
-        device, shape, compile_model = torch.device("cuda"), GPT2_SMALL, not args.no_compile
+        device, size, batch = torch.device("cuda"), GPT2_SMALL, BATCH
+        compile_model = not args.no_compile
         torch.backends.cuda.matmul.allow_tf32 = True
     if args.batch is not None:
-        shape = Shape(**{**shape.__dict__, "batch": args.batch})
+        batch = args.batch
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run)"
     measured = gemm_peak_tflops(torch.bfloat16, device, sizes=(
         (4096, 8192) if device.type == "cuda" else (256,)), seconds=(1.0 if device.type == "cuda"
                                                                       else 0.05))
     nominal = nominal_peak(name)
-    print(f"{name}; torch {torch.__version__}; {shape.words()}; bf16 autocast, fused AdamW, "
+    print(f"{name}; torch {torch.__version__}; {shape_words(size, batch)}; bf16 autocast, "
+          "fused AdamW, "
           f"{'torch.compile' if compile_model else 'eager'}")
     print(f"bf16 GEMM peak measured {measured:.1f} TFLOP/s"
           + (f", nominal {nominal:.1f}" if nominal else ", nominal unknown for this device"))
@@ -167,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'placement':<10} {'params':>12} {'first step':>11} {'step':>9} {'tokens/s':>11} "
           f"{'MFU meas.':>10} {'MFU nom.':>9}")
     for placement in args.placements:
-        r = time_placement(placement, shape, device, steps=args.steps, warmup=args.warmup,
+        r = time_placement(placement, size, batch, device, steps=args.steps, warmup=args.warmup,
                            compile_model=compile_model)
         if device.type == "cuda":  # the placement's model and optimizer state are gone
             torch.cuda.empty_cache()
-        tokens = shape.batch * shape.seq_len / r["step_s"]
+        tokens = batch * size["max_seq_len"] / r["step_s"]
         flops = tokens * r["flops_per_token"] / 1e12
         r |= {"tokens_per_s": tokens, "mfu_measured": flops / measured,
               "mfu_nominal": flops / nominal if nominal else None}
@@ -182,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
-            "device": name, "torch": torch.__version__, "shape": shape.__dict__,
+            "device": name, "torch": torch.__version__, "model": size, "batch": batch,
             "compile": compile_model, "steps": args.steps, "warmup": args.warmup,
             "bf16_gemm_peak_measured_tflops": measured, "bf16_peak_nominal_tflops": nominal,
             "rows": rows}, indent=2) + "\n")

@@ -40,6 +40,7 @@ def test_smoke_run_times_every_placement_and_records_nothing(gpu_check, capsys, 
 
 def test_the_gpt2_small_shape_and_the_nominal_peaks(gpu_check):
     cfg = gpu_check.model_config("pre", gpu_check.GPT2_SMALL)
+    assert gpu_check.BATCH == 8
     assert (cfg.n_blocks, cfg.d_model, cfg.n_heads, cfg.max_seq_len, cfg.vocab_size) == (
         12, 768, 12, 1024, 50257)
     assert cfg.tie_embeddings and cfg.ff_width == 4 * 768

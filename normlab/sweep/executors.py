@@ -20,6 +20,10 @@ have been running are retried one at a time, and the one that kills its worker a
 separate runs. A pool whose workers all die before they start (a script without an
 `if __name__ == "__main__":` guard: spawn re-runs it in each worker) is an `ExecutorError` at once.
 
+A caller that makes many `run_local` calls of a few runs each (a study) wraps them in
+`keep_local_workers()`: the calls then share one pool, so each worker process starts and imports
+torch once (see that function).
+
 Ray: `normlab.sweep.ray_executor`, which calls the same `run_one`.
 """
 
