@@ -41,15 +41,15 @@ def described_config(folder: RunFolder) -> dict[str, Any]:
     section resolved when that part is valid on its own."""
     from normlab.nn.plan import resolved_model_fields, resolved_run_fields
 
-    asked = folder.meta.get("precision") or folder.summary.get("precision")
+    trained_in = folder.meta.get("precision") or folder.summary.get("precision")
     if folder.config is not None:
-        return with_resolved_precision(resolved_run_fields(folder.config), asked)
+        return with_resolved_precision(resolved_run_fields(folder.config), trained_in)
     model = folder.raw_config.get("model")
     try:
         resolved = resolved_model_fields(parse_config(ModelConfig, model))
     except ConfigError:
-        return with_resolved_precision(folder.raw_config, asked)
-    return with_resolved_precision(folder.raw_config | {"model": resolved}, asked)
+        return with_resolved_precision(folder.raw_config, trained_in)
+    return with_resolved_precision(folder.raw_config | {"model": resolved}, trained_in)
 
 
 def with_resolved_precision(config: dict[str, Any], resolved: str | None) -> dict[str, Any]:
