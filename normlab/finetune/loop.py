@@ -178,6 +178,7 @@ class _FinetuneLoop(TrainLoop):
                  progress: Callable[[str], None] | None) -> None:
         super().__init__([member])
         self.clf, self.optimizer, self.data, self.plan = clf, optimizer, data, plan
+        self.all_params = list(clf.parameters())
         self.dev, self.shared, self.progress = dev, shared, progress
         self.tokens_per_step = len(plan[0]) * data.passage_bytes if plan else 0
         self.curve: list[list[Any]] = []
@@ -197,7 +198,7 @@ class _FinetuneLoop(TrainLoop):
         if not math.isfinite(loss_value):  # diverged: no backward (a shared head stays clean)
             return [loss_value], [math.nan]
         loss.backward()
-        self.params, self.total_norm = gradient_norm(self.clf)
+        self.params, self.total_norm = gradient_norm(self.all_params)
         self.recent.append(loss_value)
         return [loss_value], [self.total_norm.item()]
 

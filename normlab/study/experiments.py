@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,22 @@ from normlab.train.trainer import FINISHED, train_run_raising_interrupt
 
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """One lr grid to tune (`StudyFolder._tune_together`): its label and warmup, its first lrs,
+    the run configs of every seed at some lrs, and every seed's record at some lrs (trained or
+    read)."""
+    label: str
+    warmup: int
+    start: Sequence[float]
+    configs: Callable[[list[float]], list[RunConfig]]
+    read: Callable[[list[float]], dict[float, list[RunRecord]]]
+
+
+def _tuned_key(family: str, warmup: int, blocks: int | None) -> str:
+    return f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
 
 
 class StudyFolder(StudyContext):
@@ -216,39 +232,83 @@ class StudyFolder(StudyContext):
 
     def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
               ) -> TunedGrid:
-        """`family` over its lr grid (`_tune`), with the profile's warmup unless `warmup` is
+        """`family` over its lr grid (`_tuning`), with the profile's warmup unless `warmup` is
         given, at `blocks` blocks (the profile's depth unless given). A deep family
         (`blocks=deep_blocks`) starts from the profile's deep grid, with the deep runs' warmup
-        and budget. Every run is kept."""
+        and budget. Every run is kept. The grids a study tunes at one depth (`tuned_specs`, or
+        the deep families) are tuned together (`_tune_together`), so each round of extensions
+        of every family trains in one go."""
         p = self.profile
         deep = bool(blocks) and blocks == p.deep_blocks
         warmup = (p.deep_warmup if deep else p.warmup) if warmup is None else warmup
-        key = f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
+        key = _tuned_key(family, warmup, blocks)
         if key in self._memo:
             return self._memo[key]
         if blocks:
             self.prefetch_deep()
-        elif "prefetched" not in self._memo:  # the first grids of every tuned family, together
-            self._memo["prefetched"] = True
-            self.prefetch([(f, list(p.lrs), w) for f, w in self.tuned_specs()])
-        result = self._tune(family, warmup, p.deep_start_lrs if deep else p.lrs,
-                            lambda lrs: self.runs(family, lrs, warmup, blocks))
-        self._memo[key] = result
-        return result
+            specs = [(f, p.deep_warmup) for f in self.deep_families()] if deep else []
+        else:
+            specs = self.tuned_specs()
+            if "prefetched" not in self._memo:  # the first grids of every tuned family, together
+                self._memo["prefetched"] = True
+                self.prefetch([(f, list(p.lrs), w) for f, w in specs])
+        specs = [s for s in specs if _tuned_key(*s, blocks) not in self._memo]
+        if (family, warmup) not in specs:
+            specs = [(family, warmup)]
+        seeds = range(p.seeds)
+        start = p.deep_start_lrs if deep else p.lrs
 
-    def _tune(self, family: str, warmup: int, start: Sequence[float],
-              runs: Callable[[list[float]], dict[float, list[RunRecord]]]) -> TunedGrid:
+        def grid(f: str, w: int) -> _Grid:
+            return _Grid(f, w, start,
+                         lambda lrs: [self.family_config(f, lr, w, s, blocks)
+                                      for lr in lrs for s in seeds],
+                         lambda lrs: self.runs(f, lrs, w, blocks))
+
+        self._memo.update(self._tune_together(
+            {_tuned_key(f, w, blocks): grid(f, w) for f, w in specs}))
+        return self._memo[key]
+
+    def _tune_together(self, grids: dict[str, _Grid]) -> dict[str, TunedGrid]:
+        """Each grid tuned by `_tuning`, in lockstep: every round trains the lrs that all the
+        grids still ask for in one go (so the workers stay busy across families, where one
+        family's extension alone would leave a worker idle), then each grid reads its own
+        cells and decides its next extension. A grid's decisions read its own cells only, so
+        each ends as it would alone."""
+        tuners = {k: self._tuning(g.label, g.warmup, g.start) for k, g in grids.items()}
+        asks: dict[str, list[float]] = {}
+        done: dict[str, TunedGrid] = {}
+
+        def advance(k: str, cells: dict[float, list[RunRecord]] | None) -> None:
+            try:
+                asks[k] = tuners[k].send(cells)  # type: ignore[arg-type]
+            except StopIteration as stop:
+                done[k] = stop.value
+                asks.pop(k, None)
+
+        for k in tuners:
+            advance(k, None)
+        while asks:
+            round_ = list(asks.items())
+            if len(round_) > 1:
+                self.train([c for k, lrs in round_ for c in grids[k].configs(lrs)])
+            for k, lrs in round_:
+                advance(k, grids[k].read(lrs))
+        return done
+
+    def _tuning(self, label: str, warmup: int, start: Sequence[float]
+                ) -> Generator[list[float], dict[float, list[RunRecord]], TunedGrid]:
         """The grid `start`, extended by x2 at an edge that holds the best mean score among the
         cells where every seed trained, and halved below the grid when no cell trained (at most
-        `max_lr_extensions` times per side); `runs(lrs)` trains (or reads) every seed at each
-        lr. `bracketed`: the best trained cell lies inside the grid."""
+        `max_lr_extensions` times per side). It yields the lrs it needs next and is sent every
+        seed's record at each of them; it returns the grid. `bracketed`: the best trained cell
+        lies inside the grid."""
         p = self.profile
         lrs = sorted(start)
         extensions: list[str] = []
         table: dict[float, list[RunRecord]] = {}
         low_ext = high_ext = 0
         while True:
-            table.update(runs([lr for lr in lrs if lr not in table]))
+            table.update((yield [lr for lr in lrs if lr not in table]))
             means = {lr: sum(r.score for r in table[lr]) / len(table[lr]) for lr in lrs}
             # a cell where a seed stalled or diverged is a result, not a candidate optimum
             trained = {lr: m for lr, m in means.items() if not any(r.failed for r in table[lr])}
@@ -258,25 +318,25 @@ class StudyFolder(StudyContext):
                 low_ext += 1
                 lrs.insert(0, _round_lr(lrs[0] / 2))
                 extensions.append(f"every cell stalled or diverged: added {lrs[0]:g} below")
-                self.log(f"{family}: {extensions[-1]}")
+                self.log(f"{label}: {extensions[-1]}")
                 continue
             best = min(trained or means, key=(trained or means).get)
             if trained and best == lrs[0] and low_ext < p.max_lr_extensions:
                 low_ext += 1
                 lrs.insert(0, _round_lr(lrs[0] / 2))
                 extensions.append(f"best lr {best:g} at the low edge: added {lrs[0]:g}")
-                self.log(f"{family}: {extensions[-1]}")
+                self.log(f"{label}: {extensions[-1]}")
                 continue
             if trained and best == lrs[-1] and high_ext < p.max_lr_extensions:
                 high_ext += 1
                 lrs.append(_round_lr(lrs[-1] * 2))
                 extensions.append(f"best lr {best:g} at the high edge: added {lrs[-1]:g}")
-                self.log(f"{family}: {extensions[-1]}")
+                self.log(f"{label}: {extensions[-1]}")
                 continue
             break
         # bracketed: the optimum among the cells that trained lies inside the grid
         at_edge = not trained or best in (lrs[0], lrs[-1])
-        return TunedGrid(family, warmup, tuple(lrs), {lr: tuple(table[lr]) for lr in lrs},
+        return TunedGrid(label, warmup, tuple(lrs), {lr: tuple(table[lr]) for lr in lrs},
                          best, not at_edge, tuple(extensions))
 
     def matched_pair(self) -> MatchedPair:
@@ -479,9 +539,13 @@ class StudyFolder(StudyContext):
         p = self.profile
         if p.deep_blocks and "prefetched_deep" not in self._memo:
             self._memo["prefetched_deep"] = True
-            families = ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
             self.train([self.family_config(f, lr, p.deep_warmup, s, p.deep_blocks)
-                        for f in families for lr in p.deep_start_lrs for s in range(p.seeds)])
+                        for f in self.deep_families() for lr in p.deep_start_lrs
+                        for s in range(p.seeds)])
+
+    def deep_families(self) -> list[str]:
+        """The families this study trains at `deep_blocks` blocks."""
+        return ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
 
     def c11_deep(self) -> bool:
         """C11 decides at the deep models' depth (`profile.c11_blocks`) in this study."""
@@ -509,8 +573,9 @@ class StudyFolder(StudyContext):
             f"train.log_every={max(1, steps // 10)}", "train.device=cpu"])
 
     def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
-        """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tune`,
-        scored by validation loss over the answered positions), `khop_seeds` seeds."""
+        """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,
+        scored by validation loss over the answered positions), `khop_seeds` seeds. Every
+        placement and depth of the profile is tuned together (`_tune_together`)."""
         p = self.profile
         key = f"khop:{placement}:{blocks}"
         if key in self._memo:
@@ -520,20 +585,30 @@ class StudyFolder(StudyContext):
             self.train([self.khop_config(pl, lr, s, depth) for pl in p.khop_placements
                         for depth in p.khop_depths for lr in p.khop_lrs
                         for s in range(p.khop_seeds)])
+        cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
+                 if f"khop:{pl}:{d}" not in self._memo]
+        if (placement, blocks) not in cells:
+            cells = [(placement, blocks)]
+        seeds = range(p.khop_seeds)
 
-        def runs(lrs: list[float]) -> dict[float, list[RunRecord]]:
-            configs = {(lr, s): self.khop_config(placement, lr, s, blocks)
-                       for lr in lrs for s in range(p.khop_seeds)}
-            summaries = self.train(list(configs.values()))
-            out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
-            for ((lr, s), cfg), summary in zip(configs.items(), summaries, strict=True):
-                out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
-            return out
+        def grid(pl: str, depth: int) -> _Grid:
+            def configs(lrs: list[float]) -> list[RunConfig]:
+                return [self.khop_config(pl, lr, s, depth) for lr in lrs for s in seeds]
 
-        result = self._tune(f"khop {placement}, {blocks} blocks", p.khop_warmup, p.khop_lrs,
-                            runs)
-        self._memo[key] = result
-        return result
+            def read(lrs: list[float]) -> dict[float, list[RunRecord]]:
+                by_cell = {(lr, s): self.khop_config(pl, lr, s, depth)
+                           for lr in lrs for s in seeds}
+                summaries = self.train(list(by_cell.values()))
+                out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
+                for ((lr, s), cfg), summary in zip(by_cell.items(), summaries, strict=True):
+                    out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
+                return out
+
+            return _Grid(f"khop {pl}, {depth} blocks", p.khop_warmup, p.khop_lrs, configs, read)
+
+        self._memo.update(self._tune_together(
+            {f"khop:{pl}:{d}": grid(pl, d) for pl, d in cells}))
+        return self._memo[key]
 
     def khop_accuracy(self, records: Sequence[RunRecord]) -> list[dict[int, float]]:
         """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its

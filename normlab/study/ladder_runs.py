@@ -35,35 +35,41 @@ def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence
                 depths: Sequence[int], perturb: bool = False, stats: bool = True
                 ) -> dict[str, Any]:
     """`{rung.key: {placement: [{"n_blocks", "seed", "stats", "perturb_change"}]}}` (`stats`:
-    `normlab.probe.init_stats`; `perturb`: Admin's output change)."""
+    `normlab.probe.init_stats`; `perturb`: Admin's output change). Each model is one cell
+    (`init_cell`), measured on the study's workers (`map_local`)."""
     def compute() -> dict[str, Any]:
-        from normlab.nn import build_model
-        from normlab.probe.init_stats import init_statistics
-        from normlab.probe.sensitivity import perturbation_sensitivity
-
         p = ctx.profile
         batches = ctx.probe_batches()
         ctx.log(f"{name}: {len(rungs)} rungs x {len(placements)} placements x depths "
                 f"{list(depths)} x {p.init_seeds} seeds at init")
+        keys = [(rung.key, placement) for rung in rungs for placement in placements]
+        cells = [(rung_config(ctx, rung, placement, L), seed, batches, stats, perturb)
+                 for rung in rungs for placement in placements
+                 for L in depths for seed in range(p.init_seeds)]
+        rows = iter(_on_workers(ctx, init_cell, cells))
         out: dict[str, Any] = {}
-        for rung in rungs:
-            out[rung.key] = {}
-            for placement in placements:
-                rows = []
-                for L in depths:
-                    cfg = rung_config(ctx, rung, placement, L)
-                    for seed in range(p.init_seeds):
-                        model = build_model(cfg, seed=seed)
-                        row: dict[str, Any] = {"n_blocks": L, "seed": seed}
-                        if stats:
-                            row["stats"] = init_statistics(model, batches)
-                        if perturb:
-                            row["perturb_change"] = perturbation_sensitivity(
-                                model, batches, seed=seed)["perturb_change"]
-                        rows.append(row)
-                out[rung.key][placement] = rows
+        for key, placement in keys:
+            out.setdefault(key, {})[placement] = [
+                next(rows) for _L in depths for _seed in range(p.init_seeds)]
         return out
     return ctx.cached(name, compute)
+
+
+def init_cell(cell: tuple[ModelConfig, int, list, bool, bool]) -> dict[str, Any]:
+    """One model of `init_ladder`: `cfg` built at `seed`, measured on `batches`."""
+    from normlab.nn import build_model
+    from normlab.probe.init_stats import init_statistics
+    from normlab.probe.sensitivity import perturbation_sensitivity
+
+    cfg, seed, batches, stats, perturb = cell
+    model = build_model(cfg, seed=seed)
+    row: dict[str, Any] = {"n_blocks": cfg.n_blocks, "seed": seed}
+    if stats:
+        row["stats"] = init_statistics(model, batches)
+    if perturb:
+        row["perturb_change"] = perturbation_sensitivity(model, batches,
+                                                         seed=seed)["perturb_change"]
+    return row
 
 
 UPDATE_VARIANTS: dict[str, tuple[str, bool, bool]] = {
@@ -80,11 +86,10 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
     """DeepNet's model update per (rung, lr) x variant x seed, at every depth for the depth
     law's variants and at the deepest for the others, and the init-to-init distance of post per
     rung and depth: `{rung.key: {"lr", "series": {label: [{"n_blocks", "seed", "update": [..]}]},
-    "init_distance": [{"n_blocks", "seed", "distance"}]}}`."""
+    "init_distance": [{"n_blocks", "seed", "distance"}]}}`. Each model (or pair of inits) is
+    one cell (`update_cell`), measured on the study's workers (`map_local`)."""
     def compute() -> dict[str, Any]:
-        from normlab.nn import build_model
         from normlab.probe import text_batches
-        from normlab.probe.sensitivity import update_size
 
         p = ctx.profile
         train = text_batches("shakespeare", n_batches=steps, batch_size=p.probe_batch_size,
@@ -92,29 +97,62 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
         batches = ctx.probe_batches()
         ctx.log(f"{name}: {len(rungs)} rungs x {len(UPDATE_VARIANTS)} variants x depths "
                 f"{list(depths)} x {p.init_seeds} seeds, {steps} steps")
-        out: dict[str, Any] = {}
+        slots: list[tuple[str, str | None]] = []  # (rung key, variant label, or None: distance)
+        cells: list[tuple] = []
         for rung, lr in rungs:
-            series: dict[str, list] = {label: [] for label in UPDATE_VARIANTS}
-            dist = []
             for L in depths:
                 for label, (placement, warm, every_depth) in UPDATE_VARIANTS.items():
                     if not every_depth and max(depths) != L:
                         continue
                     cfg = rung_config(ctx, rung, placement, L)
                     for seed in range(p.init_seeds):
-                        res = update_size(build_model(cfg, seed=seed), train, batches[0],
-                                          steps=steps, lr=lr, warmup=warmup if warm else 0,
-                                          seed=seed)
-                        series[label].append({"n_blocks": L, "seed": seed,
-                                              "update": res["update_size"]})
+                        slots.append((rung.key, label))
+                        cells.append(("update", cfg, seed, train, batches[0], steps, lr,
+                                      warmup if warm else 0))
                 cfg = rung_config(ctx, rung, "post", L)
                 for seed in range(p.init_seeds):
-                    a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
-                    dist.append({"n_blocks": L, "seed": seed,
-                                 "distance": output_distance(a, b, batches[0][0])})
-            out[rung.key] = {"lr": lr, "series": series, "init_distance": dist}
+                    slots.append((rung.key, None))
+                    cells.append(("distance", cfg, seed, batches[0][0]))
+        out: dict[str, Any] = {rung.key: {"lr": lr, "series": {label: [] for label in
+                                                               UPDATE_VARIANTS},
+                                          "init_distance": []} for rung, lr in rungs}
+        for (key, label), row in zip(slots, _on_workers(ctx, update_cell, cells), strict=True):
+            if label is None:
+                out[key]["init_distance"].append(row)
+            else:
+                out[key]["series"][label].append(row)
         return out
     return ctx.cached(name, compute)
+
+
+def update_cell(cell: tuple) -> dict[str, Any]:
+    """One cell of `update_ladder`: the model update of `cfg` at `seed` after `steps` steps
+    (`("update", cfg, seed, train, eval_batch, steps, lr, warmup)`), or the output distance
+    between its inits at `seed` and `seed + 10_000` (`("distance", cfg, seed, idx)`)."""
+    from normlab.nn import build_model
+    from normlab.probe.sensitivity import update_size
+
+    kind, cfg, seed = cell[:3]
+    if kind == "distance":
+        a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
+        return {"n_blocks": cfg.n_blocks, "seed": seed,
+                "distance": output_distance(a, b, cell[3])}
+    train, eval_batch, steps, lr, warmup = cell[3:]
+    res = update_size(build_model(cfg, seed=seed), train, eval_batch, steps=steps, lr=lr,
+                      warmup=warmup, seed=seed)
+    return {"n_blocks": cfg.n_blocks, "seed": seed, "update": res["update_size"]}
+
+
+def _on_workers(ctx: Any, fn: Any, cells: list) -> list:
+    """`fn` over `cells` on the study's local workers (`normlab.sweep.executors.map_local`:
+    in this process outside a study's kept pool, or when the study trains on a Ray cluster)."""
+    from normlab.sweep.executors import map_local
+    from normlab.train.machine import default_threads
+
+    if getattr(ctx, "executor", "local") != "local":
+        return [fn(cell) for cell in cells]
+    workers = ctx.profile.workers
+    return map_local(fn, cells, workers=workers, threads=default_threads(workers))
 
 
 def output_distance(a: Any, b: Any, idx: Any) -> float:

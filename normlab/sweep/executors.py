@@ -38,7 +38,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -270,6 +270,36 @@ def _take_pool(workers: int, threads: int, n_gpu: int) -> tuple[_Pool, bool]:
 def _drop_kept(pool: _Pool) -> None:
     if _KEPT is not None and _KEPT.get("pool") is pool:
         del _KEPT["pool"]
+
+
+def map_local(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: int, threads: int
+              ) -> list[Any]:
+    """`[fn(item) for item in items]`, on the pool of worker processes that an enclosing
+    `keep_local_workers` block keeps (started here if it has none yet), else in this process.
+    A study's measurements at init are many small independent models: one thread each on every
+    core does them faster than every thread on each in turn. `fn` and the items must pickle
+    (`fn` a module-level function). The results come back in order; an exception of `fn`
+    propagates. A worker that dies leaves its items, and every one not yet done, to this
+    process; Ctrl-C cancels what has not started."""
+    items = list(items)
+    if _KEPT is None or len(items) < 2:
+        return [fn(item) for item in items]
+    pool, _kept = _take_pool(workers, threads, 0)
+    futures = [pool.executor.submit(fn, item) for item in items]
+    out: list[Any] = []
+    try:
+        for i, fut in enumerate(futures):
+            try:
+                out.append(fut.result())
+            except BrokenProcessPool:
+                _drop_kept(pool)
+                pool.executor.shutdown(wait=True, cancel_futures=True)
+                return out + [fn(item) for item in items[i:]]
+    except KeyboardInterrupt:
+        for fut in futures:
+            fut.cancel()
+        raise
+    return out
 
 
 def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,

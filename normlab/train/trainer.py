@@ -529,6 +529,7 @@ class _SingleLoop(RunLoop):
                  dist: distributed.Dist, device: torch.device, progress: bool) -> None:
         super().__init__([member], device, dist)
         self.model, self.net, self.optimizer = model, net, optimizer
+        self.all_params = list(model.parameters())
         self.sampler, self.val, self.data = sampler, val, data
         tc, cfg = member.tc, member.cfg
         self.bar = Progress(tc.steps, member.step, member.run_id, every=tc.log_every,
@@ -556,7 +557,7 @@ class _SingleLoop(RunLoop):
             self.autocast,
             capture(self.model, "blocks.*.mlp.stream_out") if stats_due[0] else None,
             token_weighted=self.data.masked_targets)
-        self.params, self.total_norm = gradient_norm(self.model)
+        self.params, self.total_norm = gradient_norm(self.all_params)
         return [self.acc.train_loss], [self.total_norm.item()]
 
     def block_stats(self, row: int) -> dict[str, float]:

@@ -918,7 +918,8 @@ def _tuning_context(tmp_path, monkeypatch, trains_at_or_below: float, extensions
     asked: list[tuple[float, ...]] = []
 
     def planted_runs(self, family, lrs, warmup, blocks=None):
-        asked.append(tuple(lrs))
+        if (family, warmup) == ("post", p.warmup):
+            asked.append(tuple(lrs))
         out = {}
         for lr in lrs:
             stalled = lr > trains_at_or_below
@@ -930,6 +931,7 @@ def _tuning_context(tmp_path, monkeypatch, trains_at_or_below: float, extensions
 
     monkeypatch.setattr(StudyFolder, "runs", planted_runs)
     monkeypatch.setattr(StudyFolder, "prefetch", lambda self, specs: None)
+    monkeypatch.setattr(StudyFolder, "train", lambda self, configs: [])
     return ctx, asked
 
 
@@ -968,6 +970,51 @@ def test_tuned_extends_an_all_stalled_grid_downward_and_never_calls_it_bracketed
     ctx, _ = _tuning_context(tmp_path / "d", monkeypatch, trains_at_or_below=0.0, extensions=1)
     t = ctx.tuned("post")
     assert list(t.lrs) == [5e-4, 1e-3, 2e-3, 4e-3] and t.all_stalled and not t.bracketed
+
+
+def test_tuned_grids_extend_together_and_end_as_each_would_alone(tmp_path, monkeypatch):
+    """The families a study tunes at one depth are tuned in lockstep: each round of every
+    family's extensions goes to the workers in one go, and each family's grid ends as tuning it
+    alone ends."""
+    from normlab.study.experiments import StudyFolder
+
+    p = replace(PROFILES["tiny"], lrs=(1e-3, 2e-3, 4e-3), max_lr_extensions=2)
+
+    def planted(self, family, lrs, warmup, blocks=None):
+        # pre is best at its highest lr every time; post stalls above 6e-4, best at 5e-4
+        out = {}
+        for lr in lrs:
+            stalled = family == "post" and lr > 6e-4
+            loss = 3.3 if stalled else (2.0 - lr * 10 if family == "pre"
+                                        else 2.5 + abs(lr - 5e-4) * 100)
+            out[lr] = [RunRecord(f"{family}-{lr:g}-{s}", s,
+                                 "stalled" if stalled else "completed", loss, stalled,
+                                 val_loss=loss) for s in range(p.seeds)]
+        return out
+
+    batches: list[list] = []
+    monkeypatch.setattr(StudyFolder, "runs", planted)
+    monkeypatch.setattr(StudyFolder, "prefetch", lambda self, specs: None)
+    monkeypatch.setattr(StudyFolder, "train", lambda self, cfgs: batches.append(cfgs) or [])
+    monkeypatch.setattr(StudyFolder, "tuned_specs",
+                        lambda self: [("pre", p.warmup), ("post", p.warmup)])
+    ctx = StudyFolder(tmp_path / "together", p, log=lambda _m: None)
+    pre = ctx.tuned("pre")
+    assert ctx.tuned("post") is ctx.tuned("post")  # tuned with pre, not again
+    post = ctx.tuned("post")
+    assert [sorted({(c.model.placement, c.train.lr) for c in b}) for b in batches] == [
+        sorted((pl, lr) for pl in ("pre", "post") for lr in p.lrs),
+        [("post", 5e-4), ("pre", 8e-3)],
+        [("post", 2.5e-4), ("pre", 1.6e-2)]]
+    assert all(len(b) == len({(c.model.placement, c.train.lr) for c in b}) * p.seeds
+               for b in batches)
+    assert list(pre.lrs) == [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2] and not pre.bracketed
+    assert list(post.lrs) == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3] and post.best_lr == 5e-4
+    # alone: the same grids, and nothing trained in one go with another family
+    monkeypatch.setattr(StudyFolder, "tuned_specs", lambda self: [])
+    batches.clear()
+    alone = StudyFolder(tmp_path / "alone", p, log=lambda _m: None)
+    assert alone.tuned("pre") == pre and alone.tuned("post") == post and batches == []
 
 
 def test_tuned_never_takes_a_failed_cell_for_the_optimum(tmp_path, monkeypatch):

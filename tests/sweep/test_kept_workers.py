@@ -103,3 +103,42 @@ def test_a_worker_that_dies_while_idle_in_a_kept_pool_is_replaced(pools, tmp_pat
             outcomes = run([task(lr)], tmp_path)
             assert pools[-1] is not pool and executors._KEPT["pool"] is pools[-1]
             assert list(outcomes.values())[0] in ("completed", "stalled")
+
+
+# -- map_local: a study's measurements at init on the kept workers ---------------------------
+
+def _pid_and_square(x: int) -> tuple[int, int]:
+    return os.getpid(), x * x
+
+
+def _square_or_raise(x: int) -> int:
+    if x == 3:
+        raise ValueError("three")
+    return x * x
+
+
+def _die_at(x: tuple[int, int]) -> int:
+    value, parent = x
+    if value == 2 and os.getpid() != parent:  # dies on a worker, computes here
+        os._exit(1)
+    return value * value
+
+
+def test_map_local_computes_on_the_kept_workers_in_order_and_here_outside(pools):
+    items = list(range(7))
+    outside = executors.map_local(_pid_and_square, items, workers=2, threads=1)
+    assert [v for _p, v in outside] == [x * x for x in items]
+    assert {p for p, _v in outside} == {os.getpid()} and pools == []
+    with keep_local_workers():
+        inside = executors.map_local(_pid_and_square, items, workers=2, threads=1)
+        assert [v for _p, v in inside] == [x * x for x in items]
+        assert os.getpid() not in {p for p, _v in inside}
+        assert {p for p, _v in inside} <= workers_of(pools[0]) and len(pools) == 1
+        with pytest.raises(ValueError, match="three"):  # fn's own error reaches the caller
+            executors.map_local(_square_or_raise, items, workers=2, threads=1)
+        # a worker that dies: what was not done is computed here, in order
+        assert executors.map_local(_die_at, [(x, os.getpid()) for x in items], workers=2,
+                                   threads=1) == [x * x for x in items]
+        # the broken pool was dropped: the next call starts a new one
+        assert executors.map_local(_square_or_raise, [0, 1], workers=2, threads=1) == [0, 1]
+        assert len(pools) == 2

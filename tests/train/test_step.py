@@ -197,7 +197,7 @@ def test_gradient_norm_covers_exactly_the_parameters_with_a_gradient():
     model(*Sampler().batch(0)).loss.backward()
     frozen = next(p for n, p in model.named_parameters() if n.endswith("weight") and p.ndim == 2)
     frozen.grad = None
-    params, norm = gradient_norm(model)
+    params, norm = gradient_norm(model.parameters())
     with_grad = [p for p in model.parameters() if p.grad is not None]
     assert len(params) == len(with_grad) == len(list(model.parameters())) - 1
     assert all(any(p is q for q in with_grad) for p in params)
@@ -214,7 +214,7 @@ def sgd_step(grad_clip: float | None, scale: float) -> tuple[float, float, bool]
         p.grad *= scale
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    params, norm = gradient_norm(model)
+    params, norm = gradient_norm(model.parameters())
     clip_and_step(opt, params, norm, grad_clip)
     update = math.sqrt(sum(float(((before[n] - p.detach()) ** 2).sum())
                            for n, p in model.named_parameters()))

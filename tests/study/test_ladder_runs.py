@@ -1,0 +1,61 @@
+"""The ladders' measurements at init (`normlab.study.ladder_runs`) come out the same whether a
+study's kept workers compute their cells or this process does, in the same order."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from normlab.study.experiments import StudyFolder
+from normlab.study.ladders import fairseq_ladder
+from normlab.study.profiles import PROFILES
+from normlab.sweep.executors import keep_local_workers
+
+
+def flat(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """Every leaf of nested dicts and lists, with its path."""
+    if isinstance(value, dict):
+        return [x for k in value for x in flat(value[k], f"{path}.{k}")]
+    if isinstance(value, list):
+        return [x for i, v in enumerate(value) for x in flat(v, f"{path}[{i}]")]
+    return [(path, value)]
+
+
+def measure(folder: StudyFolder) -> tuple[dict, dict]:
+    p = folder.profile
+    rungs = fairseq_ladder(p.width, p.heads)[:2]
+    init = folder.init_ladder("init", rungs, ["pre", "post"], p.init_depths, perturb=True)
+    update = folder.update_ladder("update", [(rungs[0], 5e-4), (rungs[1], 1e-3)],
+                                  p.init_depths, steps=2, warmup=1)
+    return init, update
+
+
+def test_ladders_on_the_kept_workers_equal_the_ladders_here(tmp_path):
+    p = PROFILES["tiny"]
+    here = measure(StudyFolder(tmp_path / "here", p, log=lambda _m: None))
+    with keep_local_workers():
+        there = measure(StudyFolder(tmp_path / "there", p, log=lambda _m: None))
+    for a, b in zip(here, there, strict=True):
+        fa, fb = flat(a), flat(b)
+        assert [k for k, _v in fa] == [k for k, _v in fb]
+        for (key, va), (_k, vb) in zip(fa, fb, strict=True):
+            if isinstance(va, float) and math.isfinite(va):
+                assert vb == pytest.approx(va, rel=1e-5, abs=1e-9), key
+            else:
+                assert va == vb, key
+    init, update = here
+    # every rung and placement has each depth and seed, in order; the update ladder has every
+    # variant's rows and the init distances
+    rows = init["source"]["pre"]
+    assert [(r["n_blocks"], r["seed"]) for r in rows] == [
+        (L, s) for L in p.init_depths for s in range(p.init_seeds)]
+    assert all("stats" in r and "perturb_change" in r for r in rows)
+    series = update["source"]["series"]
+    assert [(r["n_blocks"], r["seed"]) for r in series["post, no warmup"]] == [
+        (L, s) for L in p.init_depths for s in range(p.init_seeds)]
+    assert [(r["n_blocks"], r["seed"]) for r in series["pre, no warmup"]] == [
+        (max(p.init_depths), s) for s in range(p.init_seeds)]
+    assert len(update["source"]["init_distance"]) == len(p.init_depths) * p.init_seeds
+    assert [v["lr"] for v in update.values()] == [5e-4, 1e-3]
