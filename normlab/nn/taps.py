@@ -22,6 +22,7 @@ or cache's keys): `final.in` means `final.input` (`current_name`).
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ def fire(tap: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 FORMER_NAMES = {"in": "input"}  # a tap's former last name component -> its name now
+_GLOB_CHARS = re.compile(r"[*?\[]")  # what makes a pattern a glob for fnmatch
 
 
 def current_name(name: str) -> str:
@@ -88,8 +90,14 @@ def select_taps(model: nn.Module, patterns: str | Sequence[str]) -> list[str]:
     """Tap names matching any of the glob patterns (`*` for all, `blocks.*.mlp.stream_out`)."""
     pats = [current_name(p) for p in ([patterns] if isinstance(patterns, str) else patterns)]
     names = tap_names(model)
-    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-    unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    # a name without a glob character matches itself alone: a set lookup, where a probe that
+    # lists every block's taps by name would otherwise glob-match each against each
+    exact = {p for p in pats if not _GLOB_CHARS.search(p)}
+    globs = [p for p in pats if p not in exact]
+    chosen = [n for n in names if n in exact or any(fnmatch.fnmatchcase(n, p) for p in globs)]
+    known = set(names)
+    unmatched = [p for p in pats if (p not in known if p in exact
+                                     else not any(fnmatch.fnmatchcase(n, p) for n in names))]
     if unmatched:
         raise ValueError(
             f"no tap matches {unmatched}; taps are named like {names[:4]} ... {names[-2:]}"

@@ -173,3 +173,25 @@ def test_print_plan_is_describe(capsys):
     out = capsys.readouterr().out
     assert out == plan.describe() + "\n"
     assert "x = LN(" in out and "constants: deepnorm_alpha=" in out
+
+
+def test_select_taps_takes_exact_names_and_globs_alike_and_names_what_matched_nothing(model):
+    from normlab.nn.taps import select_taps, tap_names
+
+    names = tap_names(model)
+    exact = ["blocks.2.mlp.stream_out", "final.input", "blocks.0.attn.stream_in"]
+    assert select_taps(model, exact) == [n for n in names if n in exact]  # the model's order
+    assert select_taps(model, ["blocks.?.mlp.stream_out", "final.input"]) == [
+        n for n in names if n == "final.input" or (n.startswith("blocks.")
+                                                   and n.endswith(".mlp.stream_out"))]
+    assert select_taps(model, "blocks.[01].attn.stream_in") == [
+        "blocks.0.attn.stream_in", "blocks.1.attn.stream_in"]
+    assert select_taps(model, ["final.in"]) == ["final.input"]  # a former name
+    for missing in (["final.input", "blocks.9.mlp.stream_out"],
+                    ["final.input", "blocks.*.nothing"], ["blocks.[7].mlp.stream_out"]):
+        with pytest.raises(ValueError, match=r"no tap matches \['" + missing[-1].replace(
+                "[", r"\[").replace("]", r"\]").replace("*", r"\*").replace(".", r"\.")):
+            select_taps(model, missing)
+    # a name that matches nothing is named alone, not the ones that matched
+    with pytest.raises(ValueError, match=r"no tap matches \['blocks\.9\.mlp\.stream_out'\];"):
+        select_taps(model, ["final.input", "blocks.9.mlp.stream_out"])
