@@ -405,8 +405,16 @@ def _start(spec: Path, root: Path, workers: int) -> subprocess.Popen:
 
 
 def _checkpoint_steps(root: Path) -> dict[str, int]:
-    return {p.parents[1].name: json.loads(p.read_text())["step"]
-            for p in root.glob("*/checkpoint/trainer_state.json")}
+    """Each run's checkpointed step. A checkpoint being replaced (its folder renamed away for a
+    moment, `save_checkpoint`) can vanish between the glob and the read: the poll reads it next
+    time."""
+    steps = {}
+    for p in root.glob("*/checkpoint/trainer_state.json"):
+        try:
+            steps[p.parents[1].name] = json.loads(p.read_text())["step"]
+        except FileNotFoundError:
+            continue
+    return steps
 
 
 def _wait_for(root: Path, completed: int, checkpointed: int, since: dict[str, int] | None = None,
