@@ -596,11 +596,10 @@ class StudyFolder(StudyContext):
                 return [self.khop_config(pl, lr, s, depth) for lr in lrs for s in seeds]
 
             def read(lrs: list[float]) -> dict[float, list[RunRecord]]:
-                by_cell = {(lr, s): self.khop_config(pl, lr, s, depth)
-                           for lr in lrs for s in seeds}
-                summaries = self.train(list(by_cell.values()))
+                cfgs = configs(lrs)  # in the order of (lr, seed) below
                 out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
-                for ((lr, s), cfg), summary in zip(by_cell.items(), summaries, strict=True):
+                for (lr, s), cfg, summary in zip(((lr, s) for lr in lrs for s in seeds), cfgs,
+                                                 self.train(cfgs), strict=True):
                     out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
                 return out
 

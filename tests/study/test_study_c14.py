@@ -178,3 +178,41 @@ def test_c2_reads_large_t_from_the_probed_models_depth(tmp_path):
     assert shallow.verdict == "not tested at this scale"
     assert deep.verdict != "not tested at this scale"
     assert premise[deep.verdict]["verdict"] == "supported"
+
+
+def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypatch):
+    """Every placement and depth of the k-hop task is tuned in lockstep: the first grids go to
+    the workers in one go, then each round's extensions of every grid together; each grid reads
+    the summaries of its own runs (placement, depth, lr and seed)."""
+    from dataclasses import replace
+
+    p = replace(PROFILES["long"], khop_placements=("pre", "post"), khop_depths=(2, 3),
+                khop_lrs=(1e-3, 2e-3, 4e-3), khop_seeds=2, max_lr_extensions=1)
+    folder = StudyFolder(tmp_path, p, lambda _m: None)
+    batches: list[list] = []
+
+    def planted(cfg):  # best at 2e-3 (inside), but 8e-3 for pre at 2 blocks and post at 3
+        lr, pl, depth = cfg.train.lr, cfg.model.placement, cfg.model.n_blocks
+        best = 8e-3 if (pl, depth) in (("pre", 2), ("post", 3)) else 2e-3
+        return {"outcome": "completed", "val_loss": 1.0 + abs(lr - best) * 100
+                + cfg.train.seed * 1e-3, "step": p.khop_steps}
+
+    monkeypatch.setattr(StudyFolder, "train",
+                        lambda self, cfgs: batches.append(cfgs) or [planted(c) for c in cfgs])
+    grids = {(pl, d): folder.khop_tuned(pl, d) for pl in ("pre", "post") for d in (2, 3)}
+    cells = [{(c.model.placement, c.model.n_blocks, c.train.lr) for c in b} for b in batches]
+    first = {(pl, d, lr) for pl in ("pre", "post") for d in (2, 3) for lr in p.khop_lrs}
+    # the prefetch; the first round in one go, then read grid by grid (finished runs, in a
+    # study); then the two grids that extend, in one go, and each read
+    own = [{(pl, d, lr) for lr in p.khop_lrs} for pl in ("pre", "post") for d in (2, 3)]
+    ext = [{("pre", 2, 8e-3)}, {("post", 3, 8e-3)}]
+    assert cells == [first, first, *own, ext[0] | ext[1], *ext]
+    for key in [("pre", 2), ("post", 3)]:
+        assert grids[key].lrs == (1e-3, 2e-3, 4e-3, 8e-3)
+        assert grids[key].best_lr == 8e-3 and not grids[key].bracketed
+    for key in [("pre", 3), ("post", 2)]:
+        g = grids[key]
+        assert g.lrs == p.khop_lrs and g.best_lr == 2e-3 and g.bracketed
+        assert [r.seed for r in g.cell(2e-3)] == [0, 1]
+        assert [r.score for r in g.cell(2e-3)] == [1.0, 1.0 + 1e-3]
+    assert folder.khop_tuned("post", 3) is grids[("post", 3)]
