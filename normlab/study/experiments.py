@@ -235,9 +235,10 @@ class StudyFolder(StudyContext):
         """`family` over its lr grid (`_tuning`), with the profile's warmup unless `warmup` is
         given, at `blocks` blocks (the profile's depth unless given). A deep family
         (`blocks=deep_blocks`) starts from the profile's deep grid, with the deep runs' warmup
-        and budget. Every run is kept. The grids a study tunes at one depth (`tuned_specs`, or
-        the deep families) are tuned together (`_tune_together`), so each round of extensions
-        of every family trains in one go."""
+        and budget. Every run is kept. `family` is tuned together (`_tune_together`) with the
+        other grids the study tunes at its depth and not yet tuned (`tuned_specs`, or the deep
+        families), so their first grids, and then each round of their extensions, train in one
+        go."""
         p = self.profile
         deep = bool(blocks) and blocks == p.deep_blocks
         warmup = (p.deep_warmup if deep else p.warmup) if warmup is None else warmup
@@ -245,16 +246,12 @@ class StudyFolder(StudyContext):
         if key in self._memo:
             return self._memo[key]
         if blocks:
-            self.prefetch_deep()
             specs = [(f, p.deep_warmup) for f in self.deep_families()] if deep else []
         else:
             specs = self.tuned_specs()
-            if "prefetched" not in self._memo:  # the first grids of every tuned family, together
-                self._memo["prefetched"] = True
-                self.prefetch([(f, list(p.lrs), w) for f, w in specs])
         specs = [s for s in specs if _tuned_key(*s, blocks) not in self._memo]
         if (family, warmup) not in specs:
-            specs = [(family, warmup)]
+            specs.append((family, warmup))
         seeds = range(p.seeds)
         start = p.deep_start_lrs if deep else p.lrs
 
@@ -575,20 +572,16 @@ class StudyFolder(StudyContext):
     def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
         """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,
         scored by validation loss over the answered positions), `khop_seeds` seeds. Every
-        placement and depth of the profile is tuned together (`_tune_together`)."""
+        placement and depth of the profile not yet tuned is tuned with it (`_tune_together`):
+        their first grids, and then each round of their extensions, train in one go."""
         p = self.profile
         key = f"khop:{placement}:{blocks}"
         if key in self._memo:
             return self._memo[key]
-        if "prefetched_khop" not in self._memo:  # every first grid together: workers stay busy
-            self._memo["prefetched_khop"] = True
-            self.train([self.khop_config(pl, lr, s, depth) for pl in p.khop_placements
-                        for depth in p.khop_depths for lr in p.khop_lrs
-                        for s in range(p.khop_seeds)])
         cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
                  if f"khop:{pl}:{d}" not in self._memo]
         if (placement, blocks) not in cells:
-            cells = [(placement, blocks)]
+            cells.append((placement, blocks))
         seeds = range(p.khop_seeds)
 
         def grid(pl: str, depth: int) -> _Grid:

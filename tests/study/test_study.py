@@ -184,13 +184,12 @@ def test_deep_models_are_tuned_on_their_own_grid_at_their_depth(tmp_path, monkey
     assert len(post.extensions) == 2 and post.bracketed  # 1e-3 -> 5e-4 -> 2.5e-4
     assert pre.best_lr == 2e-3 and pre.bracketed
     assert all(blocks == 4 for _f, _l, blocks in calls)
-    # both placements' whole first grids at 4 blocks went to the workers in one go (the
-    # prefetch, and the first round of tuning them together, which reuses the finished runs);
-    # then post's extensions alone, as pre was bracketed at once
+    # both placements' whole first grids at 4 blocks went to the workers in one go, once (the
+    # first round of tuning them together); post's extensions then alone (read through `runs`),
+    # as pre was bracketed at once
     first = 2 * len(p.lrs) * p.seeds
-    assert len(trained) == 2 * first
-    assert {(c.model.placement, c.train.lr) for c in trained[:first]} == {
+    assert len(trained) == first
+    assert {(c.model.placement, c.train.lr) for c in trained} == {
         (pl, lr) for pl in ("pre", "post") for lr in p.lrs}
-    assert trained[first:] == trained[:first]
     assert {c.model.n_blocks for c in trained} == {4}
-    assert ctx.deep_grid("post") is post and len(trained) == 2 * first
+    assert ctx.deep_grid("post") is post and len(trained) == first

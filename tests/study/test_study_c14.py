@@ -202,11 +202,11 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
     grids = {(pl, d): folder.khop_tuned(pl, d) for pl in ("pre", "post") for d in (2, 3)}
     cells = [{(c.model.placement, c.model.n_blocks, c.train.lr) for c in b} for b in batches]
     first = {(pl, d, lr) for pl in ("pre", "post") for d in (2, 3) for lr in p.khop_lrs}
-    # the prefetch; the first round in one go, then read grid by grid (finished runs, in a
-    # study); then the two grids that extend, in one go, and each read
+    # the first round in one go, then read grid by grid (finished runs, in a study); then the
+    # two grids that extend, in one go, and each read
     own = [{(pl, d, lr) for lr in p.khop_lrs} for pl in ("pre", "post") for d in (2, 3)]
     ext = [{("pre", 2, 8e-3)}, {("post", 3, 8e-3)}]
-    assert cells == [first, first, *own, ext[0] | ext[1], *ext]
+    assert cells == [first, *own, ext[0] | ext[1], *ext]
     for key in [("pre", 2), ("post", 3)]:
         assert grids[key].lrs == (1e-3, 2e-3, 4e-3, 8e-3)
         assert grids[key].best_lr == 8e-3 and not grids[key].bracketed
