@@ -607,6 +607,10 @@ class TrainConfig(_Frozen):
         "the choice is recorded in config.yaml's meta and the summary, and a resume keeps it")
     seed: int = Field(0, ge=0, description="seed of the init, the batches and dropout")
     compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
+    deterministic: bool = Field(
+        False, description="deterministic algorithms (torch.use_deterministic_algorithms, "
+        "warning where an operation has none) and cuBLAS's fixed workspace, so that two runs of "
+        "one config on a GPU agree bit for bit; slower. Recorded in config.yaml's meta")
     activation_checkpointing: bool = Field(
         False, description="recompute each block in the backward pass: memory of one block's "
         "activations instead of all, for about one extra forward")
@@ -646,7 +650,7 @@ class TrainConfig(_Frozen):
         return self
 
 
-EXECUTION_OPTIONS = ("compile", "activation_checkpointing")
+EXECUTION_OPTIONS = ("compile", "activation_checkpointing", "deterministic")
 # A run's name and tags label it; they say nothing about what is computed.
 LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their

@@ -307,7 +307,8 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
         from normlab.train.memory import check_fits, estimate
 
         deepest = base.model_copy(update={"n_blocks": max(spec["depths"])})
-        check_fits(estimate(deepest, batch_size, spec["seq_len"]), "auto", "probe",
+        # the memory of the device the probes run on: the CPU's (a GPU's free memory says nothing)
+        check_fits(estimate(deepest, batch_size, spec["seq_len"]), "cpu", "probe",
                    "lower --width, --blocks, --batch-size or --seq-len")
     return spec
 

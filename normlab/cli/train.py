@@ -67,6 +67,7 @@ def train(
             if world > 1:
                 fail("--nproc starts its own processes; under torchrun leave it out")
             distributed.check_divisible(cfg.train.batch_size, nproc)
+            distributed.check_gpus(resolve_device(cfg.train.device), nproc)
             raise typer.Exit(distributed.launch(_rank_args(
                 config, set_, root, resume, quiet, threads), nproc))
         if threads is not None or world > 1:

@@ -205,15 +205,18 @@ def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
     bytes, after `warmup_steps` untimed steps (first calls allocate and pick kernels)."""
     from normlab.nn import build_model
 
-    model = build_model(cfg.model, seed=0)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len))
-    for i in range(warmup_steps + steps):
-        if i == warmup_steps:
-            t0 = time.perf_counter()
-        model(idx, idx).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    with torch.random.fork_rng(devices=[]):  # a measurement: the caller's generator untouched
+        model = build_model(cfg.model, seed=0)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        gen = torch.Generator().manual_seed(0)
+        idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
+                            generator=gen)
+        for i in range(warmup_steps + steps):
+            if i == warmup_steps:
+                t0 = time.perf_counter()
+            model(idx, idx).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     return (time.perf_counter() - t0) / steps
 
 

@@ -2,7 +2,9 @@
 
     checkpoint/model.safetensors      model weights (tied weights stored once)
     checkpoint/optimizer.safetensors  AdamW moments and step counts, keyed `{param}.{slot}`
-    checkpoint/rng.safetensors        torch RNG states (CPU, CUDA) as uint8 tensors
+    checkpoint/rng.safetensors        torch RNG states as uint8 tensors: the CPU generator's, and
+                                      a CUDA run's training device's (`torch_cuda`, whatever its
+                                      index: a run resumed where another GPU is cuda:0 finds it)
     checkpoint/trainer_state.json     step, spike-detector state, best val loss, config hash
 
 The folder is written as `checkpoint.tmp` (trainer_state.json last), then `checkpoint` becomes
@@ -24,6 +26,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
+from normlab.train.numerics import numerics_problem
 from normlab.train.rundir import read_run_config
 
 CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
@@ -41,17 +44,63 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
     tmp.mkdir(parents=True)
     save_model(model, str(tmp / "model.safetensors"))
     save_file(_optimizer_tensors(model, optimizer), str(tmp / "optimizer.safetensors"))
-    rng = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            rng[f"torch_cuda_{i}"] = s
-    save_file(rng, str(tmp / "rng.safetensors"))
+    save_file(rng_states(model_device(model)), str(tmp / "rng.safetensors"))
     (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
     if directory.exists():
         shutil.rmtree(old, ignore_errors=True)
         directory.rename(old)
     tmp.rename(directory)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device a model's weights are on (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
+def rng_states(device: torch.device) -> dict[str, torch.Tensor]:
+    """The generator states a run on `device` draws from: the CPU's (batches, init), and on a
+    CUDA device that device's alone (dropout), keyed `torch_cuda` whatever its index. A CPU run
+    saves no CUDA state, so it never initialises CUDA (on a GPU machine)."""
+    states = {"torch_cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["torch_cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def restore_rng_states(states: dict[str, torch.Tensor], device: torch.device, where: Path) -> None:
+    """Set the generators `rng_states` saved for a run that now trains on `device`. A CUDA state
+    where the run trains on the CPU, or none where it trains on CUDA, is a `CheckpointError`:
+    the dropout masks would not continue. Checkpoints of earlier versions kept one state per
+    visible GPU (`torch_cuda_{i}`), CPU runs' too; a CUDA run reads its device's index from
+    them, a CPU run ignores them."""
+    def refuse(what: str) -> CheckpointError:
+        return CheckpointError(
+            f"{where}: {what}, so its random numbers (dropout) would not continue. Resume it "
+            "on the device it was trained on (train.device), or delete the checkpoint folder to "
+            "restart the run from step 0")
+
+    legacy = {k for k in states if k.startswith("torch_cuda_")}
+    cuda = states.get("torch_cuda")
+    if device.type == "cuda" and cuda is None and legacy:
+        cuda = states.get(f"torch_cuda_{device.index or 0}")
+        if cuda is None:
+            raise refuse(f"the checkpoint holds the RNG states of CUDA devices "
+                         f"{sorted(int(k[len('torch_cuda_'):]) for k in legacy)}, none for "
+                         f"{device}")
+    if device.type == "cuda" and cuda is None:
+        raise refuse(f"the run trains on {device} but its checkpoint was written by a run on "
+                     "the CPU (no CUDA RNG state)")
+    # (earlier versions saved every visible GPU's state for CPU runs too: those say nothing)
+    if device.type != "cuda" and cuda is not None:
+        raise refuse(f"the run trains on {device.type} but its checkpoint was written by a run "
+                     "on a CUDA device (it holds a CUDA RNG state)")
+    if "torch_cpu" not in states:
+        raise CheckpointError(f"{where}: not a usable RNG state (no torch_cpu, the CPU "
+                              "generator's); delete the run folder to restart")
+    torch.set_rng_state(states["torch_cpu"])
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
 
 
 def keep_weights(directory: Path, step: int) -> None:
@@ -142,27 +191,26 @@ def load_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
             f"{state.get('config_hash')} != {expected_config_hash}); resume with the run's own "
             "config.yaml, or start a new run"
         )
+    device = model_device(model)
     try:
-        missing, unexpected = load_model(model, str(directory / "model.safetensors"), strict=False)
+        missing, unexpected = load_model(model, str(directory / "model.safetensors"), strict=False,
+                                         device=str(device))
         if missing or unexpected:  # sets (safetensors 0.8): sorted, so the message is stable
             raise CheckpointError(
                 f"{directory}/model.safetensors does not fit the model: missing "
                 f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
-        opt_tensors = load_file(str(directory / "optimizer.safetensors"))
+        opt_tensors = load_file(str(directory / "optimizer.safetensors"), device=str(device))
         _load_optimizer_tensors(model, optimizer, opt_tensors)
-        rng = load_file(str(directory / "rng.safetensors"))
+        rng = load_file(str(directory / "rng.safetensors"))  # generator states live on the CPU
     except (SafetensorError, OSError, RuntimeError, KeyError) as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{directory}: corrupted checkpoint ({e})") from None
     try:
-        torch.set_rng_state(rng["torch_cpu"])
-        # in device order: sorting the names as strings would put device 10 before device 2
-        cuda = [rng[k] for k in sorted((k for k in rng if k.startswith("torch_cuda_")),
-                                       key=lambda k: int(k[len("torch_cuda_"):]))]
-        if cuda and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(cuda)
-    except (KeyError, RuntimeError, TypeError, ValueError) as e:
+        restore_rng_states(rng, device, directory / "rng.safetensors")
+    except (RuntimeError, TypeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{directory}/rng.safetensors: not a usable RNG state "
                               f"({type(e).__name__}: {e}); delete the run folder to restart"
                               ) from None
@@ -191,6 +239,8 @@ def check_trainer_state(state: Any, path: Path) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
         raise bad(f"threads is {threads!r}, not a thread count")
+    if "numerics" in state and (problem := numerics_problem(state["numerics"])):
+        raise bad(problem)
 
 
 def _param_names(model: nn.Module) -> dict[int, str]:
@@ -211,15 +261,23 @@ def _optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer
 
 def _load_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer,
                             tensors: dict[str, torch.Tensor]) -> None:
+    """Put the saved slots into `optimizer` through its own `load_state_dict`, so each lands on
+    its parameter's device with the dtype torch's policy gives it (a fused or capturable AdamW's
+    `step` as float32 on the parameter's device, which its CUDA kernel requires; a plain one's on
+    the CPU)."""
     names = _param_names(model)
+    current = optimizer.state_dict()  # its param_groups number the parameters in order
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    index = 0
     for group in optimizer.param_groups:
         for p in group["params"]:
             prefix = names[id(p)] + "."
             slots = {k[len(prefix):]: v for k, v in tensors.items()
                      if k.startswith(prefix) and "." not in k[len(prefix):]}
             if slots:
-                optimizer.state[p] = {
-                    k: v.to(p.device) if k != "step" else v for k, v in slots.items()}
+                state[index] = slots
+            index += 1
+    optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
 
 
 def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu",

@@ -151,18 +151,60 @@ def check_divisible(batch_size: int, world_size: int) -> int:
     return batch_size // world_size
 
 
+def _ways_out(processes: int) -> str:
+    return (f"train on one GPU with --nproc 1, or on {processes} CPU processes with --set "
+            "train.device=cpu")
+
+
+def check_gpus(device: torch.device, processes: int) -> None:
+    """`ConfigError` (before any process starts) when a CUDA run on `processes` local processes,
+    one GPU each, would find fewer GPUs than that: a rank would start on a device that does not
+    exist ("invalid device ordinal") and rank 0 wait for it until the collective timeout."""
+    if device.type != "cuda" or processes <= 1:
+        return
+    visible = torch.cuda.device_count()
+    if visible < processes:
+        raise ConfigError(f"--nproc {processes}: a CUDA run takes one GPU a process, and "
+                          f"{visible} {'is' if visible == 1 else 'are'} visible; "
+                          + _ways_out(processes))
+
+
+def check_local_rank(device: torch.device) -> None:
+    """`ConfigError` when this rank (started by torchrun) would train on a GPU that is not
+    there: its `LOCAL_RANK` is at least the number of visible GPUs."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    visible = torch.cuda.device_count()
+    if device.type == "cuda" and local >= visible:
+        raise ConfigError(f"LOCAL_RANK={local}: a CUDA run takes one GPU a process, and {visible} "
+                          f"{'is' if visible == 1 else 'are'} visible; start at most {visible} "
+                          f"process(es) a node (torchrun --nproc-per-node {visible}), or "
+                          + _ways_out(env_world_size()))
+
+
 @contextlib.contextmanager
 def process_group(device: torch.device) -> Iterator[Dist]:
     """Join the process group described by the environment (`RANK`, `WORLD_SIZE`,
     `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, as torchrun sets them) for the duration; a
-    single process (no `WORLD_SIZE` > 1) yields `Dist()` and joins nothing."""
-    if env_world_size() <= 1 or tdist.is_initialized():
+    single process (no `WORLD_SIZE` > 1) yields `Dist()` and joins nothing. A group the caller
+    initialised already is used as it is, unless it is a gloo group and the run is on CUDA
+    (DDP's gradients would go through the CPU): that is a `ConfigError`."""
+    if tdist.is_available() and tdist.is_initialized():
+        if device.type == "cuda" and tdist.get_backend() != "nccl":
+            raise ConfigError(f"a CUDA run in a {tdist.get_backend()} process group: initialise "
+                              "it with the nccl backend, or train on the CPU (--set "
+                              "train.device=cpu)")
+        yield current()
+        return
+    if env_world_size() <= 1:
         yield current()
         return
     wait = timedelta(seconds=timeout_s())
     if device.type == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        tdist.init_process_group("nccl", timeout=wait)
+        check_local_rank(device)
+        local = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(local)
+        # device_id binds the group to this rank's GPU at once (no guess at the first collective)
+        tdist.init_process_group("nccl", timeout=wait, device_id=local)
     else:
         tdist.init_process_group("gloo", timeout=wait)
     try:

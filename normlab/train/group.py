@@ -48,6 +48,7 @@ from normlab.train.diagnostics import FINAL_STREAM, TokenShare
 from normlab.train.divergence import SpikeDetector
 from normlab.train.logging import MetricsLog, Progress
 from normlab.train.machine import tune_cpu_allocator
+from normlab.train.numerics import kept_numerics
 from normlab.train.precision import (
     Precision,
     precision_context,
@@ -80,7 +81,8 @@ SHARED_TRAIN = ("batch_size", "grad_accum", "eval_batches", "device", "precision
 # means "off").
 UNSUPPORTED_TRAIN = {"grad_accum": ("gradient accumulation", 1),
                      "compile": ("torch.compile", False),
-                     "activation_checkpointing": ("activation checkpointing", False)}
+                     "activation_checkpointing": ("activation checkpointing", False),
+                     "deterministic": ("deterministic algorithms", False)}
 
 
 class GroupError(ValueError):
@@ -182,6 +184,7 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
         return recorded or decided[0]
 
     with contextlib.ExitStack() as held:
+        held.enter_context(kept_numerics())  # a resumed member's recorded flags, for this call
         # every member's lock (re-entered when a sweep worker holds them), in one order everywhere
         stale = {cfg.run_id(): held.enter_context(hold_run(Path(root) / cfg.run_id()))
                  for cfg in sorted(cfgs, key=lambda c: c.run_id())}

@@ -176,10 +176,14 @@ class Throughput:
     MFU is the share of `peak_tflops` (a measured GEMM peak, see `normlab.train.perf`) that the
     model's own matrix work (`flops_per_token` per trained token) takes at the smoothed rate; a
     share above 1 means the short peak measurement read this machine low (another process held the
-    cores), so no MFU is shown rather than an impossible one."""
+    cores), so no MFU is shown rather than an impossible one. It is shown with two significant
+    digits (`0.021%`, not a rounded-away `0.0%`), and on a GPU a share under `LAUNCH_BOUND_MFU`
+    says why: a model this small spends its step launching kernels, not multiplying."""
 
     def __init__(self, tokens_per_step: int, *, flops_per_token: float | None = None,
-                 peak_tflops: float | None = None, skip: int = 3, decay: float = 0.9) -> None:
+                 peak_tflops: float | None = None, skip: int = 3, decay: float = 0.9,
+                 device_type: str = "cpu") -> None:
+        self.device_type = device_type
         self.tokens_per_step = tokens_per_step
         self.flops_per_token = flops_per_token
         self.peak_tflops = peak_tflops
@@ -210,7 +214,27 @@ class Throughput:
         if self.step_s is None:
             return "warm-up"
         out = f"{self.step_s * 1e3:,.0f} ms, {_si(self.tokens_per_s)} tok/s"
-        return out + (f", mfu {self.mfu:.1%}" if self.mfu is not None else "")
+        mfu = self.mfu
+        if mfu is None:
+            return out
+        out += f", mfu {percent(mfu)}"
+        if self.device_type == "cuda" and mfu < LAUNCH_BOUND_MFU:
+            out += " (launch-bound: too small for this GPU; stacked runs fill it)"
+        return out
+
+
+# Under this share of the GEMM peak a GPU step is bound by kernel launches (a 6-block, width-64
+# step launches about 700 kernels and takes 13-15 ms on an H200 whatever the width up to 256).
+LAUNCH_BOUND_MFU = 0.01
+
+
+def percent(share: float, digits: int = 2) -> str:
+    """`share` as a percentage with `digits` significant digits: `3.0%`, `12%`, `0.021%`."""
+    pct = share * 100
+    if pct <= 0 or not math.isfinite(pct):
+        return f"{pct:.0f}%"
+    decimals = max(0, digits - 1 - math.floor(math.log10(pct)))
+    return f"{pct:.{decimals}f}%"
 
 
 def _si(x: float) -> str:

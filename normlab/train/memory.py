@@ -86,12 +86,26 @@ def check_fits(est: MemoryEstimate, device: str, what: str, fix: str) -> None:
                           f"{fix}")
 
 
+def activation_bytes(precision: str, device: str) -> int:
+    """Bytes of one stored activation of a run in `precision` (`train.precision`) on `device`
+    (`train.device`): bf16's 2, and `auto`'s on a GPU, where it picks bf16, counted as 2 too,
+    so the estimate stays a lower bound; else fp32's 4."""
+    if precision == "bf16":
+        return 2
+    if precision == "auto" and device in ("auto", "cuda"):
+        import torch
+
+        return 2 if torch.cuda.is_available() else 4
+    return 4
+
+
 def run_estimate(cfg: RunConfig, processes: int = 1) -> MemoryEstimate:
     """The memory estimate of training `cfg` on `processes` processes."""
     t = cfg.train
     return estimate(cfg.model, t.batch_size, cfg.data.seq_len,  # batch_size: one micro-batch
                     activation_checkpointing=t.activation_checkpointing,
-                    bytes_per_activation=2 if t.precision == "bf16" else 4, processes=processes)
+                    bytes_per_activation=activation_bytes(t.precision, t.device),
+                    processes=processes)
 
 
 def check_run_fits(cfg: RunConfig, processes: int = 1, what: str | None = None) -> None:

@@ -45,8 +45,11 @@ def gemm_peak_tflops(dtype: torch.dtype, device: torch.device | str = "cpu", *,
 
 
 def _gemm_tflops(dtype: torch.dtype, device: torch.device, size: int, seconds: float) -> float:
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
+    # its own generator: a peak measured in the middle of a run (the progress line's MFU) must
+    # not draw from the global one, which the run's dropout uses
+    gen = torch.Generator(device).manual_seed(0)
+    a = torch.randn(size, size, device=device, generator=gen).to(dtype)
+    b = torch.randn(size, size, device=device, generator=gen).to(dtype)
     out = torch.empty(size, size, device=device, dtype=dtype)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(2):
@@ -98,7 +101,8 @@ def steady_step_report(cfg: ModelConfig, *, batch: int = 8, seq_len: int | None 
     from normlab.train.precision import precision_context
 
     seq_len = seq_len or min(128, cfg.max_seq_len)
-    model = build_model(cfg, seed=seed)
+    with torch.random.fork_rng(devices=[]):  # build_model seeds the global generator
+        model = build_model(cfg, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, cfg.vocab_size, (batch, seq_len), generator=gen)
     targets = (idx if cfg.kind == "decoder"

@@ -66,6 +66,12 @@ from normlab.train.loop import block_stats_due as block_stats_due
 from normlab.train.loop import block_stats_every as block_stats_every
 from normlab.train.loop import eval_due as eval_due
 from normlab.train.machine import tune_cpu_allocator
+from normlab.train.numerics import (
+    deterministic_algorithms,
+    kept_numerics,
+    match_numerics,
+    numerics_in_force,
+)
 from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.precision import (
     Precision,
@@ -151,7 +157,7 @@ def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.de
             "torch": str(torch.__version__), "device": str(device),
             "dtype": "bfloat16-autocast" if precision.precision == "bf16" else "float32",
             "precision": precision.precision, "precision_reason": precision.reason,
-            "threads": torch.get_num_threads(),
+            "threads": torch.get_num_threads(), "numerics": numerics_in_force(),
             "init": model.plan.init, "final_norm": model.plan.final_norm,
             "constants": model.plan.constants, "params": model.num_params(), **data.meta()}
 
@@ -168,10 +174,12 @@ def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> Non
 
 def checkpoint_state(step: int, best_val: float, spike: SpikeDetector, run_id: str
                      ) -> dict[str, Any]:
-    """trainer_state.json: what a resume needs besides tensors, and the CPU thread count the
-    numbers were computed with (results depend on it; see `restore_checkpoint`)."""
+    """trainer_state.json: what a resume needs besides tensors, and the CPU thread count and
+    float32 matmul flags the numbers were computed with (results depend on them; see
+    `restore_checkpoint`)."""
     return {"step": step, "best_val_loss": best_val, "spike": spike.state_dict(),
-            "config_hash": run_id, "threads": torch.get_num_threads()}
+            "config_hash": run_id, "threads": torch.get_num_threads(),
+            "numerics": numerics_in_force()}
 
 
 @dataclass
@@ -233,6 +241,7 @@ def restore_checkpoint(run_dir: Path, cfg: RunConfig, model: torch.nn.Module,
         restored.threads = state.get("threads")
         if threads is not None:
             match_threads(restored.threads, device or torch.device("cpu"), threads, run_dir)
+        match_numerics(state.get("numerics"), run_dir)
     records, note = metrics.truncate_after(restored.step)  # 0: died before its first checkpoint
     if note:
         restored.repairs.append(note)
@@ -287,7 +296,8 @@ def throughput(cfg: RunConfig, precision: str, tokens_per_step: int, device: tor
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         peak = quick_peak_tflops(dtype, device.type) * devices
     return Throughput(tokens_per_step, peak_tflops=peak,
-                      flops_per_token=train_flops_per_token(cfg.model, cfg.data.seq_len))
+                      flops_per_token=train_flops_per_token(cfg.model, cfg.data.seq_len),
+                      device_type=device.type)
 
 
 def train_run(
@@ -339,8 +349,9 @@ def train_run(
                 "run; wait for it to finish or stop it, then run again")
         before = torch.get_num_threads()
         try:
-            return _train_held(cfg, run_dir, data, dist, device, resume, progress, interrupt_at,
-                               threads, repairs)
+            with kept_numerics():  # a resume may match the recorded flags; deterministic mode
+                return _train_held(cfg, run_dir, data, dist, device, resume, progress,
+                                   interrupt_at, threads, repairs)
         finally:
             torch.set_num_threads(before)  # a resume may have matched the recorded count
 
@@ -396,6 +407,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                   file=sys.stderr, flush=True)
         warn_slow_bf16(cfg, precision.precision, device)
 
+    if tc.deterministic:  # before the model reaches the device: cuBLAS reads it at its start
+        deterministic_algorithms()
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)

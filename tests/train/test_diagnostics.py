@@ -161,7 +161,7 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     c = cfg(corpus, *STALLS)
     old = c.to_dict()
     for key in ("stall_margin", "compile", "activation_checkpointing", "name", "tags",
-                "keep_checkpoints"):
+                "keep_checkpoints", "deterministic"):
         del old["train"][key]
     for key in ("attention", "embedding"):  # model fields added later still
         del old["model"][key]
