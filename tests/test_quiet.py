@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).parents[1]
+from optional_packages import needs
+from subprocess_env import subprocess_env
 
 CROWDED = """
 from normlab.report.figures import Curve, loss_curves_svg
@@ -19,13 +18,14 @@ assert loss_curves_svg(curves)
 
 
 def test_a_crowded_figure_draws_without_the_tight_layout_warning(tmp_path):
-    env = os.environ | {"PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
+    env = subprocess_env(MPLBACKEND="Agg")
     r = subprocess.run([sys.executable, "-c", CROWDED], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "Tight layout" not in r.stderr and "Warning" not in r.stderr, r.stderr
 
 
+@needs("transformers")
 def test_the_gguf_loader_draws_no_progress_bar(capfd):
     from transformers import modeling_gguf_pytorch_utils as gguf_utils
 

@@ -22,7 +22,8 @@ separate runs. A pool whose workers all die before they start (a script without 
 
 A caller that makes many `run_local` calls of a few runs each (a study) wraps them in
 `keep_local_workers()`: the calls then share one pool, so each worker process starts and imports
-torch once (see that function).
+torch once (see that function). That holds on a GPU machine too: a worker keeps the GPU it was
+given for its life, and a pool is kept for calls with the same workers, threads and GPU count.
 
 Ray: `normlab.sweep.ray_executor`, which calls the same `run_one`.
 """
@@ -213,7 +214,7 @@ class _Pool:
 
     def __init__(self, workers: int, threads: int, n_gpu: int) -> None:
         self.ctx = _context()
-        self.key = (workers, threads)
+        self.key = (workers, threads, n_gpu)  # what a later call must ask for to share it
         self.stop = self.ctx.Event()
         self.started = self.ctx.Value("i", 0)  # workers that got through _init_worker
         gpu_ids = None
@@ -233,11 +234,15 @@ _KEPT: dict[str, _Pool] | None = None
 
 @contextlib.contextmanager
 def keep_local_workers() -> Iterator[None]:
-    """Inside it, `run_local` calls with the same workers and threads share one pool of worker
-    processes: each worker starts (a fresh interpreter that imports torch, a few seconds) once,
-    not once per call. A study makes many calls of a few runs each. The pool is replaced when a
-    worker dies, dropped after Ctrl-C, and shut down when the block ends. A run's numbers do not
-    depend on the process that trains it (a run is a function of its config)."""
+    """Inside it, `run_local` calls with the same workers, threads and GPU count share one pool of
+    worker processes: each worker starts (a fresh interpreter that imports torch, and on a GPU
+    machine initialises CUDA: a few seconds) once, not once per call. Each worker keeps the GPU
+    it was given (`CUDA_VISIBLE_DEVICES`, set when it starts) for its life, which is why the GPU
+    count is part of what must match (`map_local`'s work on the CPU takes the pool whatever GPUs
+    its workers hold). A study makes many calls of a few runs each. The pool is replaced when a
+    worker dies or a call asks for other workers, threads or GPUs, dropped after Ctrl-C, and shut
+    down when the block ends. A run's numbers do not depend on the process that trains it (a run
+    is a function of its config)."""
     global _KEPT
     if _KEPT is not None:  # nested: the outer block keeps the pool
         yield
@@ -251,19 +256,22 @@ def keep_local_workers() -> Iterator[None]:
             kept["pool"].executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _take_pool(workers: int, threads: int, n_gpu: int) -> tuple[_Pool, bool]:
-    """A pool for one `run_local` call, and whether it is kept open after it (the kept pool of
-    `keep_local_workers` when it matches; GPU pools, whose workers hold devices, are never
-    kept)."""
-    if _KEPT is None or n_gpu:
-        return _Pool(workers, threads, n_gpu), False
+def _take_pool(workers: int, threads: int, n_gpu: int | None) -> tuple[_Pool, bool]:
+    """A pool for one `run_local` or `map_local` call, and whether it is kept open after it:
+    inside `keep_local_workers`, the kept pool when it was started with these workers, threads
+    and GPU count (its workers' GPUs, assigned at their start, then fit the call; `n_gpu` None,
+    for work on the CPU alone, takes it whatever GPUs they hold), else a new pool that replaces
+    it; outside, a pool of the call's own."""
+    if _KEPT is None:
+        return _Pool(workers, threads, n_gpu or 0), False
     kept = _KEPT.get("pool")
-    if kept is not None and kept.key == (workers, threads) and not kept.stop.is_set() \
+    if kept is not None and kept.key[:2] == (workers, threads) \
+            and n_gpu in (None, kept.key[2]) and not kept.stop.is_set() \
             and not getattr(kept.executor, "_broken", False):  # (a worker died while idle)
         return kept, True
     if kept is not None:
         kept.executor.shutdown(wait=True, cancel_futures=True)
-    _KEPT["pool"] = _Pool(workers, threads, n_gpu)
+    _KEPT["pool"] = _Pool(workers, threads, n_gpu or 0)
     return _KEPT["pool"], True
 
 
@@ -284,7 +292,7 @@ def map_local(fn: Callable[[Any], Any], items: Sequence[Any], *, workers: int, t
     items = list(items)
     if _KEPT is None or len(items) < 2:
         return [fn(item) for item in items]
-    pool, _kept = _take_pool(workers, threads, 0)
+    pool, _kept = _take_pool(workers, threads, None)  # any GPUs its workers hold go unused
     futures = [pool.executor.submit(fn, item) for item in items]
     out: list[Any] = []
     try:

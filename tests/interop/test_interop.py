@@ -19,9 +19,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import transformers  # noqa: E402
 import typer  # noqa: E402
+from optional_packages import reason, require  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
+
+transformers = pytest.importorskip("transformers", reason=reason("transformers"))
 
 import normlab.interop.checkpoints as checkpoints  # noqa: E402
 import normlab.interop.errors as errors  # noqa: E402
@@ -496,6 +498,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def smollm2():
+    require("gguf", "accelerate")  # its weights are a GGUF file, read through transformers
     ck = load_checkpoint("smollm2")
     L = ck.model.config.num_hidden_layers
     return ck, run_hf_probe("smollm2", loaded=ck, n_batches=1, batch_size=2, seq_len=64,

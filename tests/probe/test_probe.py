@@ -270,7 +270,7 @@ def test_probe_trained_checkpoint(tmp_path):
     cfg = load_run_config(None, [
         "model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=4", "train.eval_batches=1", "train.steps=5",
-        "train.eval_every=0"])
+        "train.eval_every=0", "train.device=cpu"])
     summary = train_run(cfg, tmp_path / "runs", progress=False)
     run_dir = tmp_path / "runs" / summary["run_id"]
     out = tmp_path / "out"

@@ -19,7 +19,7 @@ from normlab.train import train_run
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
         "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.steps=2",
-        "train.eval_every=0"]
+        "train.eval_every=0", "train.device=cpu"]
 
 
 def tiny(*extra: str):
@@ -212,7 +212,8 @@ def test_runs_fit_a_100_column_terminal_without_splitting_a_word(tmp_path):
 
     examples = Path(__file__).parents[2] / "examples"
     summaries = [train_run(load_run_config(examples / f"{name}.yaml",
-                                           ["train.steps=2", "train.eval_batches=1"]),
+                                           ["train.steps=2", "train.eval_batches=1",
+                                            "train.device=cpu"]),
                            tmp_path, progress=False) for name in ("pre", "post", "modern")]
     console = Console(width=100, record=True, force_terminal=False)
     wide = runs_table(tmp_path)

@@ -46,6 +46,7 @@ import typer
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import imread
+from optional_packages import needs
 from typer.testing import CliRunner
 
 from normlab.cli.report import report
@@ -59,7 +60,8 @@ CHROMIUM = os.environ.get("NORMLAB_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = os.environ.get("NORMLAB_REPORT_SCREENSHOTS")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
-        "data.seq_len=32", "train.batch_size=8", "train.steps=6", "train.eval_every=3"]
+        "data.seq_len=32", "train.batch_size=8", "train.steps=6", "train.eval_every=3",
+        "train.device=cpu"]
 EVIL = "<script>alert('x')</script> & \"quotes\""
 LONG_RULE = ("supported if the 95% interval of [growth exponent(pre) - growth exponent(post)] "
              "lies entirely > 0.1; not supported if it lies entirely <= 0.1; otherwise "
@@ -1337,6 +1339,11 @@ def test_tiny_study_numbers_are_flat_tables(tiny_study_dir):
     for raw in ("{&#34;", "{&#39;", "&#39;mean&#39;", "growth_exponent", "None,", "}}"):
         assert raw not in html, raw
     assert "growth exponent after training" not in html  # empty in a tiny study: not shown
+
+
+@needs("transformers", "gguf", "accelerate")  # C12 probes MiniLM and SmolLM2 through the hf extra
+def test_the_real_models_of_c12_are_a_table_with_a_row_per_model(tiny_study_dir):
+    html = build_html(tiny_study_dir)
     c12 = html[html.index('id="claim-C12"'):html.index('id="claim-C13"')]
     for title in ("real models illustration", "model", "profile"):
         assert f"<h4>{title}" in c12 or f"{title}</h4>" in c12 or title in c12, title

@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 
+from optional_packages import needs
+
 GOLDEN = Path(__file__).parents[1] / "golden" / "study_tiny.json"
 # what differs between two runs of the same code: time, machine, commit
 VOLATILE = {"created", "elapsed_s", "elapsed_total_s", "parts", "git_commit", "machine",
@@ -43,6 +45,9 @@ def same(a, b) -> bool:
     return a == b
 
 
+# C12's real-models illustration (recorded among the numbers) probes MiniLM and SmolLM2 through
+# the hf extra; a study without it leaves the illustration out
+@needs("transformers", "gguf", "accelerate")
 def test_the_tiny_study_s_numbers_are_the_recorded_ones(tiny_study_dir):
     got = numbers_and_verdicts(json.loads((tiny_study_dir / "study.json").read_text()))
     if os.environ.get("NORMLAB_RECORD_GOLDEN"):

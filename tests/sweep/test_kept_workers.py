@@ -17,6 +17,8 @@ from normlab.sweep.grouping import RunTask
 TINY = ["model.n_blocks=1", "model.d_model=16", "model.n_heads=2", "model.max_seq_len=16",
         "data.seq_len=16", "train.steps=2", "train.batch_size=4", "train.eval_batches=1",
         "train.eval_every=2", "train.checkpoint_every=2"]
+# (train.device left at auto: on a GPU machine the workers hold a GPU each, and their pool is
+# kept as a CPU machine's is; nothing here depends on where the runs train)
 
 
 def task(lr: float) -> RunTask:
@@ -78,6 +80,28 @@ def test_calls_inside_share_one_pool_until_it_cannot_serve_and_it_ends_with_the_
     assert len(first) == len(second) == 1
     assert not any(alive(pid) for pid in last)  # shut down when the block ended
     assert executors._KEPT is None
+
+
+def test_a_pool_whose_workers_hold_gpus_is_kept_too(pools, tmp_path, monkeypatch):
+    """On a machine with a GPU (here one, as `_gpu_count` says) each worker is given one when it
+    starts and keeps it: the calls of a study share the pool as on a CPU, and a call that asks
+    for another number of GPUs gets a pool of its own."""
+    monkeypatch.setattr(executors, "_gpu_count", lambda tasks: 1)
+    with keep_local_workers():
+        first = run([task(1e-3)], tmp_path)
+        (pool,) = pools
+        started = workers_of(pool)
+        second = run([task(2e-3)], tmp_path)
+        assert len(pools) == 1 and workers_of(pool) == started and pool.key == (1, 1, 1)
+        # work on the CPU alone (a study's measurements at init) takes it as it is
+        squares = executors.map_local(_pid_and_square, [2, 3], workers=1, threads=1)
+        assert [v for _p, v in squares] == [4, 9] and {p for p, _v in squares} <= started
+        assert len(pools) == 1
+        monkeypatch.setattr(executors, "_gpu_count", lambda tasks: 0)
+        run([task(3e-3)], tmp_path)
+        assert len(pools) == 2 and executors._KEPT["pool"].key == (1, 1, 0)
+        assert not any(alive(pid) for pid in started)
+    assert {*first.values(), *second.values()} <= {"completed", "stalled"}
 
 
 def test_outside_the_block_each_call_has_its_own_pool(pools, tmp_path):

@@ -22,20 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from optional_packages import reason
+from subprocess_env import subprocess_env
 
 from normlab.sweep.summarize import collect
 from normlab.train import read_summary
 
-pytest.importorskip("ray")
+pytest.importorskip("ray", reason=reason("ray"))
 
-REPO = Path(__file__).parents[2]
 RAY = Path(sys.executable).with_name("ray")
 TINY = """
 base:
   model: {n_blocks: 1, d_model: 16, n_heads: 2, max_seq_len: 16}
   data: {seq_len: 16}
   train: {steps: STEPS, batch_size: 2, eval_batches: 1, eval_every: EVAL, log_every: 1,
-          checkpoint_every: 5}
+          checkpoint_every: 5, device: cpu}
 axes:
   train.seed: [0, 1]
 """
@@ -51,8 +52,8 @@ class Cluster:
         """The environment of a process on this machine that uses the cluster: no RAY_AUTH_*
         variable unless given."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
-        return env | {"HOME": str(home or self.home), "PYTHONPATH": str(REPO),
-                      "RAY_USAGE_STATS_ENABLED": "0"} | extra
+        return subprocess_env(env, HOME=str(home or self.home), RAY_USAGE_STATS_ENABLED="0",
+                              **extra)
 
 
 def _free_port() -> int:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from optional_packages import needs
+from subprocess_env import subprocess_env
 from typer.testing import CliRunner
 
 from normlab.cli.sweep import sweep_app
@@ -29,7 +31,7 @@ base:
   model: {n_blocks: 2, d_model: 32, n_heads: 2, max_seq_len: 32}
   data: {seq_len: 32}
   train: {steps: STEPS, batch_size: 8, eval_batches: 2, eval_every: 10, log_every: 1,
-          checkpoint_every: 5, schedule: constant, grad_clip: null}
+          checkpoint_every: 5, schedule: constant, grad_clip: null, device: cpu}
 """
 # 2 placements x 2 learning rates x 2 warmups; lr 50 without clipping diverges within ~12 steps.
 # The others end above the byte unigram entropy after 20 steps: they are `stalled`.
@@ -48,8 +50,7 @@ axes:
   train.lr: [1e-3, 3e-3]
   train.warmup: [0, 5]
 """
-REPO = Path(__file__).parents[2]
-ENV = os.environ | {"PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+ENV = subprocess_env(RAY_USAGE_STATS_ENABLED="0")
 runner = CliRunner()
 
 
@@ -482,8 +483,8 @@ def test_sweep_killed_and_rerun_completes_every_run_once(tmp_path):
 
 # -- Ray ---------------------------------------------------------------------------------------
 
+@needs("ray")
 def test_ray_executor_fills_the_same_folders(grid, tmp_path):
-    pytest.importorskip("ray")
     plan, local, broken, _ = grid
     root = tmp_path / "sweep"
     shutil.copytree(local.root, root)

@@ -21,7 +21,7 @@ from normlab.train.trainer import param_groups
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
-        "train.eval_every=4", "train.steps=12", "train.checkpoint_every=5"]
+        "train.eval_every=4", "train.steps=12", "train.checkpoint_every=5", "train.device=cpu"]
 # Runs this short end above the byte unigram entropy: they come out `stalled`, not `completed`.
 # members differing in lr, warmup, schedule, seed, clipping and weight decay
 MEMBERS = [["train.lr=3e-3", "train.warmup=2"],
@@ -320,7 +320,7 @@ base:
   model: {n_blocks: 2, d_model: 32, n_heads: 2, max_seq_len: 32}
   data: {seq_len: 32}
   train: {steps: 20, batch_size: 8, eval_batches: 2, eval_every: 10, checkpoint_every: 5,
-          schedule: constant, grad_clip: null}
+          schedule: constant, grad_clip: null, device: cpu}
 axes:
   train.lr: [3e-3, 50, 1e-3]
 """)

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
+from subprocess_env import subprocess_env
 
 from normlab.config import ConfigError, load_run_config
 from normlab.data import BatchSampler, batches
@@ -20,13 +21,13 @@ from normlab.train.logging import read_metrics
 ARGS = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
         "train.steps=6", "train.eval_every=3", "train.grad_accum=2",
-        "train.block_stats_every=2", "train.warmup=2"]
+        "train.block_stats_every=2", "train.warmup=2", "train.device=cpu"]
 # the k-hop task (data.task=khop): its accuracy is counted over every rank's shard
 KHOP_ARGS = ["data.task=khop", "model.vocab_size=8", "model.n_blocks=2", "model.d_model=32",
              "model.n_heads=2", "model.max_seq_len=32", "data.seq_len=32", "train.batch_size=8",
-             "train.eval_batches=2", "train.steps=4", "train.eval_every=2", "train.lr=3e-3"]
+             "train.eval_batches=2", "train.steps=4", "train.eval_every=2", "train.lr=3e-3",
+             "train.device=cpu"]
 TIMING = ("time_s", "tokens_per_s")
-REPO = Path(__file__).parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def assert_same_run(a: Path, b: Path, rel: float = 1e-4) -> None:
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "normlab", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=180,
-                          env=os.environ | {"PYTHONPATH": str(REPO)})
+                          env=subprocess_env())
 
 
 def test_cli_two_processes_match_one(tmp_path, one_process):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from subprocess_env import subprocess_env
 from typer.testing import CliRunner
 
 from normlab.cli import app
@@ -32,9 +33,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::normlab.warnings.NormlabWarning
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
-        "train.eval_every=4"]
+        "train.eval_every=4", "train.device=cpu"]
 TIMING = ("time_s", "tokens_per_s")
-REPO = Path(__file__).parents[2]
 
 
 def table_rows(output: str) -> dict[str, str]:
@@ -87,7 +87,7 @@ def normlab_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "normlab", *args]
 
 
-ENV = os.environ | {"PYTHONPATH": str(REPO)}
+ENV = subprocess_env()
 
 
 # -- 1: two writers on one run folder ----------------------------------------------------------

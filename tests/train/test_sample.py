@@ -15,7 +15,8 @@ from normlab.train import load_trained_model, train_run
 from normlab.train.sample import SampleError, generate, sample_run
 
 TINY = ["model.n_blocks=1", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=16",
-        "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.eval_every=0"]
+        "data.seq_len=16", "train.batch_size=4", "train.eval_batches=1", "train.eval_every=0",
+        "train.device=cpu"]
 
 
 @pytest.fixture(scope="module")

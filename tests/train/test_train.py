@@ -3,7 +3,6 @@
 import copy
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from subprocess_env import subprocess_env
 
 from normlab.config import ConfigError, TrainConfig, load_run_config
 from normlab.data.batches import BatchSampler
@@ -23,7 +23,8 @@ from normlab.train.logging import read_metrics
 from normlab.train.schedules import lr_at
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
-        "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1"]
+        "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
+        "train.device=cpu"]
 # Runs this short end above the byte unigram entropy of Shakespeare (3.33 nats): they come out
 # `stalled` (trained every step, learned no context), never `completed`.
 TIMING = ("time_s", "tokens_per_s")
@@ -139,7 +140,7 @@ def test_bf16_autocast_trains(tmp_path):
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "normlab", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])})
+                          env=subprocess_env())
 
 
 def test_cli_bad_config_exits_2_without_writing(tmp_path):
@@ -161,7 +162,7 @@ def test_cli_diverged_exits_0_and_sigterm_checkpoints(tmp_path):
     long = [*(f"--set={a}" for a in TINY), "--set=train.steps=100000", "--quiet",
             "--root=long"]
     proc = subprocess.Popen([sys.executable, "-m", "normlab", "train", *long], cwd=tmp_path,
-                            env=os.environ | {"PYTHONPATH": str(Path(__file__).parents[2])},
+                            env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = tmp_path / "long"
     deadline = time.time() + 60
