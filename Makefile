@@ -46,6 +46,16 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_step.py
 
+# On a machine with a CUDA GPU: tests/gpu and the GPU benchmarks in one command (about 5 minutes
+# on an H200), with a log and a summary in benchmarks/results/ (benchmarks/README.md). Without a
+# GPU it says so and exits 0. It installs nothing: it runs .venv's Python where there is one, else
+# python3; where torch is installed elsewhere, name that Python: `make gpu-check PY=python3`.
+# GPU_CHECK_ARGS go to benchmarks/gpu_check_all.py (e.g. "--stages peers --out-dir DIR").
+.PHONY: gpu-check
+GPU_PY ?= $(if $(wildcard $(VENV)/bin/python),$(PY),$(PYTHON))
+gpu-check:
+	$(GPU_PY) benchmarks/gpu_check_all.py $(GPU_CHECK_ARGS)
+
 # Mutation testing of the core (docs/testing.md), one module at a time; too slow for `make test`.
 # `make mutate MODULES="normlab/study/verdict.py normlab/probe/fits.py"` runs only those.
 MUTATE_STAMP := $(VENV)/.installed-mutate

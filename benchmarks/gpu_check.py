@@ -11,6 +11,8 @@ accounting, `normlab.train.perf`: model FLOPs a token over the peak) against two
 GEMM peak measured in the same run, and the device's nominal dense bf16 peak when its name is in
 `NOMINAL_BF16_TFLOPS`.
 
+Recorded in `--out` (default `benchmarks/results/gpu_check.json`) and a Markdown table next to it,
+with the device's name, the torch and CUDA versions, the date and the commit (`gpu_meta.py`).
 On a machine without a CUDA GPU it says so and exits 0: nothing is checked there.
 
     python benchmarks/gpu_check.py                    # every placement; writes benchmarks/results/
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -31,8 +34,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "benchmarks"):  # run from a checkout without installing
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from gpu_meta import NO_GPU, meta_line, run_meta  # noqa: E402
 
 from normlab.config import ModelConfig  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
@@ -116,6 +122,28 @@ def time_placement(placement: str, size: dict[str, int], batch: int, device: tor
             "flops_per_token": train_flops_per_token(cfg, seq_len)}
 
 
+def markdown(report: dict) -> str:
+    """The recorded run as a Markdown table, with what it ran on."""
+    nominal = report["bf16_peak_nominal_tflops"]
+    lines = [f"# Placements on a GPU at GPT-2 small's shape ({report['date']})", "",
+             meta_line(report) + ".", "",
+             f"{shape_words(report['model'], report['batch'])}; bf16 autocast, fused AdamW, "
+             f"{'torch.compile' if report['compile'] else 'eager'}; median of "
+             f"{report['steps']} timed steps after {report['warmup']} untimed ones (the first "
+             "compiles). bf16 GEMM peak measured in the same run: "
+             f"{report['bf16_gemm_peak_measured_tflops']:.1f} TFLOP/s; data sheet: "
+             + (f"{nominal:.1f} TFLOP/s." if nominal else "unknown for this device."), "",
+             "| placement | params | first step | step | tokens/s | MFU (measured peak) "
+             "| MFU (data sheet) | loss first / last |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in report["rows"]:
+        mfu_nominal = f"{r['mfu_nominal']:.1%}" if r["mfu_nominal"] is not None else "-"
+        lines.append(f"| {r['placement']} | {r['params']:,} | {r['first_step_s']:.1f} s | "
+                     f"{r['step_s'] * 1e3:.1f} ms | {r['tokens_per_s']:,.0f} | "
+                     f"{r['mfu_measured']:.1%} | {mfu_nominal} | "
+                     f"{r['first_loss']:.3f} / {r['last_loss']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--placements", nargs="+", default=list(PLACEMENTS),
@@ -129,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true",
                    help="a tiny model on the CPU, eager, 2 steps: checks the script, records "
                         "nothing")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results JSON")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="results JSON; a Markdown table goes next to it (.md)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         p.error("--steps and --warmup must be at least 1")
@@ -138,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         device, size, batch = torch.device("cpu"), SMOKE, SMOKE_BATCH
         args.steps, args.warmup, compile_model = 2, 1, False
     elif not torch.cuda.is_available():
-        print("gpu_check.py: no CUDA GPU on this machine, so nothing was checked (normlab's GPU "
-              "path is untested here); run it where `torch.cuda.is_available()` is true.")
+        print(f"gpu_check.py: {NO_GPU} (normlab's GPU path is untested here); run it where "
+              "`torch.cuda.is_available()` is true.")
         return 0
     else:
         device, size, batch = torch.device("cuda"), GPT2_SMALL, BATCH
@@ -153,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         (4096, 8192) if device.type == "cuda" else (256,)), seconds=(1.0 if device.type == "cuda"
                                                                       else 0.05))
     nominal = nominal_peak(name)
-    print(f"{name}; torch {torch.__version__}; {shape_words(size, batch)}; bf16 autocast, "
+    print(f"{name}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+          f"{shape_words(size, batch)}; bf16 autocast, "
           "fused AdamW, "
           f"{'torch.compile' if compile_model else 'eager'}")
     print(f"bf16 GEMM peak measured {measured:.1f} TFLOP/s"
@@ -175,13 +205,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['step_s'] * 1e3:>7.1f}ms {tokens:>11,.0f} {r['mfu_measured']:>10.1%} "
               + (f"{r['mfu_nominal']:>9.1%}" if nominal else f"{'-':>9}"))
     if not args.smoke:
+        report = {**run_meta(device), "model": size, "batch": batch,
+                  "compile": compile_model, "steps": args.steps, "warmup": args.warmup,
+                  "bf16_gemm_peak_measured_tflops": measured,
+                  "bf16_peak_nominal_tflops": nominal, "rows": rows}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "device": name, "torch": torch.__version__, "model": size, "batch": batch,
-            "compile": compile_model, "steps": args.steps, "warmup": args.warmup,
-            "bf16_gemm_peak_measured_tflops": measured, "bf16_peak_nominal_tflops": nominal,
-            "rows": rows}, indent=2) + "\n")
-        print(f"written: {args.out}")
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(report))
+        print(f"written: {args.out} and {args.out.with_suffix('.md')}")
+    bad = [r["placement"] for r in rows
+           if not all(math.isfinite(r[k]) for k in ("first_loss", "last_loss"))]
+    if bad:
+        print(f"gpu_check.py: non-finite loss for {', '.join(bad)}", file=sys.stderr)
+        return 1
     return 0
 
 
