@@ -608,9 +608,10 @@ class TrainConfig(_Frozen):
     seed: int = Field(0, ge=0, description="seed of the init, the batches and dropout")
     compile: bool = Field(False, description="torch.compile the model (first steps pay for it)")
     deterministic: bool = Field(
-        False, description="deterministic algorithms (torch.use_deterministic_algorithms, "
-        "warning where an operation has none) and cuBLAS's fixed workspace, so that two runs of "
-        "one config on a GPU agree bit for bit; slower. Recorded in config.yaml's meta")
+        False, description="deterministic algorithms (torch.use_deterministic_algorithms: an "
+        "operation without one is an error), cuBLAS's fixed workspace and the math attention "
+        "kernel, so that two runs of one config on a GPU agree bit for bit; slower. Recorded in "
+        "config.yaml's meta")
     activation_checkpointing: bool = Field(
         False, description="recompute each block in the backward pass: memory of one block's "
         "activations instead of all, for about one extra forward")

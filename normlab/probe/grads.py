@@ -79,8 +79,9 @@ class GradRecorder:
         norms = torch.stack(torch._foreach_norm(grads)).double()
         del grads
         L = self.n_blocks
-        by_group = torch.zeros(2 * L + 3, dtype=torch.float64).index_add_(
-            0, self.groups, norms * norms).sqrt()
+        # on the device the norms were computed on (the model's): one transfer per list below
+        by_group = torch.zeros(2 * L + 3, dtype=torch.float64, device=norms.device).index_add_(
+            0, self.groups.to(norms.device), norms * norms).sqrt()
         res: dict[str, object] = {
             "loss": loss.item(),
             "attn_grad": by_group[0:2 * L:2].tolist(),

@@ -91,7 +91,8 @@ def update_size(model: nn.Module, train_batches: Sequence[Batch], eval_batch: Ba
     idx_eval = eval_batch[0]
     kind = model.cfg.kind
     sizes, losses = [0.0], []
-    with torch.random.fork_rng(devices=[]):
+    device = next(work.parameters()).device  # its dropout draws from that device's generator
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         with torch.no_grad(), eval_mode(work):
             f0 = work.stream(idx_eval)

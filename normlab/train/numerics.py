@@ -9,12 +9,14 @@ recorded in each run's `meta` (config.yaml) and in its checkpoint, and a resume 
 trains under the recorded ones, with a warning, as it takes the recorded CPU thread count
 (`match_numerics`); `kept_numerics` puts the caller's flags back when the run ends.
 
-`train.deterministic` (`deterministic_algorithms`): `torch.use_deterministic_algorithms(True,
-warn_only=True)` for the run (an operation without a deterministic implementation warns rather
-than ending the run), and cuBLAS's fixed workspace (`CUBLAS_WORKSPACE_CONFIG=:4096:8`), which
-cuBLAS reads when it creates its handle, so it is set before the run's first CUDA call. GPU
-kernels that split a sum by atomics (scatter-add, some backward passes) otherwise make two runs
-of one config differ in the last bits.
+`train.deterministic` (`deterministic_algorithms`): `torch.use_deterministic_algorithms(True)`
+for the run (an operation without a deterministic implementation raises at the first step that
+uses it, naming it, rather than leaving the run quietly non-deterministic); cuBLAS's fixed
+workspace (`CUBLAS_WORKSPACE_CONFIG=:4096:8`), which cuBLAS reads when it creates its handle, so
+it is set before the run's first CUDA call; and attention through the math kernel of
+`scaled_dot_product_attention`, since the fused GPU kernels' backward passes add partial sums
+with atomics and torch only warns about them. GPU kernels that split a sum by atomics otherwise
+make two runs of one config differ in the last bits.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ from normlab.warnings import NormlabWarning
 CUBLAS_WORKSPACE = "CUBLAS_WORKSPACE_CONFIG"
 DETERMINISTIC_WORKSPACE = ":4096:8"  # cuBLAS's documented setting for reproducible results
 MATMUL_PRECISIONS = ("highest", "high", "medium")
+# the fused kernels of scaled_dot_product_attention (the math kernel stays on): switches, states
+_SDP = torch.backends.cuda
+FUSED_ATTENTION = {"flash": _SDP.enable_flash_sdp, "mem_efficient": _SDP.enable_mem_efficient_sdp,
+                   "cudnn": _SDP.enable_cudnn_sdp}
+FUSED_ATTENTION_ENABLED = {"flash": _SDP.flash_sdp_enabled,
+                           "mem_efficient": _SDP.mem_efficient_sdp_enabled,
+                           "cudnn": _SDP.cudnn_sdp_enabled}
 # the recorded flags: name -> type (what a checkpoint's `numerics` must hold)
 FLAGS = {"float32_matmul_precision": str, "cuda_matmul_allow_tf32": bool,
          "cudnn_allow_tf32": bool, "deterministic": bool}
@@ -93,7 +102,9 @@ def deterministic_algorithms() -> None:
                           f"{DETERMINISTIC_WORKSPACE} for deterministic cuBLAS products",
                           NormlabWarning, stacklevel=2)
         os.environ[CUBLAS_WORKSPACE] = DETERMINISTIC_WORKSPACE
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True)
+    for enable in FUSED_ATTENTION.values():
+        enable(False)
 
 
 @contextlib.contextmanager
@@ -102,8 +113,11 @@ def kept_numerics() -> Iterator[None]:
     caller's flags are back when it ends."""
     before = numerics_in_force()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    attention = {name: enabled() for name, enabled in FUSED_ATTENTION_ENABLED.items()}
     try:
         yield
     finally:
         _set_tf32(before)
         torch.use_deterministic_algorithms(before["deterministic"], warn_only=warn_only)
+        for name, enabled in attention.items():
+            FUSED_ATTENTION[name](enabled)

@@ -15,7 +15,13 @@ import yaml
 from normlab.config import load_run_config
 from normlab.train import train_run
 from normlab.train.checkpoint import CheckpointError, check_trainer_state
-from normlab.train.numerics import CUBLAS_WORKSPACE, numerics_in_force
+from normlab.train.numerics import (
+    CUBLAS_WORKSPACE,
+    FUSED_ATTENTION_ENABLED,
+    deterministic_algorithms,
+    kept_numerics,
+    numerics_in_force,
+)
 from normlab.warnings import NormlabWarning
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
@@ -82,6 +88,19 @@ def test_deterministic_is_recorded_and_ends_with_the_run(tmp_path, flags, monkey
     assert meta(run)["numerics"]["deterministic"] is True
     assert os.environ[CUBLAS_WORKSPACE] == ":4096:8"  # set for cuBLAS before the first CUDA call
     assert numerics_in_force()["deterministic"] is False
+    # the fused attention kernels (atomics in their backward) were off for the run only
+    assert all(enabled() for enabled in FUSED_ATTENTION_ENABLED.values())
+
+
+def test_deterministic_runs_attention_on_the_math_kernel_and_refuses_what_has_none(flags):
+    with kept_numerics():
+        deterministic_algorithms()
+        assert not any(enabled() for enabled in FUSED_ATTENTION_ENABLED.values())
+        assert torch.backends.cuda.math_sdp_enabled()
+        assert torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_deterministic_algorithms_warn_only_enabled()  # raises, not warns
+    assert all(enabled() for enabled in FUSED_ATTENTION_ENABLED.values())
+    assert not torch.are_deterministic_algorithms_enabled()
 
 
 @pytest.mark.parametrize("numerics, what", [
