@@ -178,10 +178,21 @@ class HFTokenizer(Tokenizer):
         return self.tokenizer.to_str()
 
 
+def hf_tokenizers(what: str) -> Any:
+    """The Hugging Face `tokenizers` package, or a `DataError` saying that `what` needs it and
+    how to install it (it is optional: normlab[data])."""
+    try:
+        import tokenizers
+    except ImportError:
+        raise DataError(f"{what} needs Hugging Face `tokenizers`; install it with `pip install "
+                        "'normlab[data]'` (or pip install tokenizers)") from None
+    return tokenizers
+
+
 def load_tokenizer_file(path: str | os.PathLike[str], spec: str | None = None) -> HFTokenizer:
     """A Hugging Face tokenizer from a ``tokenizer.json`` file or a folder holding one;
     `DataError` naming the file when it is missing or does not parse."""
-    from tokenizers import Tokenizer as HF
+    HF = hf_tokenizers(f"reading the tokenizer {path}").Tokenizer
 
     given = Path(path).expanduser()
     file = given / TOKENIZER_FILE if given.is_dir() else given
@@ -202,8 +213,7 @@ def load_tokenizer_file(path: str | os.PathLike[str], spec: str | None = None) -
 
 
 def _content_key(works: Iterable[Work], vocab: int) -> str:
-    import tokenizers
-
+    tokenizers = hf_tokenizers(f"a byte-level BPE of {vocab} tokens")
     h = hashlib.sha256(f"bpe:{vocab}:tokenizers {tokenizers.__version__}\n".encode())
     for w in works:
         h.update(hashlib.sha256(w.name.encode()).digest())
@@ -215,8 +225,9 @@ def train_bpe(works: Sequence[Work], vocab: int, *, cache: Path | None = None) -
     """A byte-level BPE of `vocab` tokens trained on `works` (the training split): the 256 byte
     tokens, then the merges in order of frequency. Deterministic; kept in `cache` (default
     `cache_dir()`) under a hash of the works and `vocab`, and read from there when present."""
-    from tokenizers import Tokenizer as HF
-    from tokenizers import decoders, models, pre_tokenizers, trainers
+    tokenizers = hf_tokenizers(f"training a byte-level BPE of {vocab} tokens")
+    HF, decoders, models = tokenizers.Tokenizer, tokenizers.decoders, tokenizers.models
+    pre_tokenizers, trainers = tokenizers.pre_tokenizers, tokenizers.trainers
 
     spec = f"bpe:{vocab}"
     if not works:
