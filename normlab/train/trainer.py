@@ -289,7 +289,7 @@ def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
 def throughput(cfg: RunConfig, precision: str, tokens_per_step: int, device: torch.device,
                measure_peak: bool, devices: int = 1) -> Throughput:
     """The smoothed throughput of the progress line; with `measure_peak`, also MFU against the
-    GEMM peak of `devices` devices in the run's `precision` (measured once per process, about
+    GEMM peak of `devices` devices in the run's `precision` (measured once per machine, about
     0.2 s)."""
     peak = None
     if measure_peak:

@@ -92,12 +92,13 @@ TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_se
         "train.log_every=1", "train.eval_every=3", "train.device=cpu", "model.dropout=0.2"]
 
 
-def test_the_progress_line_does_not_change_a_run_with_dropout(tmp_path):
+def test_the_progress_line_does_not_change_a_run_with_dropout(tmp_path, monkeypatch):
     """The progress line measures the GEMM peak (its MFU's denominator) once per process, after
     the run was seeded: drawn from the global generator, it shifted every dropout mask after it,
     so a run with dropout trained otherwise with `--quiet` than without."""
     cfg = load_run_config(None, TINY)
-    quick_peak_tflops.cache_clear()  # measured in this run, as in a fresh process
+    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path / "cache"))  # no peak cached on disk...
+    quick_peak_tflops.cache_clear()  # ...nor in this process: measured in this run
     loud = train_run(cfg, tmp_path / "loud", progress=True)
     quiet = train_run(cfg, tmp_path / "quiet", progress=False)
     assert loud["outcome"] == quiet["outcome"] and loud["step"] == 6
