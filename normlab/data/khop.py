@@ -331,6 +331,11 @@ class KhopData:
         answered positions (`normlab.train.step.accumulate_gradients`)."""
         return True
 
+    @property
+    def fingerprint(self) -> None:
+        """Generated data reads no files: nothing to fingerprint (see `TextData.fingerprint`)."""
+        return None
+
     def meta(self) -> dict[str, Any]:
         """What config.yaml's `meta` records about the data."""
         t = self.task

@@ -9,9 +9,10 @@ from typing import Any
 
 from normlab.data.batches import SEPARATOR, TextData, TokenArray
 from normlab.data.corpus import DEFAULT_CORPUS, Source, load_works
+from normlab.data.fingerprint import source_fingerprint
 from normlab.data.khop import KhopData, KhopTask
 from normlab.data.split import split_works
-from normlab.data.tokenizer import BYTE, resolve_tokenizer
+from normlab.data.tokenizer import BYTE, resolve_tokenizer, tokenizer_files
 
 __all__ = ["RunData", "load_run_data", "load_text_data"]
 
@@ -48,6 +49,7 @@ def load_text_data(
     works = load_works(source, text_field=text_field)
     train, val = split_works(works, val_fraction=val_fraction, seed=seed)
     tok = resolve_tokenizer(tokenizer, train)
+    fingerprint = source_fingerprint(source, tokenizer_files(tok))
     where = _describe(source)
     return TextData(
         train=TokenArray.from_works(train, label=f"train split of {where}", tokenizer=tok),
@@ -56,6 +58,7 @@ def load_text_data(
         val_works=[w.name for w in val],
         tokenizer=tok,
         val_bytes=sum(len(w.text) for w in val) + len(SEPARATOR) * (len(val) - 1),
+        fingerprint=fingerprint,
     )
 
 

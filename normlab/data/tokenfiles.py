@@ -33,6 +33,7 @@ import numpy as np
 
 from normlab.data.batches import SEPARATOR, Span, TextData, TokenArray
 from normlab.data.corpus import DataError, Source, Work, load_works
+from normlab.data.fingerprint import add_works, fingerprint_files
 from normlab.data.split import split_works
 from normlab.data.tokenizer import (
     BYTE,
@@ -43,6 +44,7 @@ from normlab.data.tokenizer import (
     load_tokenizer_file,
     resolve_tokenizer,
     spec_problem,
+    tokenizer_files,
 )
 
 __all__ = ["META_FILE", "SPLITS", "declared_vocab", "is_token_folder", "prepare", "read_meta",
@@ -148,8 +150,10 @@ def _held_out_bytes(val: np.ndarray, tokenizer: Tokenizer) -> int | None:
 def read_token_folder(folder: Path, tokenizer: str = BYTE, *,
                       val_fraction: float = _DEFAULT_VAL_FRACTION,
                       seed: int = _DEFAULT_SPLIT_SEED) -> TextData:
-    """The train and val splits of a token folder, memory-mapped (see the module doc)."""
-    folder = Path(folder).expanduser()
+    """The train and val splits of a token folder, memory-mapped (see the module doc), with the
+    fingerprint of the files read (`normlab.data.fingerprint`; named below `folder` as given)."""
+    given = Path(folder)
+    folder = given.expanduser()
     if val_fraction != _DEFAULT_VAL_FRACTION or seed != _DEFAULT_SPLIT_SEED:
         raise DataError(f"data.val_fraction / data.split_seed: {folder} holds token files, whose "
                         "held-out split is val.bin; remove them (they choose held-out works of "
@@ -173,6 +177,9 @@ def read_token_folder(folder: Path, tokenizer: str = BYTE, *,
     if not isinstance(val_bytes, int) or val_bytes <= 0:
         val_bytes = _held_out_bytes(arrays["val"].data, tok) if tok is not None else None
     works = {s: meta.get(f"{s}_works") for s in SPLITS}
+    read = [f"{s}.bin" for s in SPLITS] + [META_FILE] * (folder / META_FILE).is_file()
+    fingerprint = fingerprint_files([((given / name).as_posix(), folder / name) for name in read]
+                                    + tokenizer_files(tok))
     return TextData(
         train=arrays["train"], val=arrays["val"],
         train_works=works["train"] if isinstance(works["train"], list) else ["train.bin"],
@@ -182,16 +189,15 @@ def read_token_folder(folder: Path, tokenizer: str = BYTE, *,
         val_bytes=val_bytes,
         source_meta={"token_files": str(folder), "token_dtype": np.dtype(dtype).name,
                      **({"tokenizer": None} if tok is None else
-                        {"tokenizer": BYTE} if tok.spec == BYTE else {})})
+                        {"tokenizer": BYTE} if tok.spec == BYTE else {})},
+        fingerprint=fingerprint)
 
 
 # -- writing: `normlab prepare` ----------------------------------------------------------------
 def _fingerprint(works: list[Work], tokenizer: Tokenizer, val_fraction: float, seed: int) -> str:
     h = hashlib.sha256(f"{FORMAT} {val_fraction!r} {seed}\n".encode())
     h.update(hashlib.sha256((tokenizer.to_json() or BYTE).encode()).digest())
-    for w in works:
-        h.update(hashlib.sha256(w.name.encode()).digest())
-        h.update(hashlib.sha256(w.text).digest())
+    add_works(h, works)
     return h.hexdigest()[:24]
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from normlab.data.corpus import DataError, Work, cache_root
+from normlab.data.fingerprint import add_works
 from normlab.data.tokens import VOCAB_SIZE
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "resolve_tokenizer",
     "spec_problem",
     "token_dtype",
+    "tokenizer_files",
     "train_bpe",
 ]
 
@@ -215,9 +217,7 @@ def load_tokenizer_file(path: str | os.PathLike[str], spec: str | None = None) -
 def _content_key(works: Iterable[Work], vocab: int) -> str:
     tokenizers = hf_tokenizers(f"a byte-level BPE of {vocab} tokens")
     h = hashlib.sha256(f"bpe:{vocab}:tokenizers {tokenizers.__version__}\n".encode())
-    for w in works:
-        h.update(hashlib.sha256(w.name.encode()).digest())
-        h.update(hashlib.sha256(w.text).digest())
+    add_works(h, works)
     return h.hexdigest()[:20]
 
 
@@ -278,3 +278,15 @@ def describe(tokenizer: Tokenizer) -> dict[str, Any]:
     return {"tokenizer": tokenizer.spec, "tokenizer_vocab": tokenizer.vocab_size,
             "tokenizer_sha256": hashlib.sha256((tokenizer.to_json() or "").encode()
                                                ).hexdigest()[:16]}
+
+
+def tokenizer_files(tokenizer: Tokenizer | None) -> list[tuple[str, Path]]:
+    """The file a tokenizer was read from, named as its spec gives it (a folder's
+    ``tokenizer.json`` below the folder), for a run's data fingerprint; none for bytes, for
+    ``bpe:N`` (trained from the text, which the fingerprint covers) and for no tokenizer."""
+    if tokenizer is None or tokenizer.spec == BYTE or bpe_size(tokenizer.spec) is not None:
+        return []
+    given = Path(tokenizer.spec).expanduser()
+    if given.is_dir():
+        return [((Path(tokenizer.spec) / TOKENIZER_FILE).as_posix(), given / TOKENIZER_FILE)]
+    return [(tokenizer.spec, given)] if given.is_file() else []

@@ -192,7 +192,7 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
             run_dir = Path(root) / cfg.run_id()
             try:  # a stale lock cleared (warned as it was) is kept with the repairs
                 repairs = [*filter(None, [stale[cfg.run_id()]]), *recover_run_folder(run_dir)]
-                finished = check_run_folder(cfg, run_dir, "auto")
+                finished = check_run_folder(cfg, run_dir, "auto", data.fingerprint)
                 if finished is not None:
                     summaries[cfg.run_id()] = finished
                 else:

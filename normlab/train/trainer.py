@@ -38,6 +38,7 @@ import yaml
 import normlab
 from normlab.config import ConfigError, RunConfig
 from normlab.data import load_run_data
+from normlab.data.fingerprint import changes as data_changes
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -85,6 +86,7 @@ from normlab.train.rundir import (
     RunLockedError,
     hold_run,
     lock_holder,
+    read_config_data,
     read_run_config,
     read_summary,
     summary_problem,
@@ -97,6 +99,11 @@ ThreadPolicy = Literal["match", "refuse"]
 
 class ThreadCountError(RunFolderError):
     """A resume that would run with another CPU thread count than the run's checkpoint."""
+
+
+class DataChangedError(RunFolderError):
+    """A run folder whose recorded data fingerprint differs from the data now (see
+    `check_data_unchanged`); never recorded in the folder (`record_failure`)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -124,10 +131,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
             {"params": no_decay, "weight_decay": 0.0}]
 
 
-def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, Any] | None:
+def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str,
+                     fingerprint: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What `run_dir` allows before anything is written: the summary of a finished run (nothing
     to train), None to train or resume; `RunFolderError` when it holds another run, exists with
-    `resume="never"`, or has no checkpoint with `resume="require"`."""
+    `resume="never"`, or has no checkpoint with `resume="require"`, and `DataChangedError` when
+    the data's `fingerprint` (the files the run reads now, `normlab.data.fingerprint`) differs
+    from the one its config.yaml recorded (a folder recorded without one is not checked)."""
     if (run_dir / "config.yaml").exists():
         try:
             on_disk = read_run_config(run_dir)
@@ -138,7 +148,10 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, An
         if on_disk.run_id() != cfg.run_id():
             raise RunFolderError(f"{run_dir}: holds run {on_disk.run_id()}, not {cfg.run_id()}")
         summary = read_summary(run_dir)
-        if summary and summary.get("outcome") in FINISHED:
+        finished = bool(summary and summary.get("outcome") in FINISHED)
+        if fingerprint is not None:
+            check_data_unchanged(run_dir, fingerprint, finished)
+        if finished:
             return summary
         if resume == "never":
             raise RunFolderError(f"{run_dir}: exists; resume it with `normlab train --resume "
@@ -146,6 +159,25 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str) -> dict[str, An
     if resume == "require" and not (run_dir / "checkpoint" / "trainer_state.json").exists():
         raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
     return None
+
+
+def check_data_unchanged(run_dir: Path, fingerprint: dict[str, Any], finished: bool) -> None:
+    """`DataChangedError`, naming the files, when the data the run reads now is not what its
+    config.yaml's `meta.data_fingerprint` recorded: the run id hashes the config (the paths), not
+    the files' content, so the folder's result or checkpoint is of other data."""
+    meta = read_config_data(run_dir).get("meta")
+    found = data_changes(meta.get("data_fingerprint") if isinstance(meta, dict) else None,
+                         fingerprint)
+    if not found:
+        return
+    more = f"; and {len(found) - 5} more" if len(found) > 5 else ""
+    what = ("holds a result trained on other data" if finished else
+            "holds a run started on other data, which a resume would continue on this data")
+    raise DataChangedError(
+        f"{run_dir}: {what}: {'; '.join(found[:5])}{more}. The run id covers the config, not "
+        "the data, so the folder is left as it is. To train on the data as it is now, move the "
+        "folder away (or delete it), or train under another --root; to use the folder, put the "
+        "data back as it was")
 
 
 def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device,
@@ -274,8 +306,14 @@ def run_summary(cfg: RunConfig, precision: Precision, outcome: str, step: int,
 
 def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
                    tb: str | None = None) -> dict[str, Any]:
-    """Write `failed` into the run's summary (keeping its step); the run stays resumable."""
+    """Write `failed` into the run's summary (keeping its step); the run stays resumable. A
+    refusal because the data changed (`DataChangedError`) is returned, without the folder's
+    numbers, and not written: the folder keeps the result or checkpoint of the data it was
+    trained on."""
     old = read_summary(run_dir) or {}
+    if reason == DataChangedError.__name__:
+        return {"run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
+                "reason": reason, "message": message}
     summary = {**{k: v for k, v in old.items() if k not in ("outcome", "reason", "message")},
                "run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
                "reason": reason, "message": message}
@@ -391,7 +429,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     """`train_run` once the run's lock is held."""
     tc = cfg.train
     run_id = cfg.run_id()
-    finished = check_run_folder(cfg, run_dir, resume)
+    finished = check_run_folder(cfg, run_dir, resume, data.fingerprint)
     if finished is not None:
         if progress and dist.main:
             print(f"[{run_id}] already {finished['outcome']} at step {finished.get('step')}, "
