@@ -299,6 +299,9 @@ def read_yaml_file(path: Path, what: str = "config file",
     except FileNotFoundError:
         raise error(f"{what} {path}: not found") from None
     except IsADirectoryError:
+        if (path / "config.yaml").is_file():
+            raise error(f"{what} {path}: is a run folder, not a config file; give its "
+                        f"config.yaml ({path / 'config.yaml'})") from None
         raise error(f"{what} {path}: is a folder; give a YAML file") from None
     except PermissionError:
         raise error(f"{what} {path}: cannot be read (permission denied)") from None
@@ -311,19 +314,74 @@ def read_yaml_file(path: Path, what: str = "config file",
 
 
 def parse_yaml_text(text: str, source: str, error: type[ConfigError] = ConfigError) -> Any:
-    """The YAML document in `text`; `error` starts with `source` and gives the line of a
-    problem."""
+    """The YAML document in `text`; `error` starts with `source` and gives the line and column
+    of a problem, and what is wrong in plain words (`yaml_problem`)."""
     try:
         return read_yaml(text)
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
+        mark, problem = yaml_problem(e, text)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        context = f" ({e.context})" if e.context else ""
-        raise error(f"{source}: not valid YAML: {where}{e.problem}{context}") from None
+        raise error(f"{source}: not valid YAML: {where}{problem}") from None
     except yaml.YAMLError as e:
         raise error(f"{source}: not valid YAML: {e}") from None
     except RecursionError:
         raise error(f"{source}: nested too deeply to read") from None
+
+
+def _quoted_line(text: str, mark: Any) -> str:
+    lines = text.splitlines()
+    if mark is None or not 0 <= mark.line < len(lines) or not lines[mark.line].strip():
+        return ""
+    line = lines[mark.line].rstrip()
+    return f" (line {mark.line + 1} reads {line[:60] + ('...' if len(line) > 60 else '')!r})"
+
+
+def yaml_problem(e: yaml.MarkedYAMLError, text: str = "") -> tuple[Any, str]:
+    """Where a YAML error is (the mark to report: where the mistake is, which is often where
+    the parser started what it could not finish, not where it gave up) and what is wrong, in
+    plain words with the fix; the parser's own words for a problem not recognised here."""
+    problem, context = e.problem or "", e.context or ""
+    at, start = e.problem_mark, e.context_mark or e.problem_mark
+    if "given twice" in problem:  # normlab's own words (YamlLoader)
+        return at, problem
+    if "could not find expected ':'" in problem:
+        return start, ("a key without ':' after it; write `key: value`, with a space after the "
+                       "':'" + _quoted_line(text, start))
+    if "found character '\\t'" in problem:
+        return at, ("a tab character; YAML indents with spaces only, so replace the tab with "
+                    "spaces")
+    flow = re.match(r"expected ',' or '([\]}])'", problem)
+    if flow:
+        opened = "[" if flow.group(1) == "]" else "{"
+        return start, (f"a {'list' if opened == '[' else 'mapping'} opened with '{opened}' here "
+                       f"is not closed: add the '{flow.group(1)}' (or the ',' between two of "
+                       f"its items)" + _quoted_line(text, start))
+    if "while scanning a quoted scalar" in context:
+        return start, ("a quoted string opened here is never closed; add its closing quote"
+                       + _quoted_line(text, start))
+    if problem.startswith(("expected <block end>", "did not find expected key")):
+        return at, ("this line is not indented like the lines of its mapping above it; indent "
+                    "the keys of one mapping by the same number of spaces"
+                    + _quoted_line(text, at))
+    if "did not find expected '-' indicator" in problem:
+        return at, ("this line is not indented like the '- ' items of its list above it"
+                    + _quoted_line(text, at))
+    if "mapping values are not allowed here" in problem:
+        return at, ("a ':' where a value was expected: a key goes on a line of its own, and a "
+                    "value that holds ': ' must be quoted" + _quoted_line(text, at))
+    if "found undefined alias" in problem:
+        return at, "an alias (*name) with no anchor (&name) before it; define the anchor first"
+    if "unknown escape character" in problem:
+        return at, ("an unknown backslash escape in a double-quoted string; use single quotes, "
+                    "or write the backslash twice")
+    if "could not determine a constructor" in problem:
+        return at, (f"{problem.split('for the tag', 1)[-1].strip()} is a tag normlab does not "
+                    "read; give plain values (numbers, strings, lists, mappings)")
+    found = re.match(r"found character '(.)' that cannot start any token", problem)
+    if found:
+        return at, (f"a value cannot start with {found.group(1)!r}; put the value in quotes"
+                    + _quoted_line(text, at))
+    return at, problem + (f" ({context})" if context else "")
 
 
 def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
@@ -794,8 +852,18 @@ class RunConfig(_Frozen):
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None
                     ) -> RunConfig:
-    """A run config from an optional YAML file plus dotted `--set` overrides."""
+    """A run config from an optional YAML file plus dotted `--set` overrides. A run's own
+    config.yaml may be given: its `meta` section (what the run recorded of how it ran) is
+    dropped, with a note."""
     data = load_yaml(Path(path)) if path is not None else {}
+    if "meta" in data:
+        import warnings
+
+        from normlab.warnings import NormlabNote
+
+        data = {k: v for k, v in data.items() if k != "meta"}
+        warnings.warn(f"{path}: its meta section (what a run recorded of how it ran) is ignored",
+                      NormlabNote, stacklevel=2)
     data = deep_merge(data, parse_overrides(overrides))
     return parse_config(RunConfig, data)
 

@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 
 from normlab import __version__
 from normlab.cli.app import app
-from normlab.cli.console import console
+from normlab.cli.console import console, show_warnings
 
 # Every command's module, imported when the command runs (or its help is asked for), so that
 # `normlab --help` does not pay for torch. The command list of `normlab --help` shows each one's
@@ -103,6 +103,7 @@ def _root(version: Annotated[bool, typer.Option(
 
 
 def main() -> None:
+    show_warnings()
     try:
         app()
     except KeyboardInterrupt:

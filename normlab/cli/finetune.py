@@ -12,6 +12,7 @@ from rich.table import Table
 
 from normlab.cli.app import app, positive
 from normlab.cli.console import console, err_console, fail
+from normlab.cli.names import check_run_found
 from normlab.config import ConfigError
 from normlab.data.corpus import DataError
 from normlab.data.genre import genre_task, naive_bayes_baseline
@@ -49,6 +50,7 @@ def finetune_command(
     """Fine-tune a trained run on a Shakespeare task. The genre (or play-id) task: prints the
     test accuracy next to a character-trigram naive Bayes baseline; results are cached in the
     run."""
+    check_run_found(run_dir)
     try:
         if device not in ("auto", "cpu", "cuda", "mps"):
             raise FinetuneError(f"--device: one of auto, cpu, cuda, mps, got {device!r}")

@@ -41,6 +41,17 @@ def plan(
             "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
     except ConfigError as e:
         fail(str(e))
+    if time_step:  # refused before anything is built, as `normlab train` refuses a run
+        from normlab.train.memory import check_fits, estimate
+
+        try:
+            check_fits(estimate(cfg, 8, min(128, cfg.max_seq_len), training=False,
+                                bytes_per_activation=2 if asked != "fp32" else 4),
+                       "cpu", "plan --time",
+                       "lower --blocks, d_model or d_ff (--set), or leave out --time to see "
+                       "the plan alone")
+        except ConfigError as e:
+            fail(str(e))
     console.print(build_plan(cfg).describe(), markup=False, highlight=False, soft_wrap=True)
     if time_step:
         from normlab.train.perf import steady_step_report

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from normlab.cli.app import SetOpt, app, finite, output_folder, positive
 from normlab.cli.console import console, err_console, fail
+from normlab.cli.names import check_run_found, did_you_mean
 from normlab.config import (
     MAX_BLOCKS,
     PLACEMENTS,
@@ -64,6 +65,7 @@ def load_checkpoint_model(run_dir: Path):
     from normlab.train import RunFolderError, load_trained_model
     from normlab.train.rundir import find_run
 
+    check_run_found(run_dir, "--checkpoint ")
     try:  # a run's id, a unique prefix of it, or its name, under ./runs
         run_dir = find_run(run_dir)
     except RunFolderError as e:
@@ -246,14 +248,20 @@ def probe(
 
 def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind, config, sets,
              seeds, probes, n_batches, batch_size, seq_len, text) -> dict[str, Any]:
-    chosen = parse_probes(probes)
+    try:
+        chosen = parse_probes(probes)
+    except ConfigError as e:
+        unknown = [p.strip() for p in (probes or "").split(",") if p.strip() not in PROBES]
+        hint = did_you_mean(unknown[0], [*PROBES, "default", "all"]) if unknown else ""
+        raise ConfigError(f"{e}{hint}") from None
     names = split_list(placement, "--placement") + split_list(placements, "--placements")
     names = list(dict.fromkeys(names))
     depths = split_list(blocks, "--blocks", int)
     bad = [p for p in names if p not in PLACEMENTS]
     if bad:
-        raise ConfigError(f"placement: {', '.join(map(repr, bad))} is not a placement; "
-                          f"choose from {', '.join(PLACEMENTS)}")
+        raise ConfigError(f"placement: {', '.join(map(repr, bad))} is not a placement"
+                          f"{did_you_mean(bad[0], list(PLACEMENTS))}; choose from "
+                          f"{', '.join(PLACEMENTS)}")
     if any(not 1 <= L <= MAX_BLOCKS for L in depths):
         raise ConfigError(f"--blocks: depths must be from 1 to {MAX_BLOCKS}")
     spec: dict[str, Any] = {"probes": chosen, "n_batches": n_batches, "batch_size": batch_size,

@@ -10,6 +10,7 @@ import typer
 
 from normlab.cli.app import app, finite
 from normlab.cli.console import fail
+from normlab.cli.names import check_run_found
 
 
 @app.command()
@@ -33,6 +34,7 @@ def sample(
     printed."""
     from normlab.train.sample import SampleError, sample_run
 
+    check_run_found(run_dir)
     try:
         text = sample_run(run_dir, prompt, tokens=tokens, temperature=temperature, top_k=top_k,
                           seed=seed)

@@ -10,6 +10,7 @@ import typer
 
 from normlab.cli.app import app, output_folder
 from normlab.cli.console import console, fail
+from normlab.cli.names import did_you_mean
 
 
 @app.command()
@@ -55,7 +56,10 @@ def study(
                       highlight=False)
         raise typer.Exit(130) from None
     except (ConfigError, DataError, ExecutorError) as e:
-        fail(str(e))
+        from normlab.study.runner import PROFILES
+
+        hint = did_you_mean(profile, list(PROFILES)) if str(e).startswith("--profile:") else ""
+        fail(f"{e}{hint}")
     console.print(summary_table(result, f"normlab study, profile {profile} "
                                         f"({time.perf_counter() - t0:.0f} s)"))
     console.print(f"every number: {out / 'study.json'}", highlight=False)

@@ -3,6 +3,7 @@ each rank runs `python -m normlab train` with the same arguments but `--nproc`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -52,7 +53,14 @@ def train(
         if resume is not None:
             if config is not None or set_:
                 fail("--resume takes the run's own config.yaml; drop CONFIG and --set")
-            cfg = read_run_config(resume)
+            try:
+                cfg = read_run_config(resume)
+            except RunFolderError as e:
+                if not (resume / "config.yaml").is_file():
+                    raise
+                fail(f"{e}; --resume reads the run's settings from it, so the run cannot be "
+                     "continued: restore the file (the folder's name is the hash of those "
+                     "settings), or train the run again from its config")
             root = resume.parent
             if cfg.run_id() != resume.name:
                 fail(f"{resume}: folder name does not match its config (run id {cfg.run_id()})")
@@ -60,8 +68,15 @@ def train(
         else:
             from normlab.config import load_run_config
 
+            if config is not None and config.is_dir() and (config / "config.yaml").is_file():
+                fail(f"{config}: is a run folder, not a config file; to continue that run use "
+                     f"`normlab train --resume {config}`, or to train with its settings give "
+                     f"its config.yaml ({config / 'config.yaml'})")
             cfg = load_run_config(config, set_)
             check_output_folder(root, "--root")
+        damage = finished_run_damage(Path(root) / cfg.run_id())
+        if damage:
+            fail(damage)
         check_run_fits(cfg, processes=max(nproc, world))
         if nproc > 1:
             if world > 1:
@@ -101,6 +116,46 @@ def train(
         err_console.print(f"to continue: normlab train --resume {Path(root) / summary['run_id']} "
                           "(or the same command again)", highlight=False)
     raise typer.Exit(_train_exit_code(outcome))
+
+
+def finished_run_damage(run_dir: Path) -> str | None:
+    """Why a run folder whose summary.json says it finished (so a train or a resume would skip
+    it as done) does not hold that result: its checkpoint's weights are missing or not whole,
+    or its checkpoint is of another step than the summary's. None when it is whole, or not
+    finished (a run that diverged before its first checkpoint has none, and needs none)."""
+    from normlab.train.checkpoint import usable_checkpoint
+    from normlab.train.rundir import FINISHED, read_summary, safetensors_problem
+
+    summary = read_summary(run_dir)
+    if not summary or summary.get("outcome") not in FINISHED:
+        return None
+    outcome, step = summary["outcome"], summary.get("step")
+    folder = usable_checkpoint(run_dir / "checkpoint")
+    if folder is None and outcome == "diverged":
+        return None
+    weights = (folder or run_dir / "checkpoint") / "model.safetensors"
+    state_file = weights.parent / "trainer_state.json"
+    if not weights.is_file():
+        problem = f"{weights} is missing"
+    else:
+        problem = safetensors_problem(weights)
+        problem = f"{weights} is {problem}" if problem else None
+    if problem is None and outcome != "diverged":
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            saved = state.get("step") if isinstance(state, dict) else None
+        except (OSError, ValueError):
+            saved = None
+            problem = f"{state_file} is missing or not valid JSON"
+        if problem is None and saved != step:
+            problem = f"its checkpoint ({state_file}) is of step {saved}, not {step}"
+    if problem is None:
+        return None
+    moved = run_dir.with_name(run_dir.name + ".damaged")
+    return (f"{run_dir}: damaged: its summary.json says {outcome} at step {step}, but {problem}, "
+            "so the run's result cannot be used (sample, probe and finetune read its weights). "
+            f"Restore the file, or train the run again: move the folder away (`mv {run_dir} "
+            f"{moved}`) and run `normlab train {moved / 'config.yaml'} --root {run_dir.parent}`")
 
 
 def _train_exit_code(outcome: str) -> int:

@@ -34,6 +34,7 @@ from normlab.config import (
     ConfigError,
     RunConfig,
     deep_merge,
+    did_you_mean,
     load_yaml,
     parse_config,
     parse_yaml_text,
@@ -332,8 +333,17 @@ def check_path(path: str, what: str) -> None:
         fields = cls.model_fields
         if part not in fields:
             where = ".".join(parts[:i]) or "the run config"
-            raise SpecError(f"{what}: unknown config path {path!r}; {where} has: "
-                            f"{', '.join(sorted(fields))}")
+            known = sorted(fields)
+            shown = [".".join([*parts[:i], k, *parts[i + 1:]]) for k in known]
+            hint = did_you_mean(part, known, shown)
+            if not hint and i == 0:  # a field without its section, `lr` for `train.lr`
+                dotted = [f"{section}.{name}" for section, field in fields.items()
+                          if isinstance(field.annotation, type)
+                          and issubclass(field.annotation, BaseModel)
+                          for name in field.annotation.model_fields]
+                hint = did_you_mean(path, [d.split(".", 1)[1] for d in dotted], dotted)
+            raise SpecError(f"{what}: unknown config path {path!r}{hint}; {where} has: "
+                            f"{', '.join(known)}")
         sub = fields[part].annotation
         if i < len(parts) - 1:
             if not (isinstance(sub, type) and issubclass(sub, BaseModel)):

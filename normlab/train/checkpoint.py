@@ -299,6 +299,17 @@ def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu",
         weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"
     if not weights.exists():
         raise CheckpointError(f"{run_dir}: no checkpoint/model.safetensors; train the run first")
+    from normlab.train.rundir import safetensors_problem
+
+    broken = safetensors_problem(weights)
+    if broken:
+        moved = run_dir.with_name(run_dir.name + ".damaged")
+        raise CheckpointError(
+            f"{weights}: cannot be loaded into the run's model (the file is {broken}: cut "
+            "short or overwritten, by a full disk or an interrupted copy, say). Restore it from "
+            "a copy, "
+            f"or train the run again: move the folder away (`mv {run_dir} {moved}`), then run "
+            f"`normlab train {moved / 'config.yaml'} --root {run_dir.parent}`")
     model = build_model(cfg.model, seed=cfg.train.seed)
     try:
         load_model(model, str(weights), strict=True)

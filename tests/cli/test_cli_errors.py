@@ -48,6 +48,14 @@ def files(tmp_path_factory) -> Path:
     (d / "basesec.yaml").write_text(SPEC.replace("train: {steps: 2}", "train: 5"))
     (d / "huge.yaml").write_text(SPEC.replace("steps: 2", "steps: 2, batch_size: 100000000"))
     (d / "prenorm.yaml").write_text("model:\n  placement: prenorm\n")
+    (d / "nocolon.yaml").write_text("model:\n  d_model: 32\n  n_heads 2\n")
+    (d / "tab.yaml").write_text("model:\n\td_model: 32\n")
+    (d / "indent.yaml").write_text("model:\n  d_model: 32\n n_heads: 2\n")
+    (d / "quote.yaml").write_text('train:\n  lr: 1e-3\n  name: "abc\n')
+    (d / "colon.yaml").write_text("train:\n  name: a: b\n")
+    (d / "modle.yaml").write_text("modle:\n  d_model: 32\n")
+    (d / "axis.yaml").write_text(SPEC.replace("train.lr:", "train.lrr:"))
+    (d / "bareaxis.yaml").write_text(SPEC.replace("train.lr:", "lr:"))
     (d / "runs").mkdir()
     return d
 
@@ -60,7 +68,22 @@ CASES = [
     ("train nope.yaml", "nope.yaml: not found"),
     ("train dup.yaml", "key 'lr' is given twice"),
     ("train list.yaml", "list.yaml: expected a mapping"),
-    ("train broken.yaml", "broken.yaml: not valid YAML: line 2"),
+    # YAML syntax: the line and column of the mistake (not where the parser gave up), in words
+    ("train broken.yaml", "broken.yaml: not valid YAML: line 1, column 18: a list opened with "
+                          "'[' here is not closed: add the ']'"),
+    ("train nocolon.yaml", "nocolon.yaml: not valid YAML: line 3, column 3: a key without ':' "
+                           "after it; write `key: value`"),
+    ("train tab.yaml", "tab.yaml: not valid YAML: line 2, column 1: a tab character; YAML "
+                       "indents with spaces only"),
+    ("train indent.yaml", "indent.yaml: not valid YAML: line 3, column 2: this line is not "
+                          "indented like the lines of its mapping above it"),
+    ("train quote.yaml", "quote.yaml: not valid YAML: line 3, column 9: a quoted string opened "
+                         "here is never closed"),
+    ("train colon.yaml", "colon.yaml: not valid YAML: line 2, column 10: a ':' where a value "
+                         "was expected"),
+    ("sweep plan nocolon.yaml", "sweep spec nocolon.yaml: not valid YAML: line 3, column 3"),
+    # an unknown section of a run config
+    ("train modle.yaml", "modle: unknown field (did you mean 'model'?)"),
     ("train a[/b].yaml", "a[/b].yaml: not a text file"),
     ("train [red]x[/red].yaml", "model.bogus"),
     ("plan --config bin.yaml", "bin.yaml: not a text file"),
@@ -89,6 +112,8 @@ CASES = [
     ("train --set model.d_model=1e9", "available; lower model.d_model"),
     ("train --set train.batch_size=1e8", "available; lower model.d_model"),
     ("sweep plan huge.yaml", "sweep run 0"),
+    # plan --time builds and times the model: refused at once, as train refuses it
+    ("plan --time --set d_model=1000000 --set n_heads=1", "plan --time: needs at least"),
     ("probe --width 100000 --blocks 4000", "available; lower --width"),
     ("advise --blocks 4000 --width 100000 --heads 2", "available; lower --width"),
     # every option under its own name
@@ -161,6 +186,14 @@ CASES = [
     ("plan --set train.lr=1e-3", "--set train.lr: a train setting, which only a run has"),
     ("probe --set data.seq_len=8", "--set data.seq_len: a data setting, which only a run has"),
     ("train prenorm.yaml", "got 'prenorm' (did you mean 'pre'?)"),
+    ("sweep plan axis.yaml", "unknown config path 'train.lrr' (did you mean 'train.lr'?)"),
+    ("sweep plan bareaxis.yaml", "unknown config path 'lr' (did you mean 'train.lr'?)"),
+    ("probe --placement prenorm", "'prenorm' is not a placement (did you mean 'pre'?)"),
+    ("probe --placements pre,postt", "'postt' is not a placement (did you mean 'post'?)"),
+    ("probe --probes stram", "(did you mean 'stream'?)"),
+    ("study --profile quik", "'quik' is not one of tiny, quick, standard, long, full (did you "
+                             "mean 'quick'?)"),
+    ("sweep map runs --metric val_los", "(did you mean 'val_loss'?)"),
     ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),
     ("plan --norm rms", "got 'rms' (did you mean 'rmsnorm'?)"),
     ("probe-hf --hf minlm", "not a known checkpoint (minilm, smollm2) and no such file or "
