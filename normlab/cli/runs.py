@@ -9,9 +9,13 @@ different tokenizers), and the validation accuracy when a run has one (a synthet
 `data.task`). Runs that share a `train.name` show, after it, a short prefix of their id (what
 `normlab sample` takes in place of the name). A damaged folder is a row
 `damaged` with why (see `normlab.train.rundir.read_run_folder`); it never hides the others.
-In `compact` form (a terminal narrower than the table) the settings fold into one column, one
-`field=value` per line, and the result headers take two lines, so that a 100-column terminal
-shows every run with its outcome and losses and no word is split. `--format json|csv` prints the
+A setting is shown when the listed runs it applies to differ in it
+(`normlab.train.listing.applies`: `data.khop_*` only for `data.task: khop` runs); a run it does
+not apply to shows none (`-`, null in `--format json`). In a terminal narrower than the table the
+settings fold into one column of `field=value` tokens, wrapped between tokens, never inside one;
+numbers and run ids are never cut: where even that does not fit, the columns of least use are left
+out (best val, train loss, step, val bpb, sweep, why damaged, val acc, in that order) and a note
+below the table names them (`normlab.train.rows.terminal_table`). `--format json|csv` prints the
 same rows as data (`normlab.train.rows`).
 """
 
@@ -29,8 +33,16 @@ from rich.text import Text
 from normlab.cli.app import app
 from normlab.cli.console import console, fail
 from normlab.sweep.state import read_sweep_file
-from normlab.train.listing import described_config, flatten, label_paths, varying_paths
-from normlab.train.rows import FORMATS, render
+from normlab.train.listing import (
+    applied,
+    applies,
+    described_config,
+    differing_paths,
+    flatten,
+    label_paths,
+    varying_paths,
+)
+from normlab.train.rows import FORMATS, Column, left_out_note, render, terminal_table
 from normlab.train.rundir import RunFolder, find_run_folders, read_run_folder
 
 
@@ -64,12 +76,19 @@ def runs(root: Annotated[Path, typer.Argument(
         sys.stdout.write(render(listing.records(), listing.record_keys, format))
         return
     table = runs_table(root, listing=listing)
-    if console.is_terminal:
-        if not wide and _natural_width(table) > console.width:
-            table = runs_table(root, compact=True, listing=listing)
+    if console.is_terminal and not wide:
+        if _natural_width(table) > console.width:
+            table, dropped = terminal_table(_title(listing), runs_columns(listing, compact=True),
+                                            console.width)
+            console.print(table)
+            note = left_out_note(dropped, console.width)
+            if note:
+                console.print(Text(note, style="dim"))
+            return
         console.print(table)
         return
-    width = console.width  # in a file or a pipe no cell is folded: as wide as the table needs
+    # in a file, a pipe or with --wide no cell is folded: as wide as the table needs
+    width = console.width
     console.width = max(width, _natural_width(table))
     try:
         console.print(table)
@@ -86,7 +105,7 @@ def _natural_width(table: Table) -> int:
 META_COLUMNS = ("threads", "world_size", "torch", "normlab")
 RESULT_HEADS = ("outcome", "step", "train loss", "val loss", "best val")
 COMPACT_HEADS = {"train loss": "train\nloss", "val loss": "val\nloss", "best val": "best\nval",
-                 "val acc": "val\nacc", "val bpb": "val\nbpb"}
+                 "val acc": "val\nacc", "val bpb": "val\nbpb", "why damaged": "why\ndamaged"}
 
 
 def run_columns(folders: list[RunFolder], flats: list[dict[str, Any]]) -> list[str]:
@@ -94,7 +113,7 @@ def run_columns(folders: list[RunFolder], flats: list[dict[str, Any]]) -> list[s
     `described_config` flattened), then `meta.*` fields."""
     readable = [(f, flat) for f, flat in zip(folders, flats, strict=True) if not f.damaged]
     configs = [flat for _, flat in readable]
-    columns = list(dict.fromkeys([*label_paths(configs), *varying_paths(configs)]))
+    columns = list(dict.fromkeys([*label_paths(configs), *differing_paths(configs)]))
     meta = varying_paths([{f"meta.{k}": f.meta.get(k) for k in META_COLUMNS}
                           for f, _ in readable])
     return columns + meta
@@ -112,7 +131,7 @@ def _text(v: Any, sep: str = ",") -> str:
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, tuple):
-        return sep.join(_text(x) for x in v)
+        return sep.join(_text(x) for x in v) if v else "-"
     return str(v)
 
 
@@ -233,63 +252,78 @@ def list_runs(root: Path) -> RunsListing:
     paths = find_run_folders(root)[0]  # a run in ROOT or a sweep is named by its id, else its path
     sweeps = sweep_names(root, paths)
     folders = [read_run_folder(p) for p in paths]
-    flats = [flatten(described_config(f)) for f in folders]
+    # a setting that does not apply to a run (data.khop_* of a text run) is None for it
+    flats = [applied(flatten(described_config(f))) for f in folders]
     names = [f.run_id if f.path.parent == root or f.path in sweeps else
              f.path.relative_to(root).as_posix() for f in folders]
     return RunsListing(root, folders, flats, run_columns(folders, flats), sweeps, names)
 
 
-def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = None):
-    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
-    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
-    doc). Cells are plain text (never read as Rich markup: a path or a value may hold
-    brackets). `listing`: the folders already read by `list_runs(root)`."""
-    listing = listing or list_runs(root)
+def _title(listing: RunsListing) -> Text:
+    damaged = sum(f.damaged for f in listing.folders)
+    return Text(f"{len(listing.folders)} runs in {listing.root}"
+                + (f", {damaged} damaged" if damaged else ""))
+
+
+# the columns a narrow terminal leaves out, first to last; run, settings, outcome and val loss
+# are always shown
+DROP_ORDER = ("best val", "train loss", "step", "val bpb", "sweep", "why damaged", "val acc")
+
+
+def runs_columns(listing: RunsListing, compact: bool = False) -> list[Column]:
+    """The columns of `normlab runs`' table (`normlab.train.rows.Column`): a column per setting,
+    or in the `compact` form the settings as one column of `field=value` tokens (those that apply
+    to the run) and the result headings on two lines. Cells are plain text (never read as Rich
+    markup: a path or a value may hold brackets)."""
     folders, flats, columns = listing.folders, listing.flats, listing.columns
-    sweeps, names = listing.sweeps, listing.names
-    damaged = sum(f.damaged for f in folders)
     accuracy = any("val_acc" in f.summary for f in folders)  # a synthetic task's runs
     bpb = any("val_bpb" in f.summary and not bytes_as_tokens(f) for f in folders)
-    title = f"{len(folders)} runs in {root}" + (f", {damaged} damaged" if damaged else "")
-    table = Table(title=Text(title))
-    settings = (["settings"] if columns else []) if compact else [
-        c.split(".", 1)[-1] for c in columns]
-    results = [*RESULT_HEADS, *(["val bpb"] if bpb else []), *(["val acc"] if accuracy else [])]
-    heads = ["run", *(["sweep"] if sweeps else []), *settings,
-             *(COMPACT_HEADS.get(h, h) if compact else h for h in results)] + (
-        ["why damaged"] if damaged else [])
-    # a run's name, its outcome, step and losses are never cut or broken; settings fold onto
-    # more lines rather than end in "..."
-    table.add_column(heads[0], no_wrap=True, min_width=max(map(len, names), default=3))
-    shown = {COMPACT_HEADS.get(h, h) for h in results} | set(results)
-    for head in heads[1:]:
-        whole = head in shown and head != "outcome"
-        table.add_column(head, no_wrap=whole or (head == "outcome" and not compact),
-                         overflow="ellipsis" if whole else "fold",
-                         # in the compact form neither shrinks to nothing in a narrow terminal
-                         min_width={"settings": 14, "outcome": 9}.get(head) if compact else None)
     labels = name_labels(listing)  # runs of one name told apart
-    for i, (f, flat, name) in enumerate(zip(folders, flats, names, strict=True)):
-        s = f.summary
-        outcome = f.outcome + (f" ({s['reason']})" if s.get("reason") else "")
-        planned = s.get("steps_planned") or (f.config.train.steps if f.config else None)
-        # folded at spaces only: a list's items joined by ", " in the compact form
-        values = [labels[i] if c == "train.name" and i in labels else
-                  _text(_value(f, flat, c), ", " if compact else ",") for c in columns]
-        if compact:  # one `field=value` per line
-            values = ["\n".join(f"{c.split('.', 1)[-1]}={v}" for c, v in
-                                zip(columns, values, strict=True))] if columns else []
-        cells = [Text(name), *([Text(sweeps.get(f.path, "-"))] if sweeps else []),
-                 *(Text(v) for v in values),
-                 Text("damaged", style="bold red") if f.damaged else Text(outcome),
-                 Text(f"{_text(s.get('step'))}/{_text(planned)}"), Text(_loss(s, "train_loss")),
-                 Text(_loss(s, "val_loss")), Text(_loss(s, "best_val_loss"))]
-        if bpb:
-            cells.append(Text(_loss(s, "val_bpb")))
-        if accuracy:
-            cells.append(Text(_loss(s, "val_acc")))
-        if damaged:  # the folder's own path is the row's first cell: say the rest
-            cells.append(Text("; ".join(p.replace(f"{f.path}/", "") for p in f.problems)))
-        table.add_row(*cells)
-    return table
 
+    def shown(i: int, c: str) -> str:
+        if c == "train.name" and i in labels:
+            return labels[i]
+        return _text(_value(folders[i], flats[i], c))
+
+    def col(head: str, cells: list[Any], fold: str = "whole") -> Column:
+        two_lines = COMPACT_HEADS.get(head, head) if compact else head
+        return Column(two_lines, cells, fold, name=head,  # type: ignore[arg-type]
+                      drop=DROP_ORDER.index(head) if head in DROP_ORDER else None)
+
+    rows = range(len(folders))
+    out = [col("run", listing.names)]
+    if listing.sweeps:
+        out.append(col("sweep", [listing.sweeps.get(f.path, "-") for f in folders]))
+    if compact and columns:
+        out.append(col("settings", [
+            [f"{c.split('.', 1)[-1]}={shown(i, c)}" for c in columns
+             if c.startswith("meta.") or applies(c, flats[i])] for i in rows], "tokens"))
+    elif not compact:
+        out += [col(c.split(".", 1)[-1], [shown(i, c) for i in rows], "words") for c in columns]
+    outcomes = [Text("damaged", style="bold red") if f.damaged else Text(
+        f.outcome + (f" ({f.summary['reason']})" if f.summary.get("reason") else ""))
+        for f in folders]
+    steps = []
+    for f in folders:
+        planned = f.summary.get("steps_planned") or (f.config.train.steps if f.config else None)
+        steps.append(f"{_text(f.summary.get('step'))}/{_text(planned)}")
+    out += [col("outcome", outcomes, "words"), col("step", steps)]
+    for head, key in (("train loss", "train_loss"), ("val loss", "val_loss"),
+                      ("best val", "best_val_loss"), *([("val bpb", "val_bpb")] if bpb else []),
+                      *([("val acc", "val_acc")] if accuracy else [])):
+        out.append(col(head, [_loss(f.summary, key) for f in folders]))
+    if any(f.damaged for f in folders):  # the folder's own path is the row's first cell
+        out.append(col("why damaged", ["; ".join(p.replace(f"{f.path}/", "") for p in f.problems)
+                                       for f in folders], "words"))
+    return out
+
+
+def runs_table(root: Path, compact: bool = False, listing: RunsListing | None = None,
+               width: int | None = None):
+    """The rich table of `normlab runs`: every run folder below `root`, those of a sweep
+    (`runs/sweeps/<name>/`) marked by their sweep; `compact`: the settings in one column (module
+    doc). `width`: the terminal's, which the table fits by leaving columns out (see
+    `runs_columns`); None: as wide as it needs. `listing`: the folders already read by
+    `list_runs(root)`."""
+    listing = listing or list_runs(root)
+    return terminal_table(_title(listing), runs_columns(listing, compact), width)[0]

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from normlab.cli.app import app, check_output_folder, command_group, output_file
 from normlab.cli.console import console, fail
+from normlab.cli.names import did_you_mean
 from normlab.config import ConfigError
 
 sweep_app = command_group("Many runs from one spec, resumable. Tables and stability maps of "
@@ -156,6 +157,7 @@ def sweep_summarize(
     from normlab.sweep.summarize import (
         SummaryError,
         collect,
+        fit_rich,
         summarize,
         to_csv,
         to_json,
@@ -169,8 +171,17 @@ def sweep_summarize(
         table, path = summarize(dir, format, out)
     except SummaryError as e:
         fail(str(e))
-    if path is None:
-        console.print(to_rich(table))
+    if path is None and console.is_terminal:  # fitted to the terminal, nothing cut
+        fitted, note = fit_rich(table, console.width)
+        console.print(fitted)
+        if note:
+            console.print(note, style="dim", highlight=False)
+    elif path is None:  # a file or a pipe: as wide as the table needs
+        width, console.width = console.width, 10_000
+        try:
+            console.print(to_rich(table), crop=False)
+        finally:
+            console.width = width
     else:
         console.print(f"{len(table.rows)} runs -> {path}", highlight=False)
 
@@ -201,7 +212,9 @@ def sweep_map(
     from normlab.sweep.summarize import SummaryError, collect
 
     if metric not in ("val_loss", "best_val_loss", "train_loss"):
-        fail(f"metric: {metric!r} is not one of val_loss, best_val_loss, train_loss")
+        metrics = ["val_loss", "best_val_loss", "train_loss"]
+        fail(f"metric: {metric!r} is not one of {', '.join(metrics)}"
+             f"{did_you_mean(metric, metrics)}")
     out = out or dir / "map.png"
     try:
         table = collect(dir)

@@ -4,7 +4,12 @@ final train/val loss, best val loss, token-varying share of the final stream, to
 
 The runs and axes come from `sweep.json`; a folder of runs without one (e.g. several `normlab
 train` runs) works too: the axes are then the config fields that differ between its runs. A run
-folder that cannot be read is a row `damaged`, with why in `reason`; the others are listed.
+folder that cannot be read is a row `damaged`, with why in `reason`; the others are listed. An
+axis that does not apply to a run (`normlab.train.listing.applies`: `data.khop_*` of a text run,
+`gelu_approx` of a SwiGLU one) is null for it. In a terminal the table fits its width as `normlab
+runs`' does (`normlab.train.rows.terminal_table`): the axes fold into one column of `axis=value`
+tokens when a column each is too wide, and tok/s, best val, train loss and step are left out, in
+that order, with a note, before a run id or a number is cut.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 from normlab.sweep.spec import format_value
 from normlab.sweep.state import read_sweep_file
 from normlab.sweep.unfinished import last_progress
-from normlab.train.listing import described_config, flatten, varying_paths
+from normlab.train.listing import applies, described_config, differing_paths, flatten
+from normlab.train.listing import varying_paths as varying_paths  # (for the maps and report)
 from normlab.train.logging import read_metrics
 from normlab.train.rundir import read_run_folder, run_folders
 
@@ -71,7 +77,7 @@ def collect(root: Path | str) -> SweepTable:
         # each run as the placement resolved it (init, final norm, constants), as `normlab runs`
         entries = [(p.name, flatten(described_config(read_run_folder(p))))
                    for p in run_folders(root)]
-        axes = varying_paths([c for _, c in entries if c])
+        axes = differing_paths([c for _, c in entries if c])
     if not entries:
         raise SummaryError(f"{root}: no runs here (no sweep.json and no run folders)")
     rows = [_row(root / run_id, run_id, cfg, axes) for run_id, cfg in entries]
@@ -85,7 +91,7 @@ def _row(run_dir: Path, run_id: str, cfg: dict[str, Any], axes: list[str]) -> di
         s = {**s, **last_progress(run_dir)}
     row: dict[str, Any] = {"run_id": run_id}
     for axis in axes:
-        v = cfg.get(axis)
+        v = cfg.get(axis) if applies(axis, cfg) else None
         row[axis] = format_value(v) if isinstance(v, tuple) else v
     tps = _float(s.get("tokens_per_s"))
     if tps is None and outcome != "pending":  # diverged/interrupted: median over logged steps
@@ -178,33 +184,74 @@ _STYLE = {"completed": "green", "stalled": "magenta", "diverged": "red", "failed
           "interrupted": "yellow", "running": "cyan", "pending": "dim", "damaged": "bold red"}
 
 
-def to_rich(table: SweepTable):
-    from rich.markup import escape
-    from rich.table import Table
+# the columns a narrow terminal leaves out, first to last
+DROP_ORDER = ("tokens_per_s", "best_val_loss", "train_loss", "step")
+
+
+def summary_columns(table: SweepTable, compact: bool = False):
+    """The columns of the terminal table (`normlab.train.rows.Column`): a column per axis, or in
+    the `compact` form the axes as one column of `axis=value` tokens (those that apply to the
+    run) and the loss headings on two lines."""
     from rich.text import Text
 
-    t = Table(title=f"sweep {table.name}: {len(table.rows)} runs ({table.root})")
-    short = {a: a.split(".")[-1] for a in table.axes}
-    cols = ["run_id", *table.axes, "outcome", "step", "train_loss", "val_loss", "best_val_loss",
-            "tokens_per_s"]
+    from normlab.train.rows import Column
+
     heads = {"run_id": "run", "train_loss": "train loss", "val_loss": "val loss",
-             "best_val_loss": "best val", "tokens_per_s": "tok/s", **short}
-    for c in cols:
-        t.add_column(heads.get(c, c), justify="right" if c not in ("run_id", "outcome")
-                     and c not in table.axes else "left")
-    for row in table.rows:
-        cells = []
-        for c in cols:
-            if c == "outcome":
-                text = row["outcome"] + (f" ({row['reason']})" if row.get("reason") else "")
-                style = _STYLE.get(row["outcome"])
-                cells.append(Text(text, style=style) if style else text)
-            elif c == "step":
-                cells.append(f"{_cell(row['step'], c)}/{_cell(row['steps_planned'], c)}")
-            else:
-                cells.append(escape(_cell(row[c], c)))
-        t.add_row(*cells)
-    return t
+             "best_val_loss": "best val", "tokens_per_s": "tok/s"}
+    rows = table.rows
+
+    def col(c: str, cells: list[Any], fold: str = "whole", right: bool = True) -> Column:
+        head = heads.get(c, c)
+        return Column(head.replace(" ", "\n") if compact else head, cells,
+                      fold, name=head,  # type: ignore[arg-type]
+                      drop=DROP_ORDER.index(c) if c in DROP_ORDER else None,
+                      justify="right" if right else "left")
+
+    out = [col("run_id", [r["run_id"] for r in rows], right=False)]
+    if compact and table.axes:
+        out.append(Column("settings", [
+            [f"{a.split('.')[-1]}={_cell(r[a], a)}" for a in table.axes
+             if applies(a, table.configs[i])] for i, r in enumerate(rows)], "tokens"))
+    elif not compact:
+        out += [Column(a.split(".")[-1], [_cell(r[a], a) for r in rows], "words")
+                for a in table.axes]
+    outcomes = []
+    for r in rows:
+        text = r["outcome"] + (f" ({r['reason']})" if r.get("reason") else "")
+        outcomes.append(Text(text, style=_STYLE.get(r["outcome"], "")))
+    out += [col("outcome", outcomes, "words", right=False),
+            col("step", [f"{_cell(r['step'], 'step')}/{_cell(r['steps_planned'], 'step')}"
+                         for r in rows])]
+    out += [col(c, [_cell(r[c], c) for r in rows])
+            for c in ("train_loss", "val_loss", "best_val_loss", "tokens_per_s")]
+    return out
+
+
+def _title(table: SweepTable) -> str:
+    return f"sweep {table.name}: {len(table.rows)} runs ({table.root})"
+
+
+def to_rich(table: SweepTable, width: int | None = None):
+    """The rich table of `table`, a column per axis, as wide as it needs (`width` None), else
+    fitted to a terminal of `width` columns (`fit_rich`, whose note this drops)."""
+    from normlab.train.rows import terminal_table
+
+    if width is not None:
+        return fit_rich(table, width)[0]
+    return terminal_table(_title(table), summary_columns(table))[0]
+
+
+def fit_rich(table: SweepTable, width: int):
+    """The rich table of `table` in a terminal of `width` columns: a column per axis where that
+    fits, else the axes in one column and columns left out as needed; and the note that names
+    those left out (None when none is)."""
+    from normlab.train.rows import fit_columns, left_out_note, table_width, terminal_table
+
+    wide = summary_columns(table)
+    if table_width(fit_columns(wide, None)[1]) <= width:
+        return terminal_table(_title(table), wide)[0], None
+    fitted, dropped = terminal_table(_title(table), summary_columns(table, compact=True), width)
+    return fitted, left_out_note(dropped, width)
 
 
 def summarize(root: Path | str, fmt: str = "table", out: Path | None = None
