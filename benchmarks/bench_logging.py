@@ -36,7 +36,8 @@ from recording import new_report, record
 from normlab.config import ModelConfig
 from normlab.nn import build_model, capture
 from normlab.train.logging import MetricsLog
-from normlab.train.trainer import block_stats, param_groups
+from normlab.train.optim import param_groups
+from normlab.train.trainer import block_stats
 
 # name: (blocks, width, heads, batch, seq_len); "default" is ModelConfig's and TrainConfig's
 SHAPES = {"default": (6, 256, 4, 16, 128), "deep": (24, 64, 2, 8, 64), "tiny": (2, 32, 2, 4, 32)}

@@ -59,9 +59,9 @@ from recording import new_report, record  # noqa: E402
 from normlab.config import ModelConfig  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
 from normlab.train.machine import NATIVE_BF16_FLAGS, cpu_flags, native_bf16  # noqa: E402
+from normlab.train.optim import param_groups  # noqa: E402
 from normlab.train.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
 from normlab.train.precision import precision_context  # noqa: E402
-from normlab.train.trainer import param_groups  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "bench_peers.json"
 VOCAB = 256  # normlab's byte data

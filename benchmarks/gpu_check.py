@@ -43,8 +43,8 @@ from gpu_meta import NO_GPU, meta_line, run_meta  # noqa: E402
 from normlab.config import ModelConfig  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
 from normlab.placements import PLACEMENTS as ALL_PLACEMENTS  # noqa: E402
+from normlab.train.optim import param_groups  # noqa: E402
 from normlab.train.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
-from normlab.train.trainer import param_groups  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_check.json"
 PLACEMENTS = ("pre", "post", "sandwich", "deepnorm", "mix")

@@ -55,8 +55,8 @@ from gpu_meta import NO_GPU, meta_line, run_meta  # noqa: E402
 
 from normlab.config import ModelConfig  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
+from normlab.train.optim import param_groups  # noqa: E402
 from normlab.train.perf import gemm_peak_tflops, train_flops_per_token  # noqa: E402
-from normlab.train.trainer import param_groups  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "gpu_peers.json"
 GPT2_SMALL, GPT2_VOCAB = Shape(blocks=12, width=768, heads=12, seq_len=1024, batch=8), 50257

@@ -33,7 +33,7 @@ from recording import new_report, record  # noqa: E402
 
 from normlab.config import ModelConfig  # noqa: E402
 from normlab.nn import build_model  # noqa: E402
-from normlab.train.trainer import param_groups  # noqa: E402
+from normlab.train.optim import param_groups  # noqa: E402
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "profile_step.json"
 # operator name -> group; the first group whose words occur in the name

@@ -3,9 +3,11 @@
 import warnings
 
 from normlab.config import ConfigError, ModelConfig, make_model_config
+from normlab.placements import register_placement
 
 __version__ = "0.1.0"
-__all__ = ["ConfigError", "ModelConfig", "make_model_config", "__version__"]
+__all__ = ["ConfigError", "ModelConfig", "make_model_config", "register_placement",
+           "__version__"]
 
 # matplotlib warns when `tight_layout` cannot fit a crowded figure's decorations; the figure is
 # drawn all the same, and the warning would cut into a command's output and the study's log.

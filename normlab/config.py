@@ -104,7 +104,17 @@ class ModelConfig(_Frozen):
     )
 
     placement: Placement = Field(
-        "pre", description="where the norms go relative to the residual (`normlab plan`)")
+        "pre", description="where the norms go relative to the residual (`normlab plan`); or "
+        "a placement of your own, defined in placement_file, placement_def or by "
+        "`normlab.register_placement` (docs/reference.md, \"Placements of your own\")")
+    placement_file: str | None = Field(
+        None, exclude=True, description="YAML file of placements of your own, `placements: "
+        "{name: definition}`, that placement may name (a path from the working directory); "
+        "the definition is recorded in placement_def, and the path is neither recorded nor "
+        "hashed")
+    placement_def: placements.PlacementDef | None = Field(
+        None, description="the definition of a placement of your own (filled in from "
+        "placement_file or the registration; its doc is not hashed); null for a built-in one")
     block_placements: tuple[BlockPlacement, ...] | None = Field(
         None, description="one placement per block (placement=custom)"
     )
@@ -144,6 +154,16 @@ class ModelConfig(_Frozen):
         None, ge=0.0, description="ReZero/SkipInit gate init (rezero: 0, skipinit: 1/sqrt(L))"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _user_placement(cls, data: Any) -> Any:
+        return placements.resolve_user_placement(data)
+
+    @field_validator("placement", mode="wrap")
+    @classmethod
+    def _placement_name(cls, value: Any, handler: Any) -> Any:
+        return placements.check_placement_name(value, handler)
+
     @field_validator("final_norm", mode="before")
     @classmethod
     def _on_off(cls, value: Any) -> Any:
@@ -180,6 +200,11 @@ class ModelConfig(_Frozen):
                 )
         elif self.block_placements is not None:
             problems.append("block_placements: only used with placement=custom")
+        if self.placement_def is not None:
+            problems += self.placement_def.setting_problems(self.norm, self.out_norm,
+                                                            self.attention)
+            blocks = self.placement_def.count_problem(self.n_blocks)
+            problems += [f"placement_def.{blocks}"] if blocks else []
         if self.placement == "resi_dual" and self.final_norm == "off":
             problems.append(
                 "final_norm: resi_dual's output is a_L + Norm(d_L), so its final norm cannot "
@@ -618,6 +643,16 @@ MAX_NAME = 80
 TAG = re.compile(rf"[A-Za-z0-9_.:/-]{{1,{MAX_NAME}}}")
 
 
+class RunExtension(_Frozen):
+    """Where an extended run (`normlab train --resume RUN --set train.steps=N`) starts: the
+    final checkpoint of a finished run, whose weights, optimizer, RNG and spike-detector states
+    it continues from; batches are a function of the step, so its data continue too."""
+
+    run: str = Field(min_length=1, description="the id of the finished run it continues (a "
+                     "folder beside its own, under the same root)")
+    step: int = Field(ge=1, description="that run's last step, where this one starts")
+
+
 class TrainConfig(_Frozen):
     """Optimizer, schedule, divergence detection, logging and checkpointing of one run."""
 
@@ -679,6 +714,11 @@ class TrainConfig(_Frozen):
     tags: tuple[str, ...] = Field(
         (), description="labels for the run (letters, digits and - _ . : /), shown with its name; "
         "not part of the run id")
+    extends: RunExtension | None = Field(
+        None, description="set by `normlab train --resume RUN --set train.steps=N`: {run: the "
+        "finished run's id, step: its last step}; this run starts from that run's final "
+        "checkpoint and trains the steps after it, with the lr schedule of an N-step run "
+        "(docs/reliability.md); null: a run from step 0")
 
     @field_validator("name")
     @classmethod
@@ -706,6 +746,10 @@ class TrainConfig(_Frozen):
     def _check(self) -> TrainConfig:
         if self.schedule == "inv_sqrt" and self.warmup == 0:
             raise ValueError("warmup: inv_sqrt (lr * sqrt(warmup/step)) needs warmup >= 1")
+        if self.extends is not None and self.steps <= self.extends.step:
+            raise ValueError(f"steps: {self.steps} does not extend run {self.extends.run}, "
+                             f"which ended at step {self.extends.step}; give steps > "
+                             f"{self.extends.step}")
         return self
 
 
@@ -714,9 +758,9 @@ EXECUTION_OPTIONS = ("compile", "activation_checkpointing", "deterministic")
 LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
-HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints")
+HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints", "extends")
 # The same for model fields added later (the analysed settings of the theory claims).
-MODEL_HASHED_WHEN_SET = ("attention", "embedding")
+MODEL_HASHED_WHEN_SET = ("attention", "embedding", "placement_def")
 
 
 def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:
@@ -845,6 +889,8 @@ class RunConfig(_Frozen):
         for key in MODEL_HASHED_WHEN_SET:
             if data["model"][key] == ModelConfig.model_fields[key].default:
                 del data["model"][key]
+        if "placement_def" in data["model"]:  # its doc says what it is, not what is computed
+            data["model"]["placement_def"].pop("doc", None)
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
         m = self.model
         return f"{m.placement}-L{m.n_blocks}-d{m.d_model}-{digest}"

@@ -15,7 +15,11 @@ from normlab.config import MAX_BLOCKS, PLACEMENTS, ConfigError, load_model_confi
 
 @app.command()
 def plan(
-    placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")] = None,
+    placement: Annotated[str | None, typer.Option(
+        help=f"one of {', '.join(PLACEMENTS)}, or one of your own (--placements)")] = None,
+    placements_file: Annotated[Path | None, typer.Option(
+        "--placements", help="YAML file of placements of your own, `placements: {name: "
+        "definition}` (model.placement_file)")] = None,
     blocks: Annotated[int | None, typer.Option(min=1, max=MAX_BLOCKS, help="number of blocks L")
                       ] = None,
     norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
@@ -29,7 +33,7 @@ def plan(
     ] = False,
 ) -> None:
     """Print the resolved per-block plan. Each sublayer's formula, with its norms and
-    constants."""
+    constants; for a placement of your own, also where it is defined."""
     from normlab.nn.plan import build_plan
 
     try:
@@ -38,7 +42,8 @@ def plan(
 
             asked, set_ = asked_precision(config, set_)
         cfg = load_model_config(config, set_, {
-            "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind})
+            "placement": placement, "n_blocks": blocks, "norm": norm, "kind": kind,
+            "placement_file": None if placements_file is None else str(placements_file)})
     except ConfigError as e:
         fail(str(e))
     if time_step:  # refused before anything is built, as `normlab train` refuses a run

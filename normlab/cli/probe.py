@@ -34,6 +34,7 @@ from normlab.config import (
     load_model_config,
 )
 from normlab.data import DataError
+from normlab.placements import USER
 from normlab.probe import metrics
 from normlab.probe.suite import PROBES, finite_or_none, parse_probes
 from normlab.train.checkpoint import CheckpointError
@@ -60,13 +61,15 @@ def split_list(text: str | None, name: str, cast=str) -> list[Any]:
     return out
 
 
-def load_checkpoint_model(run_dir: Path):
-    """`(run_config, model)` of a trained run folder, with errors that name the problem."""
+def load_checkpoint_model(given: Path):
+    """`(run_config, model, run folder, step)` of a run given as `RUN` (its latest checkpoint,
+    step None) or `RUN@STEP`, with errors that name the problem."""
     from normlab.train import RunFolderError, load_trained_model
-    from normlab.train.rundir import find_run
+    from normlab.train.rundir import find_run, split_run_step
 
-    check_run_found(run_dir, "--checkpoint ")
-    try:  # a run's id, a unique prefix of it, or its name, under ./runs
+    try:  # a run's id, a unique prefix of it, or its name, under ./runs; then @STEP
+        run_dir, step = split_run_step(given)
+        check_run_found(run_dir, "--checkpoint ")
         run_dir = find_run(run_dir)
     except RunFolderError as e:
         raise CheckpointError(f"--checkpoint {e}") from None
@@ -76,7 +79,7 @@ def load_checkpoint_model(run_dir: Path):
         raise CheckpointError(f"--checkpoint {run_dir}: not a folder; give a run folder "
                               "(runs/<run_id>)")
     try:
-        return load_trained_model(run_dir)
+        return (*load_trained_model(run_dir, step=step), run_dir, step)
     except RunFolderError as e:
         raise CheckpointError(f"--checkpoint {e}") from None
 
@@ -156,7 +159,9 @@ def fits_table(fits: dict[str, dict[str, dict]], by_depth: dict[str, dict]) -> T
 def probe(
     checkpoint: Annotated[list[Path] | None, typer.Option(
         help="a trained run folder (runs/<run_id>; or under ./runs its id, a unique prefix "
-        "of it or its train.name) to probe instead of a model at init; one per command")] = None,
+        "of it or its train.name) to probe instead of a model at init; one per command; "
+        "RUN@STEP: the weights of that step (its latest checkpoint's, or one kept with "
+        "train.keep_checkpoints) [default: the latest checkpoint]")] = None,
     placement: Annotated[str | None, typer.Option(help=f"one of {', '.join(PLACEMENTS)}")
                          ] = None,
     placements: Annotated[str | None, typer.Option(
@@ -257,11 +262,12 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
     names = split_list(placement, "--placement") + split_list(placements, "--placements")
     names = list(dict.fromkeys(names))
     depths = split_list(blocks, "--blocks", int)
-    bad = [p for p in names if p not in PLACEMENTS]
-    if bad:
+    bad = [p for p in names if p not in PLACEMENTS and p not in USER]
+    if bad and not any(s.strip().startswith("model.placement_file=") for s in sets or []):
         raise ConfigError(f"placement: {', '.join(map(repr, bad))} is not a placement"
-                          f"{did_you_mean(bad[0], list(PLACEMENTS))}; choose from "
-                          f"{', '.join(PLACEMENTS)}")
+                          f"{did_you_mean(bad[0], [*PLACEMENTS, *USER])}; choose from "
+                          f"{', '.join(PLACEMENTS)}, or define your own in a file given with "
+                          "--set model.placement_file=FILE")
     if any(not 1 <= L <= MAX_BLOCKS for L in depths):
         raise ConfigError(f"--blocks: depths must be from 1 to {MAX_BLOCKS}")
     spec: dict[str, Any] = {"probes": chosen, "n_batches": n_batches, "batch_size": batch_size,
@@ -274,16 +280,17 @@ def _resolve(checkpoint, placement, placements, blocks, width, heads, norm, kind
             raise ConfigError(f"--checkpoint probes the run's own model; drop {', '.join(given)}")
         if seeds != 1:
             raise ConfigError("--seeds: a checkpoint is one trained model; drop --seeds")
-        run_cfg, model = load_checkpoint_model(checkpoint)
+        from normlab.train.checkpoint import weights_note
+
+        run_cfg, model, run_dir, step = load_checkpoint_model(checkpoint)
+        err_console.print(f"probing {weights_note(run_dir, step)}", highlight=False)
         data = run_cfg.data
         if data.task is not None:
             raise ConfigError(f"--checkpoint {checkpoint}: trained on data.task={data.task}; the "
                               "probes read text, which this model's tokens are not")
-        from normlab.train.rundir import find_run
-
         # the run's own tokenizer: the tokenizer.json in its folder (a BPE, a tokenizer file),
         # else what its config names (bytes, or a token folder's own)
-        own = find_run(Path(checkpoint)) / "tokenizer.json"
+        own = run_dir / "tokenizer.json"
         spec.update(target="checkpoint", checkpoint=str(checkpoint), model=model,
                     tokenizer=str(own) if own.is_file() else data.tokenizer,
                     base=run_cfg.model, seq_len=seq_len or data.seq_len,

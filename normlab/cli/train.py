@@ -3,7 +3,6 @@ each rank runs `python -m normlab train` with the same arguments but `--nproc`).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +22,9 @@ def train(
         help="dotted override, e.g. --set model.placement=post --set train.lr=1e-3")
     ] = None,
     root: Annotated[Path, typer.Option(help="folder that holds the run folders")] = Path("runs"),
-    resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="continue the run in this folder; with --set train.steps=N, extend the finished "
+             "run to N steps (a new run folder beside it)")] = None,
     quiet: Annotated[bool, typer.Option(help="no progress output")] = False,
     nproc: Annotated[int, typer.Option(
         min=1, help="train on N local processes with DistributedDataParallel; "
@@ -33,7 +34,9 @@ def train(
     ] = None,
 ) -> None:
     """Train one run. Its folder under ROOT is named by a hash of the resolved config. Under
-    torchrun (or with --nproc) the processes train the one run together."""
+    torchrun (or with --nproc) the processes train the one run together. `--resume RUN --set
+    train.steps=N` extends a finished run to N steps: a new run that starts from its final
+    checkpoint (docs/reliability.md)."""
     import torch
 
     from normlab.data import DataError
@@ -46,13 +49,13 @@ def train(
     )
     from normlab.train.machine import default_threads
     from normlab.train.memory import check_run_fits
-    from normlab.train.trainer import resolve_device
+    from normlab.train.trainer import extended_config, finished_run_damage, resolve_device
 
     world = distributed.env_world_size()
     try:
         if resume is not None:
-            if config is not None or set_:
-                fail("--resume takes the run's own config.yaml; drop CONFIG and --set")
+            if config is not None:
+                fail("--resume takes the run's own config.yaml; drop CONFIG")
             try:
                 cfg = read_run_config(resume)
             except RunFolderError as e:
@@ -65,6 +68,8 @@ def train(
             if cfg.run_id() != resume.name:
                 fail(f"{resume}: folder name does not match its config (run id {cfg.run_id()})")
             check_output_folder(resume, "--resume")
+            if set_:
+                cfg = extended_config(resume, _extension_steps(set_, resume))
         else:
             from normlab.config import load_run_config
 
@@ -85,12 +90,15 @@ def train(
             distributed.check_gpus(resolve_device(cfg.train.device), nproc)
             raise typer.Exit(distributed.launch(_rank_args(
                 config, set_, root, resume, quiet, threads), nproc))
+        # an extension is a new run: its folder need not exist yet
+        extending = resume is not None and bool(set_)
         if threads is not None or world > 1:
             torch.set_num_threads(threads or default_threads(world))
         with distributed.process_group(resolve_device(cfg.train.device)) as dist:
             # an explicit --threads that differs from a resumed run's own count is refused
             # (exit 2, with the count to use); otherwise a resume runs on the recorded count
-            summary = train_run(cfg, root, resume="require" if resume else "auto",
+            summary = train_run(cfg, root,
+                                resume="require" if resume and not extending else "auto",
                                 progress=not quiet,
                                 threads="refuse" if threads is not None else "match")
     except (ConfigError, DataError, RunFolderError, CheckpointError) as e:
@@ -118,44 +126,24 @@ def train(
     raise typer.Exit(_train_exit_code(outcome))
 
 
-def finished_run_damage(run_dir: Path) -> str | None:
-    """Why a run folder whose summary.json says it finished (so a train or a resume would skip
-    it as done) does not hold that result: its checkpoint's weights are missing or not whole,
-    or its checkpoint is of another step than the summary's. None when it is whole, or not
-    finished (a run that diverged before its first checkpoint has none, and needs none)."""
-    from normlab.train.checkpoint import usable_checkpoint
-    from normlab.train.rundir import FINISHED, read_summary, safetensors_problem
+def _extension_steps(sets: list[str], run_dir: Path) -> int:
+    """The N of `--resume RUN --set train.steps=N`: the one setting an extension changes
+    (`fail` for any other, which would make another run, not a continuation of this one)."""
+    from normlab.config import parse_overrides
 
-    summary = read_summary(run_dir)
-    if not summary or summary.get("outcome") not in FINISHED:
-        return None
-    outcome, step = summary["outcome"], summary.get("step")
-    folder = usable_checkpoint(run_dir / "checkpoint")
-    if folder is None and outcome == "diverged":
-        return None
-    weights = (folder or run_dir / "checkpoint") / "model.safetensors"
-    state_file = weights.parent / "trainer_state.json"
-    if not weights.is_file():
-        problem = f"{weights} is missing"
-    else:
-        problem = safetensors_problem(weights)
-        problem = f"{weights} is {problem}" if problem else None
-    if problem is None and outcome != "diverged":
-        try:
-            state = json.loads(state_file.read_text(encoding="utf-8"))
-            saved = state.get("step") if isinstance(state, dict) else None
-        except (OSError, ValueError):
-            saved = None
-            problem = f"{state_file} is missing or not valid JSON"
-        if problem is None and saved != step:
-            problem = f"its checkpoint ({state_file}) is of step {saved}, not {step}"
-    if problem is None:
-        return None
-    moved = run_dir.with_name(run_dir.name + ".damaged")
-    return (f"{run_dir}: damaged: its summary.json says {outcome} at step {step}, but {problem}, "
-            "so the run's result cannot be used (sample, probe and finetune read its weights). "
-            f"Restore the file, or train the run again: move the folder away (`mv {run_dir} "
-            f"{moved}`) and run `normlab train {moved / 'config.yaml'} --root {run_dir.parent}`")
+    steps = None
+    for item in sets:
+        key = item.partition("=")[0].strip()
+        if key != "train.steps":
+            fail(f"--set {key}: --resume continues {run_dir} with its own settings; only "
+                 "train.steps may be given, to extend the finished run to more steps. To change "
+                 f"{key}, train a new run: `normlab train {run_dir / 'config.yaml'} --set "
+                 f"{key}=...`")
+        steps = parse_overrides([item])["train"]["steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int):
+            fail(f"--set {item}: give train.steps as a whole number of steps")
+    assert isinstance(steps, int)
+    return steps
 
 
 def _train_exit_code(outcome: str) -> int:

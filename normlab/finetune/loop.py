@@ -32,6 +32,11 @@ from normlab.train.loop import Member, TrainLoop
 from normlab.train.step import clip_and_step, gradient_norm, set_lr
 
 FINETUNE_VERSION = 2
+# AdamW's betas and eps for fine-tuning: BERT's (Devlin et al. 2019, "BERT: Pre-training of Deep
+# Bidirectional Transformers for Language Understanding", appendices A.2-A.3), not the 0.95 of
+# normlab's pretraining runs.
+FINETUNE_BETAS = (0.9, 0.999)
+FINETUNE_EPS = 1e-8
 """Bumped when a change to this package changes results, so old cached files are not reused."""
 
 Pooling = Literal["mean", "last"]
@@ -345,7 +350,8 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
     is fixed, so its pooled features (of the standardization, training and evaluation passages)
     are computed once for every lr and only a head is trained per lr: a frozen linear probe's
     lr grid costs about one pass of the body over the passages."""
-    from normlab.train.trainer import param_groups, resolve_device
+    from normlab.train.optim import adamw
+    from normlab.train.trainer import resolve_device
 
     lrs = list(lrs)
     if not lrs:
@@ -408,19 +414,15 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
                         evaluated={k: _batched_features(clf, x, dev, eval_batch_size)
                                    for k, (x, _) in evaluated.items()})
             trainable = [p for p in clf.parameters() if p.requires_grad]
-            groups = []
-            for group in param_groups(clf, weight_decay):  # decay on matrices only, as in training
-                params = [p for p in group["params"] if p.requires_grad]
-                if params:
-                    groups.append(group | {"params": params})
             # what the loop reads: schedule, clipping, the loss curve's cadence (no block
             # statistics, no checkpoints; evaluation comes after the loop)
             tc = parse_config(TrainConfig, {
                 "steps": steps, "lr": lr, "warmup": warmup, "schedule": "cosine",
-                "min_lr_ratio": min_lr_ratio, "weight_decay": weight_decay, "beta1": 0.9,
-                "beta2": 0.999, "eps": 1e-8, "grad_clip": grad_clip, "log_every": log_every,
-                "eval_every": 0, "block_stats_every": 0, "checkpoint_every": 0})
-            optimizer = torch.optim.AdamW(groups, lr=lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
+                "min_lr_ratio": min_lr_ratio, "weight_decay": weight_decay,
+                "beta1": FINETUNE_BETAS[0], "beta2": FINETUNE_BETAS[1], "eps": FINETUNE_EPS,
+                "grad_clip": grad_clip, "log_every": log_every, "eval_every": 0,
+                "block_stats_every": 0, "checkpoint_every": 0})
+            optimizer = adamw(clf, tc)  # decay on matrices only, as in training
             clf.train(not freeze)
             member = Member(tc=tc)
             loop = _FinetuneLoop(member, clf, optimizer, data, plan, dev, shared, progress)

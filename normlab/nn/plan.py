@@ -11,7 +11,9 @@ which scales apply; the one `Block` executes it. The sublayer computes
 
 Every builder below cites its paper; `normlab plan` prints the resolved formulas. The placements
 themselves are listed once, in `normlab.placements` (name, default init, final norm, paper);
-`PLACEMENT_PLANS` below says how each one's blocks are built, keyed by the same names.
+`PLACEMENT_PLANS` below says how each one's blocks are built, keyed by the same names. A
+placement of your own (`ModelConfig.placement_def`) says the same in its definition, which
+`_user_block` turns into the same `SublayerPlan`s.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from normlab.config import ModelConfig, RunConfig
-from normlab.placements import DEFAULT_INIT, EMBED_NORM, NEEDS_FINAL_NORM
+from normlab.placements import (
+    DEFAULT_INIT,
+    EMBED_NORM,
+    NEEDS_FINAL_NORM,
+    SublayerDef,
+    user_origin,
+)
 
 NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "identity": "Id",
                "batchnorm": "BN"}
@@ -111,6 +119,7 @@ class ModelPlan:
     init: str
     constants: dict[str, float] = field(default_factory=dict)
     setting: tuple[str, ...] = ()  # non-default attention, MLP and embedding, in words
+    origin: str = ""  # a placement of your own: where it is defined, and its doc
 
     def __str__(self) -> str:
         """`print(plan)` shows the readable `describe()`; `repr(plan)` keeps the fields."""
@@ -118,6 +127,8 @@ class ModelPlan:
 
     def describe(self) -> str:
         lines = [f"placement {self.placement}, {len(self.blocks)} blocks, init {self.init}"]
+        if self.origin:
+            lines.append(f"{self.placement}: {self.origin}")
         if self.constants:
             consts = ", ".join(f"{k}={v:.6g}" for k, v in self.constants.items())
             lines.append(f"constants: {consts}")
@@ -340,8 +351,32 @@ PLACEMENT_PLANS: dict[str, PlacementPlans] = {
 }
 
 
+def _user_sublayer(kind: str, d: SublayerDef, s: BlockSettings, gate_init: float | None
+                   ) -> SublayerPlan:
+    """A sublayer of a placement of your own: each norm switched on is of the model's norm kind
+    (`out_norm`, of the config's `out_norm` kind, as sandwich's); the config's `gate_init`, when
+    set, overrides the definition's, as it does rezero's."""
+    return SublayerPlan(
+        kind, in_norm=s.norm if d.in_norm else None, in_scale=d.in_scale,
+        out_norm=s.out_norm if d.out_norm else None, post_norm=s.norm if d.post_norm else None,
+        skip_scale=d.skip_scale, skip_learned=d.skip_learned,
+        gate_init=gate_init if gate_init is not None and d.gate_init is not None else d.gate_init,
+        add_block_input=d.add_block_input, qkv_norm=s.norm if d.qkv_norm else None,
+        skip_normed=d.skip_normed)
+
+
+def _user_blocks(cfg: ModelConfig, s: BlockSettings) -> list[Sublayers]:
+    """The sublayer plans of each block of a placement of your own (`cfg.placement_def`)."""
+    assert cfg.placement_def is not None
+    return [(_user_sublayer("attn", b.attn, s, cfg.gate_init),
+             _user_sublayer("mlp", b.mlp, s, cfg.gate_init))
+            for b in cfg.placement_def.block_defs(cfg.n_blocks)]
+
+
 def block_names(cfg: ModelConfig) -> list[str]:
     """The placement of each block of `cfg`, in depth order (`BlockPlan.placement`)."""
+    if cfg.placement_def is not None:  # a placement of your own: its name at every depth
+        return [cfg.placement] * cfg.n_blocks
     plans = PLACEMENT_PLANS[cfg.placement]
     return plans.blocks(cfg) if plans.blocks is not None else [cfg.placement] * cfg.n_blocks
 
@@ -365,9 +400,10 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
     if cfg.placement == "mix":
         constants["mix_switch_block"] = cfg.mix_switch_block
     names = block_names(cfg)
-    placement = PLACEMENT_PLANS[cfg.placement]
+    user = cfg.placement_def
+    dual_stream = user is None and PLACEMENT_PLANS[cfg.placement].dual_stream
 
-    init = cfg.init or DEFAULT_INIT[cfg.placement]
+    init = cfg.init or (user.init if user is not None else DEFAULT_INIT[cfg.placement])
     alpha = beta = None
     if "deepnorm" in names or init == "deepnorm":
         arch = cfg.deepnorm_arch or cfg.kind
@@ -391,8 +427,9 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         skipinit_gate=cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L))
 
     blocks = []
+    own = _user_blocks(cfg, settings) if user is not None else None
     for i, name in enumerate(names):
-        subs = _block_builder(name)(settings, i)
+        subs = own[i] if own is not None else _block_builder(name)(settings, i)
         if cfg.attention == "none":
             subs = (SublayerPlan("attn", absent=True), subs[1])
         blocks.append(BlockPlan(i, name, *subs))
@@ -401,19 +438,23 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         final = n
     elif cfg.final_norm == "off":
         final = None
+    elif user is not None:
+        final = n if user.needs_final_norm(L) else None
     else:
         needs = cfg.placement in NEEDS_FINAL_NORM or any(b in NEEDS_FINAL_NORM for b in names)
         final = n if needs else None
-    embed_norm = cfg.embed_norm if cfg.embed_norm is not None else cfg.placement in EMBED_NORM
+    embed_norm = cfg.embed_norm if cfg.embed_norm is not None else (
+        user.embed_norm if user is not None else cfg.placement in EMBED_NORM)
     return ModelPlan(
         placement=cfg.placement,
         blocks=tuple(blocks),
         embed_norm=n if embed_norm else None,
         final_norm=final,
-        dual_stream=placement.dual_stream,
+        dual_stream=dual_stream,
         init=init,
         constants=constants,
         setting=setting_lines(cfg),
+        origin=user_origin(cfg.placement, user, cfg.placement_file),
     )
 
 

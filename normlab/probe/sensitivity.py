@@ -80,14 +80,16 @@ def update_size(model: nn.Module, train_batches: Sequence[Batch], eval_batch: Ba
                 grad_clip: float | None = None, seed: int = 0) -> dict[str, object]:
     """Train a copy of `model` for `steps` steps and record how far its output moves (module doc).
     Batch k of training is `train_batches[k % len(train_batches)]`."""
-    from normlab.train.trainer import param_groups
+    from normlab.config import TrainConfig
+    from normlab.train.optim import adamw
 
     if steps < 1:
         raise ValueError("update_size: steps must be >= 1")
     work = copy.deepcopy(model)
     for p in work.parameters():
         p.requires_grad_(True)
-    opt = torch.optim.AdamW(param_groups(work, weight_decay), lr=lr, betas=betas)
+    opt = adamw(work, TrainConfig(lr=lr, beta1=betas[0], beta2=betas[1],
+                                  weight_decay=weight_decay))
     idx_eval = eval_batch[0]
     kind = model.cfg.kind
     sizes, losses = [0.0], []

@@ -32,9 +32,12 @@ LINEAR_METRICS = ("growth_exponent", "mean_ang_prev", "loss")
 
 
 def sweep_config(base: ModelConfig, placement: str, n_blocks: int) -> ModelConfig:
-    """`base` with another placement and depth, validated (errors name the field)."""
+    """`base` with another placement and depth, validated (errors name the field). A placement
+    of your own is found as a config finds it: in base's `placement_file`, else registered."""
     data = base.to_dict()
-    data.update(placement=placement, n_blocks=n_blocks)
+    data.update(placement=placement, n_blocks=n_blocks, placement_file=base.placement_file)
+    if placement != base.placement:
+        data["placement_def"] = None
     if placement != "custom":
         data["block_placements"] = None
     return parse_config(ModelConfig, data)

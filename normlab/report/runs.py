@@ -1,5 +1,6 @@
 """Run folders as the report shows them: every run below a folder (a folder with `config.yaml`),
-its outcome and losses, the settings all runs share, the ones in which they differ, and links to
+its outcome and losses, the settings all runs share, the ones in which they differ (among the
+runs each applies to, the rule of `normlab runs`: `normlab.train.listing`), and links to
 each run's folder and TensorBoard log when the page sits above them (a page written elsewhere
 ships without its runs: it names them and links nowhere).
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from normlab.report.figures import Curve, curve_from_metrics
+from normlab.report.figures import BYTES, KHOP, Curve, curve_from_metrics
 from normlab.report.numbers import (
     Cell,
     Column,
@@ -80,6 +81,23 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def tokens_of(flat: dict[str, Any], meta: dict[str, Any]) -> str:
+    """What a run's loss is counted over (`normlab.report.figures.Curve.tokens`): a k-hop
+    task's answered positions, bytes, or the tokens of its tokenizer on its source (a BPE is
+    trained on its source's text, so the same spec on two corpora is two tokenizers)."""
+    if flat.get("data.task") == "khop":
+        return KHOP
+    tokenizer = flat.get("data.tokenizer") or BYTES
+    if "token_files" in meta:  # a folder of token files: its own tokenizer, or bytes
+        return BYTES if meta.get("tokenizer") == BYTES else Path(
+            str(meta["token_files"])).name
+    if tokenizer == BYTES:
+        return BYTES
+    source = flat.get("data.source")
+    where = Path(str(source)).name if isinstance(source, str) else None
+    return f"{tokenizer} on {where}" if where else str(tokenizer)
+
+
 def read_run(run_dir: Path, base: Path) -> RunRow:
     """One row of the runs table, read by the run-folder reader: a damaged folder is a row
     `damaged` with why, and never stops the report."""
@@ -95,38 +113,93 @@ def read_run(run_dir: Path, base: Path) -> RunRow:
     row.config = dict(described_config(folder) or {})
     row.config.pop("meta", None)
     row.flat = flatten(row.config)
+    placement = row.get("model.placement")
     row.curve = curve_from_metrics(name, "?", read_metrics(run_dir / "metrics.jsonl"),
-                                   diverged=row.outcome == "diverged")
+                                   diverged=row.outcome == "diverged",
+                                   tokens=tokens_of(row.flat, folder.meta),
+                                   placement=str(placement) if placement else "")
     return row
 
 
 def read_runs(root: Path, folders: list[Path]) -> list[RunRow]:
-    """Every run, its curve labelled by the group of runs it belongs to (the settings in which
-    the runs differ, but the seed: its seeds are one line of the loss figure)."""
+    """Every run, its curve labelled by its line of the loss figure (`line_labels`)."""
     rows = [read_run(f, root) for f in folders]
-    varying = [p for p in differing_paths(rows) if p != "train.seed"]
-    for r in rows:
+    for r, text in zip(rows, line_labels(rows), strict=True):
         if r.curve is not None:
-            r.curve.group = group_label(r, varying)
+            r.curve.group = text
     return rows
 
 
 def differing_paths(rows: list[RunRow]) -> list[str]:
-    """The settings in which the runs differ, bookkeeping left out (see BOOKKEEPING)."""
-    from normlab.sweep.summarize import varying_paths
+    """The settings in which the runs differ among the runs they apply to, as `normlab runs`
+    lists them (`normlab.train.listing.differing_paths`), bookkeeping left out (BOOKKEEPING)."""
+    from normlab.train.listing import differing_paths as listed
 
-    return [p for p in varying_paths([r.flat for r in rows]) if p not in BOOKKEEPING]
+    return [p for p in listed([r.flat for r in rows]) if p not in BOOKKEEPING]
 
 
-def group_label(row: RunRow, varying: list[str]) -> str:
-    placement = row.get("model.placement")
-    parts = [str(placement) if placement else "?"]
-    for p in varying:
-        if p == "model.placement":
-            continue
-        short = SHORT.get(p, p.rsplit(".", 1)[-1])
-        parts.append(f"{short} {fmt(row.get(p))}")
-    return ", ".join(parts)
+def applies_to(row: RunRow, path: str) -> bool:
+    """Whether the setting `path` is used by the run (`normlab.train.listing.applies`)."""
+    from normlab.train.listing import applies
+
+    return applies(path, row.flat)
+
+
+def _setting_text(path: str, value: Any) -> str:
+    short = SHORT.get(path, path.rsplit(".", 1)[-1])
+    text = fmt_lr(value) if is_lr_key(path.rsplit(".", 1)[-1]) and is_number(value) else fmt(
+        value)
+    return f"{short} {text}" if short else text
+
+
+def telling_paths(rows: list[RunRow]) -> list[str]:
+    """The settings that tell the runs' lines apart: of the settings in which they differ
+    (`differing_paths`, the seed left out: a line is the mean over its seeds), the placement
+    first, then the others in SHORT's order and by name, each kept only when it splits runs
+    the settings kept before it do not. A setting that follows from those (the init each
+    placement resolves to) would only lengthen the label: the runs table lists it."""
+    varying = [p for p in differing_paths(rows) if p != "train.seed"]
+    order = [p for p in SHORT if p in varying] + sorted(p for p in varying if p not in SHORT)
+    kept: list[str] = []
+
+    def groups(paths: list[str]) -> int:
+        return len({tuple(repr(r.get(p)) if applies_to(r, p) else "-" for p in paths)
+                    for r in rows})
+
+    for p in order:
+        if groups([*kept, p]) > groups(kept):
+            kept.append(p)
+    return kept
+
+
+def line_labels(rows: list[RunRow]) -> list[str]:
+    """Each run's legend entry in the loss figure: its `train.name` where it has one, else the
+    values of the settings that tell it apart from the other runs without a name
+    (`telling_paths`: "post, lr 0.004"), those that apply to it only. Runs of one name that
+    differ in more than their seed add what tells them apart to the name: "baseline (lr
+    0.004)". Runs with one label are one line (their seeds)."""
+
+    def name(r: RunRow) -> str:
+        v = r.get("train.name")
+        return v if isinstance(v, str) else ""
+
+    def settings(r: RunRow, paths: list[str]) -> str:
+        return ", ".join(_setting_text(p, r.get(p)) for p in paths
+                         if applies_to(r, p) and r.get(p) is not None)
+
+    by_name: dict[str, list[RunRow]] = {}
+    for r in rows:
+        by_name.setdefault(name(r), []).append(r)
+    telling = {n: telling_paths(group) for n, group in by_name.items()}
+    out = []
+    for r in rows:
+        n = name(r)
+        told = settings(r, telling[n])
+        if not n:
+            out.append(told or str(r.get("model.placement") or "runs"))
+        else:
+            out.append(f"{n} ({told})" if told else n)
+    return out
 
 
 def href(target: Path, page_dir: Path) -> str:
@@ -221,13 +294,20 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
     flats = [r.flat for r in rows]
     results = result_keys(rows)
     columns = list(dict.fromkeys([*ALWAYS, *label_paths(flats), *differing_paths(rows)]))
+    # shared: one value among the runs a setting applies to (and some run it applies to)
     shared_paths = [p for p in sorted({k for f in flats for k in f} - set(columns))
-                    if len({repr(r.get(p)) for r in rows}) == 1]
+                    if len({repr(r.get(p)) for r in rows if applies_to(r, p)}) == 1]
+
+    def shared_value(p: str) -> Any:
+        return next(r.get(p) for r in rows if applies_to(r, p))
 
     def settings(paths: list[str], names: dict[str, str]) -> Table:
         return mark_numeric(Table([Column("value")], [
-            Row(names.get(p, p), [_config_cell(rows[0].get(p), p)]) for p in paths],
+            Row(names.get(p, p), [_config_cell(shared_value(p), p)]) for p in paths],
             "settings"))
+
+    def value(r: RunRow, p: str) -> Any:
+        return r.get(p) if applies_to(r, p) else None  # shown as "-", as `normlab runs` does
 
     shared = settings([p for p in KEY_SETTINGS if p in shared_paths], _PATH_LABELS)
     sections = []
@@ -247,7 +327,7 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
             detail.append(f"step {fmt(s['step'])}" + (f" of {fmt(planned)}" if planned else ""))
         if s.get("message") and (r.outcome == "failed" or s.get("outcome") == "failed"):
             detail.append(one_line(str(s["message"])))
-        cells = [_config_cell(r.get(p), p) for p in columns]
+        cells = [_config_cell(value(r, p), p) for p in columns]
         cells += [_loss_cell(s.get(k)) if k != "tokens_per_s" else
                   (Cell("num", text=f"{s[k]:,.0f}") if is_number(s.get(k)) else
                    Cell("empty", text="-")) for k in results]
@@ -256,7 +336,7 @@ def runs_view(rows: list[RunRow], page_dir: Path) -> RunsView:
                              href(tb, page_dir) if tb.is_dir() else "", r.problem, r.outcome,
                              ", ".join(detail), cells))
     config_columns = [Column(path_label(p), numeric=all(
-        is_number(r.get(p)) or r.get(p) is None for r in rows)) for p in columns]
+        is_number(value(r, p)) or value(r, p) is None for r in rows)) for p in columns]
     # with runs on a tokenizer's ids listed, a loss is per token, not per byte
     per_token = "val_bpb" in results
     result_columns = [Column(heading(k).replace("nats/byte", "nats/token") if per_token

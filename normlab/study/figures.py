@@ -136,8 +136,11 @@ VERDICT_COLORS = {"supported": "#009E73", "not supported": "#D55E00", "inconclus
 def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mapping[str, str],
                 title: str = "") -> Path | None:
     """A theory claim's ladder: one panel per prediction, the measured value with its 95%
-    interval on each rung (source setting first, normlab's block last), the predicted band or
-    threshold shaded, each point coloured by its verdict."""
+    interval on each rung (source setting first, normlab's block last), each point coloured by
+    its verdict and, behind it, the band or threshold that rung's own prediction tested it
+    against (`expected_shape` of its `expected`): a prediction can change from rung to rung
+    (C1's FFN-only source rung predicts d/2 +- d/4, the others 0.5-1.5 or the mechanism's
+    1 +- 0.5), so one band drawn across every rung would contradict the verdicts."""
     subjects = [s for s in quantities if any(base_subject(p["subject"]) == s for r in rows
                                              for p in r["predictions"])]
     if not rows or not subjects:
@@ -146,9 +149,11 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
     fig = new_figure(max(5.5, 0.75 * n + 2.5), 2.1 * len(subjects) + 1.2)
     axes = fig.subplots(len(subjects), 1, squeeze=False, sharex=True)[:, 0]
     for ax, subject in zip(axes, subjects, strict=True):
+        expected: list[str] = []
         for i, row in enumerate(rows):
             pred = next((p for p in row["predictions"]
                          if base_subject(p["subject"]) == subject), None)
+            expected.append(pred["effect"]["expected"] if pred else "")
             if pred is None:
                 continue
             e = pred["effect"]
@@ -158,9 +163,7 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
             color = VERDICT_COLORS.get(pred["verdict"], "#777777")
             ax.errorbar(i, est, yerr=[[est - lo], [hi - est]], fmt="o", color=color, capsize=4,
                         markersize=6, markerfacecolor="white" if row["calibration"] else color)
-        expected = next((p["effect"]["expected"] for r in rows for p in r["predictions"]
-                         if base_subject(p["subject"]) == subject), "")
-        _shade_expected(ax, expected, n)
+        _shade_expected(ax, expected)
         ax.set_ylabel(quantities[subject], fontsize=8)
         ax.grid(alpha=0.3, axis="y")
     axes[-1].set_xticks(range(n), [r["rung"] for r in rows], rotation=25, ha="right",
@@ -175,16 +178,44 @@ def plot_ladder(rows: Sequence[Mapping[str, Any]], path: Path, quantities: Mappi
     caption = ("Each panel is one prediction; points are the mean over seeds with the 95% "
                "t-interval, green supported, orange not supported, grey inconclusive; hollow "
                "points and the tinted region are the source's own setting (the calibration); "
-               "the grey band or line is what the source predicts. Rungs left to right change one "
+               "the grey band or dashed line behind each rung is what that rung's prediction "
+               "expects (its 'expected' in the ladder table). Rungs left to right change one "
                "thing each toward normlab's block.")
     alt = f"Ladder of {', '.join(subjects)} from the source's setting to normlab's block."
     return save_figure(fig, path, alt=alt, caption=caption)
 
 
-def _shade_expected(ax, expected: str, n: int) -> None:
-    """The predicted band (`in [a, b]`) shaded, or the threshold (`> t`) drawn as a line."""
-    nums = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", expected)]
-    if expected.startswith("in [") and len(nums) == 2:
-        ax.axhspan(nums[0], nums[1], color="#999999", alpha=0.2, linewidth=0)
-    elif nums:
-        ax.axhline(nums[0], color="#555555", linewidth=1, linestyle="--")
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf"
+
+
+def expected_shape(expected: str) -> tuple[str, float, float] | None:
+    """A prediction's `expected` (`normlab.study.verdict`: "in [a, b]", "> t", "< t", ...) as
+    ("band", a, b) or (the comparison, t, t); None for a text that names no number."""
+    band = re.fullmatch(rf"\s*in \[({_NUMBER}), ({_NUMBER})\]\s*", expected)
+    if band:
+        return "band", float(band.group(1)), float(band.group(2))
+    one = re.fullmatch(rf"\s*(>=|<=|>|<)\s*({_NUMBER})\s*", expected)
+    if one:
+        return one.group(1), float(one.group(2)), float(one.group(2))
+    return None
+
+
+def _shade_expected(ax, expected: Sequence[str]) -> None:
+    """Behind each rung i, the band (`in [a, b]`) of `expected[i]` shaded, or its threshold
+    (`> t`) drawn as a dashed line; neighbouring rungs that expect the same are one span."""
+    panel = ax.figure.axes.index(ax)  # gids are ids in the report's page: unique per figure
+    i = 0
+    while i < len(expected):
+        j = i
+        while j + 1 < len(expected) and expected[j + 1] == expected[i]:
+            j += 1
+        shape = expected_shape(expected[i])
+        if shape is not None:
+            kind, a, b = shape
+            if kind == "band":
+                ax.fill_between([i - 0.5, j + 0.5], a, b, color="#999999", alpha=0.2,
+                                linewidth=0, gid=f"expected-{panel}-{i}")
+            else:
+                ax.hlines(a, i - 0.5, j + 0.5, color="#555555", linewidth=1, linestyle="--",
+                          gid=f"expected-{panel}-{i}")
+        i = j + 1

@@ -7,22 +7,24 @@ results), `figures/`, `study.json`. Re-running reuses all of it; an interrupted 
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import normlab
-from normlab.config import ConfigError
+from normlab.config import ConfigError, RunConfig
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
 from normlab.study.context import StudyContext
-from normlab.study.experiments import StudyFolder
+from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
 from normlab.study.profiles import PROFILES, Profile
-from normlab.study.schema import ClaimResult
+from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import cpu_model, default_threads, git_commit
@@ -64,8 +66,7 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
     ctx = StudyFolder(out, PROFILES[profile], log, executor=executor, address=address,
                        claims=selected)
     if profile != "tiny":
-        log(f"estimated time: {format_duration(estimate_seconds(ctx.profile))} on this machine "
-            f"({ctx.profile.workers} workers; measured from a few training steps)")
+        log(estimate(ctx).line(ctx.profile.workers))
     funcs = claim_functions()
     study: dict[str, Any] = {
         "normlab": normlab.__version__, "git_commit": git_commit(),
@@ -139,75 +140,290 @@ def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
     return []
 
 
-def estimate_seconds(profile: Profile) -> float:
-    """Rough wall time of a profile: its training runs and its fine-tuning at the step time
-    measured here on one run of the profile's shape with one worker's share of the cores,
-    shared by the workers; plus a minute and a half for probes and the real checkpoints.
-    `estimate_runs` counts the runs."""
-    from normlab.config import load_run_config
-
-    p = profile
-    cfg = load_run_config(None, [
-        f"model.n_blocks={p.train_blocks}", f"model.d_model={p.train_width}",
-        f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
-        f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}", "train.device=cpu"])
-    # each worker trains with its share of the cores, so the step is timed with that share
-    threads = torch.get_num_threads()
-    torch.set_num_threads(default_threads(p.workers))
-    try:
-        step_s = time_steps(cfg, steps=3, warmup_steps=1)
-    finally:
-        torch.set_num_threads(threads)
-    counts = estimate_runs(p)
-    return ((counts["runs"] * p.steps + counts["finetune_steps"]) * step_s
-            / max(1, p.workers) + 90)
+# Work that is not a training run, in training steps of the profile's 6-block shape per unit of
+# its size, from the recorded quick study (docs/results/study_quick/log.txt: Xiong's ladder 12 s,
+# the DeepNet update ladder 24 s, Admin's ladder 36 s, at 0.033 s a step). A ladder at init
+# grows with its seeds x the sum of its depths x probe batches (quick: 3 x 45 x 2 = 270), the
+# update ladder with its seeds x update steps (quick: 3 x 24 = 72); the standard profile's
+# recorded ladders (70 s, 44 s, 231 s) lie within a fifth of what these give.
+LADDER_STEPS = {"xiong": 360 / 270, "deepnet": 730 / 72, "admin": 1090 / 270}
 
 
-def estimate_runs(p: Profile) -> dict[str, float]:
-    """The work of a profile in units of one training run of its 6-block shape and `steps`,
-    per kind: each tuned grid (with warmup: pre, post, pre without final norm where it is tuned
-    at 6 blocks, and C9's same-init families; without warmup: pre and post, C6b, whose cells
-    C6a reuses at the common lrs) with one lr extension, a cell or so of C6a's common lrs
-    outside the no-warmup grids, the deep models (C11, C12: pre and post, and pre without
-    final norm where C11 decides at that depth, tuned there, the cost growing with depth and
-    their own budget), the k-hop models (C14: every placement and depth, its grid with one
-    extension, by tokens and width against the 6-block shape); and the fine-tuning steps of
-    C10 (pretrained and from init, every lr of the grid, per placement and seed, the passage
-    read in windows), and C10's pre and post trained again along trajectories where its pairs
-    are taken along them."""
-    cells = len(p.lrs) + 1
-    nofinal_shallow = int(p.c11_trained_without and not p.c11_blocks)
-    deep_families = 2 + int(p.c11_trained_without and bool(p.c11_blocks))
-    deep = (deep_families * (len(p.deep_start_lrs) + 1) * p.deep_blocks / p.train_blocks
-            * p.deep_train_steps / p.steps) if p.deep_blocks else 0
-    khop_shape = (p.khop_batch_size * p.khop_seq_len * p.khop_width) / (
-        p.batch_size * p.seq_len * p.train_width)
-    khop = sum(len(p.khop_placements) * (len(p.khop_lrs) + 1) * d / p.train_blocks
-               for d in p.khop_depths) * p.khop_steps / p.steps * khop_shape
-    kinds = {"tuned with warmup": (2 + nofinal_shallow + len(p.same_inits)) * cells,
-             "tuned without warmup (C6b)": 2 * cells,
-             "C6a common lrs beyond the grids": 2,
-             "deep models (C11, C12)": deep,
-             "C10's trajectory runs": 2 if p.c10_pairs == "trajectories" else 0}
-    out = {k: p.seeds * v for k, v in kinds.items()}
-    out["k-hop models (C14)"] = p.khop_seeds * khop
-    # fine-tuning in units of a training step: its batch of passages, each read as windows
+@dataclass(frozen=True)
+class Work:
+    """One kind of a study's work: its units (a training run, a ladder of models at init, a
+    fine-tuning), how many of them the study folder already holds, and the wall seconds the
+    rest takes here with the profile's workers."""
+    kind: str
+    units: int
+    cached: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a study has left to do in its folder, timed on this machine (`estimate`)."""
+    work: tuple[Work, ...]
+    step_s: dict[str, float] = field(default_factory=dict)  # measured, per training shape
+
+    @property
+    def seconds(self) -> float:
+        return sum(w.seconds for w in self.work)
+
+    @property
+    def units(self) -> int:
+        return sum(w.units for w in self.work)
+
+    @property
+    def cached(self) -> int:
+        return sum(w.cached for w in self.work)
+
+    def line(self, workers: int) -> str:
+        """The line `normlab study` starts with."""
+        counts = ", ".join(f"{w.cached} of {w.units} {w.kind}" for w in self.work if w.units)
+        if self.cached == self.units:
+            return (f"nothing left to train: every unit of work is cached in the study folder "
+                    f"({counts}); the verdicts are recomputed from it")
+        measured = "; ".join(f"{k} {v:.3f} s a step" for k, v in self.step_s.items())
+        return (f"estimated {format_duration(self.seconds)} on this machine ({counts} cached; "
+                f"{workers} workers; measured here: {measured or 'no training left'})")
+
+
+def estimate(ctx: StudyFolder) -> Estimate:
+    """What the selected claims of `ctx`'s profile have left to do in `ctx`'s folder, and its
+    wall time here: per unit of work, the seconds per step measured on this machine for the
+    unit's model shape (`time_steps`, with one worker's share of the cores) times the unit's
+    steps, plus its evaluations (forward passes timed the same way); a unit whose result the
+    folder already holds counts 0 s. A tuned grid's extensions are replayed from its finished
+    runs (`StudyFolder._tuning`); where they are not yet known, one more cell per grid is
+    counted (the recorded studies extend most grids once). Training runs share the workers in
+    rounds, as the grids tuned together train them (a round of n runs takes ceil(n / workers)
+    runs' time); ladders at init and C10's fine-tunings are counted in training steps of the
+    profile's shape (`LADDER_STEPS`, `finetune_units`), the fine-tunings only for the seeds
+    whose pre and post cells are matched once the grids have trained."""
+    p = ctx.profile
+    quiet = StudyFolder(ctx.out, p, lambda _m: None, claims=ctx.claims)
+    selected = set(ctx.claims if ctx.claims is not None else ALL_CLAIMS)
+    timer = _StepTimer(p.workers)
+    rounds: list[list[RunConfig]] = []  # runs trained together
+    # grids tuned together train their first cells together, and extend together
+    firsts: list[RunConfig] = []
+    extensions: list[RunConfig] = []
+    finished = 0
+    seen: set[str] = set()  # a run two grids share (C6a's cells in C6b's grid) counts once
+
+    def count(configs: list[RunConfig]) -> list[RunConfig]:
+        """Of `configs` not counted yet, those still to train (the finished ones counted)."""
+        nonlocal finished
+        new = [c for c in configs if c.run_id() not in seen]
+        seen.update(c.run_id() for c in new)
+        todo = [c for c in new if not _done(quiet, c)]
+        finished += len(new) - len(todo)
+        return todo
+
+    def grid(label: str, warmup: int, start: Sequence[float],
+             configs: Callable[[float], list[RunConfig]]) -> Any:
+        """Replay one grid's tuning on its finished runs: its `TunedGrid` when every cell it
+        asks for is finished, else None (what is left goes into `rounds`)."""
+        tuner = quiet._tuning(label, warmup, start)
+        asked, first = next(tuner), True
+        while True:
+            cells = {lr: configs(lr) for lr in asked}
+            if any(not _done(quiet, c) for cs in cells.values() for c in cs):
+                todo = count([c for cs in cells.values() for c in cs])
+                if first:  # and the extension it will ask for once these have trained
+                    firsts.extend(todo)
+                    extensions.extend(configs(start[-1]))
+                else:
+                    rounds.append(todo)
+                return None
+            count([c for cs in cells.values() for c in cs])
+            try:
+                asked = tuner.send({lr: [_record(quiet, c) for c in cs]
+                                    for lr, cs in cells.items()})
+            except StopIteration as stop:
+                return stop.value
+            first = False
+
+    def runs(configs: list[RunConfig]) -> None:
+        rounds.append(count(configs))
+
+    seeds = range(p.seeds)
+    tuned = {}
+    for family, warmup in quiet.tuned_specs():
+        tuned[(family, warmup)] = grid(
+            family, warmup, p.lrs,
+            lambda lr, f=family, w=warmup: [quiet.family_config(f, lr, w, s) for s in seeds])
+    pre, post = tuned.get(("pre", p.warmup)), tuned.get(("post", p.warmup))
+    if "C6a" in selected:
+        from normlab.study.claims.c06a_warmup_common_lr import common_lrs
+
+        if pre is not None and post is not None:
+            runs([quiet.family_config(pl, lr, 0, s) for lr in common_lrs(pre, post)
+                  for pl in PRE_POST for s in seeds])
+        else:  # a cell or so beyond the no-warmup grids
+            rounds.append([quiet.family_config(pl, p.lrs[-1], 0, s)
+                           for pl in PRE_POST for s in seeds])
+    if p.deep_blocks and selected & ({"C11", "C12"} | (
+            {"C1", "C2", "C3", "C13"} if p.probe_deep else set())):
+        for family in quiet.deep_families():
+            grid(family, p.deep_warmup, p.deep_start_lrs,
+                 lambda lr, f=family: [quiet.family_config(f, lr, p.deep_warmup, s,
+                                                           p.deep_blocks) for s in seeds])
+    if p.c10_pairs == "trajectories" and "C10" in selected:
+        runs([quiet.family_config(pl, (g.best_lr if g else p.lrs[0]), p.warmup, s,
+                                  trajectory=True)
+              for pl, g in (("pre", pre), ("post", post)) for s in seeds])
+    if p.khop_depths and "C14" in selected:
+        for pl in p.khop_placements:
+            for d in p.khop_depths:
+                grid(f"khop {pl}, {d} blocks", p.khop_warmup, p.khop_lrs,
+                     lambda lr, pl=pl, d=d: [quiet.khop_config(pl, lr, s, d)
+                                             for s in range(p.khop_seeds)])
+    rounds = [r for r in [firsts, *rounds, extensions] if r]
+    todo_runs = sum(len(r) for r in rounds)
+    work = [Work("training runs", finished + todo_runs, finished,
+                 sum(timer.round_seconds(r) for r in rounds))]
+    work += _ladder_work(ctx, selected, timer)
+    pairs = p.seeds
+    if pre is not None and post is not None and p.c10_pairs == "cells" and "C10" in selected:
+        # C10 fine-tunes the seeds whose pre and post cells are matched in loss, known here
+        # from the replayed grids (handed to the folder's tuning: nothing is trained)
+        from normlab.study.claims.common import matched_pairs
+
+        quiet._memo.update({_tuned_key("pre", p.warmup, None): pre,
+                            _tuned_key("post", p.warmup, None): post})
+        pairs = len(matched_pairs(quiet.c10_checkpoints(), p.match_tolerance)[0])
+    work += _finetune_work(ctx, selected, timer, pairs)
+    return Estimate(tuple(work), timer.measured())
+
+
+def _done(ctx: StudyFolder, cfg: RunConfig) -> bool:
+    return _finished(ctx.runs_root / cfg.run_id())
+
+
+def _record(ctx: StudyFolder, cfg: RunConfig) -> Any:
+    from normlab.train import read_summary
+
+    return record(cfg, read_summary(ctx.runs_root / cfg.run_id()) or {}, lr=cfg.train.lr,
+                  warmup=cfg.train.warmup, seed=cfg.train.seed)
+
+
+def _ladder_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer) -> list[Work]:
+    """The theory claims' ladders at init (their cache files), in steps of the profile's shape
+    (`LADDER_STEPS`)."""
+    from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE
+    from normlab.study.claims.ladder import CACHE_VERSION
+
+    p = ctx.profile
+    if not p.theory:
+        return []
+    at_init = p.init_seeds * sum(p.init_depths) * p.probe_batches
+    ladders = {f"ladder_xiong_{CACHE_VERSION}": ({"C1", "C4", "C5"}, "xiong", at_init),
+               f"ladder_deepnet_{DEEPNET_CACHE}": ({"C7"}, "deepnet",
+                                                   p.init_seeds * p.update_steps),
+               f"ladder_admin_{CACHE_VERSION}": ({"C8"}, "admin", at_init)}
+    wanted = {k: v for k, v in ladders.items() if v[0] & selected}
+    if not wanted:
+        return []
+    left = [k for k in wanted if not (ctx.cache_dir / f"{k}.json").exists()]
+    steps = sum(LADDER_STEPS[wanted[k][1]] * wanted[k][2] for k in left)
+    return [Work("ladders at init", len(wanted), len(wanted) - len(left),
+                 steps * timer.step(timer.train_config(p)) if left else 0.0)]
+
+
+def _finetune_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer, pairs: int
+                   ) -> list[Work]:
+    """C10's fine-tunings (pretrained and from init, per placement, seed and lr), each
+    `finetune_steps` batches of passages read in windows of the profile's sequence length,
+    in steps of the profile's shape; the results each run folder already holds
+    (`finetune/genre-*.json`) count as cached. `pairs`: the matched pre/post seeds it
+    fine-tunes (`profile.seeds` until the grids say); none, no work."""
+    p = ctx.profile
+    if "C10" not in selected or not pairs:
+        return []
+    per_seed, steps = finetune_units(p)
+    units = per_seed * pairs
+    cached = min(units, len(list(ctx.runs_root.glob("*/finetune/genre-*.json"))))
+    left = steps * (units - cached) / per_seed
+    return [Work("fine-tunings", units, cached,
+                 left * timer.step(timer.train_config(p)) / max(1, p.workers) if left else 0.0)]
+
+
+class _StepTimer:
+    """Seconds per training step and per evaluation batch, measured here once per model shape
+    with one worker's share of the cores (each worker trains with that share: timed with every
+    core, the step came out 1.6x short on 2 cores)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self._times: dict[tuple, tuple[float, float]] = {}
+
+    def train_config(self, p: Profile) -> RunConfig:
+        from normlab.config import load_run_config
+
+        return load_run_config(None, [
+            f"model.n_blocks={p.train_blocks}", f"model.d_model={p.train_width}",
+            f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
+            f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}",
+            "train.device=cpu"])
+
+    def _measure(self, cfg: RunConfig) -> tuple[float, float]:
+        m = cfg.model
+        key = (m.n_blocks, m.d_model, m.n_heads, m.vocab_size, cfg.data.seq_len,
+               cfg.train.batch_size)
+        if key not in self._times:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(default_threads(self.workers))
+            try:
+                self._times[key] = (time_steps(cfg, steps=3, warmup_steps=1),
+                                    time_forward(cfg))
+            finally:
+                torch.set_num_threads(threads)
+        return self._times[key]
+
+    def step(self, cfg: RunConfig) -> float:
+        return self._measure(cfg)[0]
+
+    def run_seconds(self, cfg: RunConfig) -> float:
+        """A run's steps and its evaluations (every `eval_every` steps and at the end)."""
+        step_s, forward_s = self._measure(cfg)
+        t = cfg.train
+        evals = t.steps // t.eval_every + bool(t.steps % t.eval_every) if t.eval_every else 1
+        return t.steps * step_s + evals * t.eval_batches * forward_s
+
+    def round_seconds(self, configs: list[RunConfig]) -> float:
+        """Runs trained together on the workers: ceil(n / workers) runs' time."""
+        mean = sum(self.run_seconds(c) for c in configs) / len(configs)
+        return math.ceil(len(configs) / self.workers) * mean
+
+    def measured(self) -> dict[str, float]:
+        return {f"{b} blocks x width {d}, batch {n} x {s}": v[0]
+                for (b, d, _h, _v, s, n), v in self._times.items()}
+
+
+def finetune_units(p: Profile) -> tuple[int, float]:
+    """C10's fine-tunings per matched seed (pretrained and from init, per placement and lr of
+    the grid with one extension) and their cost in training steps of the profile's shape: a
+    fine-tuning step is a batch of passages, each read as windows of `seq_len`; with the frozen
+    probe, one pass of the frozen body over every passage per checkpoint."""
     windows = max(1, p.finetune_passage_bytes // p.seq_len) * p.finetune_batch_size / p.batch_size
     lrs = len(p.finetune_lrs) + min(1, p.finetune_lr_extensions)
-    finetune = 2 * 2 * p.seeds * lrs * p.finetune_steps * windows
-    if p.finetune_probe:  # one pass of the frozen body over every passage, per checkpoint
-        finetune += 2 * 2 * p.seeds * 13_000 * windows / p.finetune_batch_size / 2
-    return out | {"runs": sum(out.values()), "finetune_steps": finetune}
+    steps = 2 * 2 * lrs * p.finetune_steps * windows
+    if p.finetune_probe:
+        steps += 2 * 2 * 13_000 * windows / p.finetune_batch_size / 2
+    return 2 * 2 * lrs, steps
 
 
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
     """Seconds per steady training step (forward, backward, AdamW) of `cfg`'s model on random
     bytes, after `warmup_steps` untimed steps (first calls allocate and pick kernels)."""
     from normlab.nn import build_model
+    from normlab.train.optim import adamw
 
     with torch.random.fork_rng(devices=[]):  # a measurement: the caller's generator untouched
         model = build_model(cfg.model, seed=0)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = adamw(model, cfg.train, fused=True)  # a CPU run's optimizer
         gen = torch.Generator().manual_seed(0)
         idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
                             generator=gen)
@@ -218,6 +434,22 @@ def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
             opt.step()
             opt.zero_grad(set_to_none=True)
     return (time.perf_counter() - t0) / steps
+
+
+def time_forward(cfg: Any, batches: int = 3) -> float:
+    """Seconds per evaluation batch (a forward without gradients) of `cfg`'s model on random
+    bytes, after one untimed batch."""
+    from normlab.nn import build_model
+
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        model = build_model(cfg.model, seed=0).eval()
+        idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
+                            generator=torch.Generator().manual_seed(0))
+        model(idx, idx)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            model(idx, idx)
+    return (time.perf_counter() - t0) / batches
 
 
 def format_duration(seconds: float) -> str:

@@ -126,8 +126,8 @@ def _train_locked(configs: list[dict[str, Any]], root: str, threads: int | None,
             try:
                 summaries = train(cfgs)
             except Exception as e:  # raised before the trainer's guard (checkpoint, data, device)
-                summaries = [record_failure(Path(root) / i, i, type(e).__name__, str(e),
-                                            traceback.format_exc()) for i in ids]
+                summaries = [record_failure(Path(root) / i, i, e, tb=traceback.format_exc())
+                             for i in ids]
     finally:
         _BUSY.clear()
     return summaries, time.perf_counter() - t0
@@ -360,8 +360,8 @@ def run_local(tasks: list[AnyTask], root: Path, *, workers: int, threads: int,
                     continue
                 except Exception as e:  # e.g. a result that could not be sent back
                     for run in runs_of(task):
-                        on_finish(run.run_id, record_failure(
-                            root / run.run_id, run.run_id, type(e).__name__, str(e)), 0.0)
+                        on_finish(run.run_id, record_failure(root / run.run_id, run.run_id,
+                                                             e), 0.0)
                     continue
                 _report(task, result, on_finish)
             if broken and pool.started.value == 0:  # no worker ever started: retrying cannot help

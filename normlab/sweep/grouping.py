@@ -8,8 +8,9 @@ groups of 4). A group of one is a separate run.
 Engines:
 - `separate`: every run on its own (`train_run`), as before stacking existed.
 - `stacked`: every group of two or more stackable runs is stacked; runs that cannot be stacked
-  (dropout, batchnorm, encoders, gradient accumulation, block stats, compile, activation
-  checkpointing) run separately, and the reason is reported.
+  (dropout, batchnorm, encoders, gradient accumulation, compile, activation checkpointing, or any
+  setting the stacked engine does not list as honoured: `normlab.train.group`) run separately,
+  and the reason, naming the setting, is reported.
 - `auto` (the default): `stacked` where it pays, otherwise `separate`. On a GPU stacking always
   pays (one kernel per op for all members instead of one per member). On a CPU the gain is the
   per-op overhead a small run pays; a run whose step is larger keeps the cores busy by itself, and

@@ -53,6 +53,20 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer: torch.optim.Op
     shutil.rmtree(old, ignore_errors=True)
 
 
+def copy_checkpoint(source: Path, directory: Path, state: dict[str, Any]) -> None:
+    """`source` (a complete checkpoint folder) copied as `directory`, its trainer_state.json
+    updated with `state` (an extension's: its own config hash): written as `save_checkpoint`
+    writes, `.tmp` first, so a crash leaves no half copy where a checkpoint is read."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in CHECKPOINT_FILES:
+        shutil.copyfile(source / name, tmp / name)
+    old = json.loads((source / "trainer_state.json").read_text())
+    (tmp / "trainer_state.json").write_text(json.dumps(old | state, indent=1))
+    tmp.rename(directory)
+
+
 def model_device(model: nn.Module) -> torch.device:
     """The device a model's weights are on (the CPU for a model without any)."""
     return next((p.device for p in model.parameters()), torch.device("cpu"))
@@ -123,6 +137,46 @@ def kept_steps(run_dir: Path | str) -> list[int]:
         except ValueError:
             continue
     return sorted(steps)
+
+
+def checkpoint_step(run_dir: Path | str) -> int | None:
+    """The step of the run's latest checkpoint (`checkpoint/`, or the copy `usable_checkpoint`
+    finds), None when it has none that says its step."""
+    folder = usable_checkpoint(Path(run_dir) / "checkpoint")
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text()) if folder else None
+    except (OSError, ValueError):
+        return None
+    step = state.get("step") if isinstance(state, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def available_steps(run_dir: Path | str) -> list[int]:
+    """Every step whose weights the run holds: the kept ones (`kept_steps`) and its latest
+    checkpoint's (`checkpoint_step`), in order."""
+    latest = checkpoint_step(run_dir)
+    return sorted({*kept_steps(run_dir), *([] if latest is None else [latest])})
+
+
+def weights_note(run_dir: Path | str, step: int | None = None) -> str:
+    """Which weights of a run a command reads, to say so: `RUN@STEP`, the checkpoint it is
+    (its final one, a kept one, the latest of a run not finished) and, for a run that is not
+    finished, its outcome. `step` None: the latest checkpoint."""
+    from normlab.train.rundir import read_run_folder
+
+    folder = read_run_folder(Path(run_dir))
+    latest = checkpoint_step(run_dir)
+    used = latest if step is None else step
+    planned = folder.summary.get("steps_planned") or (
+        folder.config.train.steps if folder.config else "?")
+    finished = folder.outcome in ("completed", "stalled")
+    which = ("kept weights" if used != latest else
+             "its final checkpoint" if finished else "its latest checkpoint")
+    note = f"{run_dir}@{used} (step {used} of {planned}, {which})"
+    if not finished:
+        note += (f"; the run is {folder.outcome} at step {folder.summary.get('step', latest)}, "
+                 "not finished")
+    return note
 
 
 def _siblings(directory: Path) -> tuple[Path, Path]:
@@ -283,17 +337,20 @@ def _load_optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer,
 def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu",
                        step: int | None = None):
     """The model of a run folder with its checkpointed weights: `(run_config, model)`; with
-    `step`, the weights the run kept at that step (`train.keep_checkpoints`)."""
+    `step`, the weights the run holds of that step (`available_steps`: its latest checkpoint's,
+    or the ones it kept with `train.keep_checkpoints`)."""
     from normlab.nn import build_model
 
     run_dir = Path(run_dir)
     cfg = read_run_config(run_dir)
-    if step is not None:
+    latest = checkpoint_step(run_dir) if step is not None else None
+    if step is not None and step != latest:
         weights = run_dir / "checkpoints" / f"step_{step}.safetensors"
         if not weights.exists():
+            last = "none" if latest is None else f"step {latest}"
             raise CheckpointError(f"{run_dir}: no weights kept at step {step} (kept: "
-                                  f"{kept_steps(run_dir) or 'none'}); train with "
-                                  "train.keep_checkpoints=true")
+                                  f"{kept_steps(run_dir) or 'none'}; latest checkpoint: {last}); "
+                                  "train with train.keep_checkpoints=true")
     else:
         ckpt = usable_checkpoint(run_dir / "checkpoint")
         weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"

@@ -1,7 +1,7 @@
 """Train several runs of one model shape as one stacked model in one process.
 
-Runs that differ only in train-side settings (lr, warmup, schedule, min_lr_ratio, weight decay,
-betas, eps, clipping, seed, steps, spike detector, logging cadence) train together: one forward
+Runs that differ only in the train settings of `PER_MEMBER_TRAIN` (lr and its schedule, AdamW's
+settings, clipping, seed, steps, spike detector, cadences, labels) train together: one forward
 and backward of a `StackedTransformer` over `[M, B, T]` inputs (each member its own batches from
 its own seed's `BatchSampler`) and one `StackedAdamW` step, each member with its own learning-rate
 schedule and its own gradient clipping. Each member's results match its own `train_run` within
@@ -43,12 +43,13 @@ from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
 from normlab.nn.stacked import StackedTransformer, unstackable_reason
-from normlab.train.checkpoint import save_checkpoint
+from normlab.train.checkpoint import keep_weights, save_checkpoint
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare
 from normlab.train.divergence import SpikeDetector
 from normlab.train.logging import MetricsLog, Progress
 from normlab.train.machine import tune_cpu_allocator
 from normlab.train.numerics import kept_numerics
+from normlab.train.optim import OPTIMIZER_FIELDS, adamw, adamw_hyper, decayed_names
 from normlab.train.precision import (
     Precision,
     precision_context,
@@ -65,7 +66,6 @@ from normlab.train.trainer import (
     block_stat_tensors,
     check_run_folder,
     checkpoint_state,
-    param_groups,
     record_failure,
     recover_run_folder,
     resolve_device,
@@ -75,14 +75,38 @@ from normlab.train.trainer import (
     write_run_config,
 )
 
-# Train settings every member of a group must share (the rest may differ per member).
-SHARED_TRAIN = ("batch_size", "grad_accum", "eval_batches", "device", "precision")
-# Options of a run that the stacked engine does not implement: name -> (what, the value that
-# means "off").
-UNSUPPORTED_TRAIN = {"grad_accum": ("gradient accumulation", 1),
-                     "compile": ("torch.compile", False),
-                     "activation_checkpointing": ("activation checkpointing", False),
-                     "deterministic": ("deterministic algorithms", False)}
+# What the stacked engine does with each setting of a run. Every field of `TrainConfig` and
+# `ModelConfig` is in exactly one list (tests/train/test_stacked_optim.py); a field in none, or
+# an unstackable one away from its default, makes a run unstackable (`run_unstackable_reason`),
+# so a setting added without teaching the engine is refused, not ignored.
+# Applied to each member on its own (they may differ within a group):
+PER_MEMBER_TRAIN = frozenset({
+    *OPTIMIZER_FIELDS,  # `StackedAdamW`, from `adamw_hyper`
+    "steps", "schedule", "warmup", "min_lr_ratio",  # each member's lr schedule
+    "grad_clip",  # `StackedAdamW.clip_`
+    "seed",  # each member's init, batches and validation batches
+    "spike_factor", "spike_patience", "stall_margin",  # each member's detector and outcome
+    "eval_every", "log_every", "block_stats_every", "checkpoint_every", "keep_checkpoints",
+    "name", "tags"})
+# Applied to the whole group: its members must share them (`stack_key`).
+SHARED_TRAIN = ("batch_size", "eval_batches", "device", "precision")
+# The stacked model keeps its members' blocks and stacks their leaves (`normlab.nn.stacked`), so
+# it computes whatever these settings build, as long as the members share them.
+SHARED_MODEL = frozenset({
+    "vocab_size", "n_blocks", "d_model", "n_heads", "d_ff", "max_seq_len", "positions",
+    "rope_base", "mlp", "attention", "embedding", "gelu_approx", "bias", "tie_embeddings",
+    "n_classes", "pooling",  # (an encoder's: a decoder, the only kind stacked, has no use)
+    "norm", "norm_bias", "norm_eps", "dyt_alpha", "out_norm",  # (batchnorm: `unstackable_reason`)
+    "placement", "placement_file", "placement_def", "block_placements", "final_norm",
+    "embed_norm", "residual_attention", "init", "init_std", "deepnorm_arch", "deepnorm_alpha",
+    "deepnorm_beta", "deepnorm_other_blocks", "admin_omega", "mix_switch", "gate_init"})
+# Not implemented by the stacked engine: a run that sets one away from its default trains alone.
+UNSTACKABLE_TRAIN = {"grad_accum": "gradient accumulation",
+                     "compile": "torch.compile",
+                     "activation_checkpointing": "activation checkpointing",
+                     "deterministic": "deterministic algorithms",
+                     "extends": "continuing another run's checkpoint"}
+UNSTACKABLE_MODEL = {"kind": "encoders", "dropout": "dropout"}  # (`unstackable_reason` says why)
 
 
 class GroupError(ValueError):
@@ -94,19 +118,29 @@ def run_unstackable_reason(cfg: RunConfig) -> str | None:
     reason = unstackable_reason(cfg.model)
     if reason:
         return f"model: {reason}"
-    for name, (what, off) in UNSUPPORTED_TRAIN.items():
-        value = getattr(cfg.train, name, off)
-        if value != off:
-            return f"train.{name}={value} ({what} is not implemented by the stacked engine)"
+    for section, honoured, unstackable in (
+            ("model", SHARED_MODEL, UNSTACKABLE_MODEL),
+            ("train", PER_MEMBER_TRAIN | set(SHARED_TRAIN), UNSTACKABLE_TRAIN)):
+        settings = getattr(cfg, section)
+        for name, field in type(settings).model_fields.items():
+            value = getattr(settings, name)
+            if name in honoured or value == field.default:
+                continue
+            what = f"{unstackable[name]} is " if name in unstackable else ""
+            return (f"{section}.{name}={value} ({what}not implemented by the stacked engine: "
+                    "the run trains alone)")
     return None
 
 
 def stack_key(cfg: RunConfig) -> str:
-    """Runs with equal keys can train as one stacked model: the same model, data and shared train
-    settings."""
+    """Runs with equal keys can train as one stacked model: the same model and data, and every
+    train setting the engine does not apply per member (`PER_MEMBER_TRAIN`) equal."""
     d = cfg.to_dict()
-    return json.dumps({"model": d["model"], "data": d["data"],
-                       "train": {k: d["train"][k] for k in SHARED_TRAIN}}, sort_keys=True)
+    train = {k: getattr(cfg.train, k) for k, field in type(cfg.train).model_fields.items()
+             if k in SHARED_TRAIN or (k not in PER_MEMBER_TRAIN
+                                      and getattr(cfg.train, k) != field.default)}
+    return json.dumps({"model": d["model"], "data": d["data"], "train": train},
+                      sort_keys=True, default=str)
 
 
 @dataclass(kw_only=True)
@@ -120,9 +154,7 @@ class _Member(RunMember):
     optimizer_state: dict[str, dict[str, torch.Tensor]]
 
     def hyper(self, lr: float) -> dict[str, Any]:
-        tc = self.tc
-        return {"lr": lr, "weight_decay": tc.weight_decay,
-                "beta1": tc.beta1, "beta2": tc.beta2, "eps": tc.eps}
+        return adamw_hyper(self.tc, lr)
 
 
 def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
@@ -133,7 +165,7 @@ def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay))
+    optimizer = adamw(model, tc)  # (what the checkpoint restores into: its state by parameter)
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     write_run_config(run_dir, cfg, run_meta(cfg, model, data, device, precision))
     data.save_tokenizer(run_dir)
@@ -199,9 +231,8 @@ def train_group(cfgs: list[RunConfig], root: Path | str = "runs", *, progress: b
                     members.append(_setup(cfg, run_dir, data, device, repairs,
                                           precision_of(cfg, run_dir)))
             except Exception as e:  # this member's folder or checkpoint: it fails, the rest train
-                summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(),
-                                                         type(e).__name__, str(e),
-                                                         traceback.format_exc())
+                summaries[cfg.run_id()] = record_failure(run_dir, cfg.run_id(), e,
+                                                         tb=traceback.format_exc())
         # one stack per precision: members that begin now share the one decided for them (for
         # `auto`: measured once); a resumed member keeps what its folder recorded
         signalled = False  # a signal that stopped one stack stops the next one at once
@@ -246,11 +277,10 @@ class _GroupLoop(RunLoop):
         super().__init__(members, device)
         self.group_size = len(members)
         self.template = copy.deepcopy(members[0].model)  # a member's shape, for its checkpoint
-        self.template_opt = torch.optim.AdamW(param_groups(self.template, 0.0))
-        decay_params = {id(p) for p in self.template_opt.param_groups[0]["params"]}
-        decayed = {n for n, p in self.template.named_parameters() if id(p) in decay_params}
+        self.template_opt = adamw(self.template, members[0].tc)  # (its state is a member's)
         self.model = StackedTransformer([m.model for m in members])
-        self.optim = StackedAdamW(self.model, decayed, [m.optimizer_state for m in members])
+        self.optim = StackedAdamW(self.model, decayed_names(self.template),
+                                  [m.optimizer_state for m in members])
         for m in members:
             m.model, m.optimizer_state = None, {}  # the stack holds them now
         tc = members[0].cfg.train
@@ -284,6 +314,10 @@ class _GroupLoop(RunLoop):
             self.template_opt.state[p] = state[name]
         save_checkpoint(m.run_dir / "checkpoint", self.template, self.template_opt,
                         checkpoint_state(m.step, m.best_val, m.spike, m.run_id))
+
+    def keep_weights(self, row: int) -> None:
+        m = self.active[row]
+        keep_weights(m.run_dir / "checkpoint", m.step)
 
     def keep_rows(self, rows: list[int]) -> None:
         self.optim.keep(rows)

@@ -8,18 +8,28 @@ apply to (`applies`: the one rule of which setting a run uses, e.g. `data.khop_*
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from normlab.config import KHOP_FIELDS, TEXT_FIELDS, ConfigError, ModelConfig, parse_config
 from normlab.train.rundir import RunFolder
 
+# Mappings shown as one value, not field by field: a user placement's definition would otherwise
+# give a listing a column per norm switch; its digest tells two definitions apart.
+_WHOLE = frozenset({"model.placement_def"})
+
 
 def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as flat `section.field` keys (lists become tuples)."""
+    """A nested mapping as flat `section.field` keys (lists become tuples; a user placement's
+    definition one short digest)."""
     out: dict[str, Any] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
-        if isinstance(v, dict):
+        if key in _WHOLE and isinstance(v, dict):
+            blob = json.dumps(v, sort_keys=True, default=str).encode()
+            out[key] = "def-" + hashlib.sha256(blob).hexdigest()[:8]
+        elif isinstance(v, dict):
             out.update(flatten(v, key + "."))
         else:
             out[key] = tuple(v) if isinstance(v, list) else v

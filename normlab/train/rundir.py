@@ -429,6 +429,31 @@ def cut_metrics_after(path: Path, step: int) -> tuple[list[dict[str, Any]], str 
     return [r for r, _ in kept], note
 
 
+def seed_metrics(source: Path, target: Path, step: int) -> None:
+    """`target` (an extension's metrics.jsonl) written with the intact records of `source` (the
+    run it extends) up to `step`, so that the extension's records tell its whole trajectory."""
+    text = _read_text(source)
+    kept = [line for r, line in parse_metrics(text or "")[0] if r["step"] <= step]
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    os.replace(tmp, target)
+
+
+def split_run_step(given: Path | str) -> tuple[Path, int | None]:
+    """A command's `RUN@STEP` as (RUN, STEP): the run (a folder, or under ./runs its id, a
+    unique prefix of it or its name; see `find_run`) and the step of the weights to read; a RUN
+    without `@STEP`, or a path that exists as given, is (RUN, None): its latest checkpoint.
+    `RunFolderError` for a STEP that is not a step count."""
+    text = str(given)
+    run, at, step = text.rpartition("@")
+    if not at or Path(text).exists():
+        return Path(given), None
+    if not step.isdigit() or not run:
+        raise RunFolderError(f"{text}: give RUN@STEP with STEP a step count (e.g. {run or 'RUN'}"
+                             "@200), or the run alone for its latest checkpoint")
+    return Path(run), int(step)
+
+
 def find_run(given: Path | str, root: Path | str = "runs") -> Path:
     """The run folder a command was given: the path itself when it exists; otherwise, for a bare
     word, the one run under `root` (at any depth, a sweep's runs too) whose id starts with it or

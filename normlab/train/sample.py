@@ -4,8 +4,12 @@ The run's model continues the prompt one token at a time: logits of the last pos
 the temperature, cut to the `top_k` most likely tokens, and drawn from a seeded generator
 (temperature 0 takes the most likely token). The context is the last `max_seq_len` tokens. Text
 goes in and out through the run's own tokenizer: the `tokenizer.json` in its folder (a BPE or a
-tokenizer file the run trained with), else bytes. Only a finished run (`completed` or `stalled`)
-of a decoder is sampled; anything else is a `SampleError` saying why and what to do.
+tokenizer file the run trained with), else bytes. The weights are the run's latest checkpoint,
+or those of a step given as `RUN@STEP` (`normlab.train.rundir.split_run_step`: the latest
+checkpoint's step or one kept with `train.keep_checkpoints`); a run that is not finished is
+sampled from its latest checkpoint (the command says so), one that diverged only at a step given
+(its last weights are not a trained model). Only a decoder trained on text is sampled; anything
+else is a `SampleError` saying why and what to do.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 
 from normlab.data.tokenizer import TOKENIZER_FILE, ByteTokenizer, Tokenizer
 
-SAMPLEABLE = ("completed", "stalled")
+SAMPLEABLE = ("completed", "stalled")  # finished with a trained model
 
 
 class SampleError(ValueError):
@@ -85,12 +89,15 @@ def run_tokenizer(run_dir: Path, meta: dict | None = None) -> Tokenizer:
     return ByteTokenizer()
 
 
-def load_sampleable(run_dir: Path):
-    """`(run_config, model)` of a finished decoder run, or `SampleError` naming the problem."""
+def load_sampleable(given: Path | str):
+    """`(run_config, model, run folder, step)` of a decoder run at `RUN` or `RUN@STEP` (step
+    None: its latest checkpoint), or `SampleError` naming the problem."""
     from normlab.train import CheckpointError, RunFolderError, load_trained_model
-    from normlab.train.rundir import find_run, read_run_folder
+    from normlab.train.checkpoint import checkpoint_step
+    from normlab.train.rundir import find_run, read_run_folder, split_run_step
 
-    try:  # a run's id, a unique prefix of it, or its name, under ./runs
+    try:  # a run's id, a unique prefix of it, or its name, under ./runs; then @STEP
+        run_dir, step = split_run_step(given)
         run_dir = find_run(run_dir)
     except RunFolderError as e:
         raise SampleError(str(e)) from None
@@ -110,31 +117,42 @@ def load_sampleable(run_dir: Path):
     if folder.config is not None and folder.config.data.task is not None:
         raise SampleError(f"{run_dir}: trained on data.task={folder.config.data.task}, not "
                           "text; its head answers the task, it does not predict bytes")
-    if folder.outcome not in SAMPLEABLE:
-        s = folder.summary
-        where = (f" at step {s['step']} of {s.get('steps_planned', '?')}"
-                 if s.get("step") is not None else "")
-        todo = ("its weights are not a trained model" if folder.outcome == "diverged" else
-                f"finish it first with `normlab train --resume {run_dir}`")
-        raise SampleError(f"{run_dir}: the run is {folder.outcome}{where}, not finished; {todo}")
+    s = folder.summary
+    where = (f" at step {s['step']} of {s.get('steps_planned', '?')}"
+             if s.get("step") is not None else "")
+    if folder.outcome == "diverged" and step is None:
+        raise SampleError(f"{run_dir}: the run is diverged{where}; its last weights are not a "
+                          "trained model; give a step it kept before, as RUN@STEP")
+    if folder.outcome not in SAMPLEABLE and checkpoint_step(run_dir) is None:
+        raise SampleError(f"{run_dir}: the run is {folder.outcome}{where} and has no checkpoint "
+                          f"yet; continue it with `normlab train --resume {run_dir}`")
     try:
-        return load_trained_model(run_dir)
+        return (*load_trained_model(run_dir, step=step), run_dir, step)
     except CheckpointError as e:
         raise SampleError(str(e)) from None
 
 
 def sample_run(run_dir: Path | str, prompt: str = "\n", *, tokens: int = 200,
                temperature: float = 0.8, top_k: int | None = None, seed: int = 0) -> str:
-    """The text a finished run's model writes after `prompt` (the continuation only), in and
-    out through the run's tokenizer (`run_tokenizer`)."""
-    from normlab.train.rundir import find_run, read_run_folder
+    """The text a run's model (`RUN` or `RUN@STEP`, see `load_sampleable`) writes after `prompt`
+    (the continuation only), in and out through the run's tokenizer (`run_tokenizer`)."""
+    return sample_with_source(run_dir, prompt, tokens=tokens, temperature=temperature,
+                              top_k=top_k, seed=seed)[0]
+
+
+def sample_with_source(run_dir: Path | str, prompt: str = "\n", *, tokens: int = 200,
+                       temperature: float = 0.8, top_k: int | None = None, seed: int = 0
+                       ) -> tuple[str, str]:
+    """`sample_run`'s text, and which weights wrote it (`weights_note`: the run, the step, and
+    whether the run is finished), for the command to say."""
+    from normlab.train.checkpoint import weights_note
+    from normlab.train.rundir import read_run_folder
 
     check_settings(tokens, temperature, top_k)
     if not prompt:
         raise SampleError("--prompt is empty; give some text to continue (e.g. a newline)")
-    _, model = load_sampleable(Path(run_dir))
+    _, model, folder, step = load_sampleable(run_dir)
     check_settings(tokens, temperature, top_k, model.cfg.vocab_size)
-    folder = find_run(Path(run_dir))
     tokenizer = run_tokenizer(folder, read_run_folder(folder).meta)
     ids = tokenizer.encode(prompt).astype("int64")
     if not len(ids):
@@ -143,4 +161,4 @@ def sample_run(run_dir: Path | str, prompt: str = "\n", *, tokens: int = 200,
     idx = torch.from_numpy(ids)[None, :]
     gen = torch.Generator().manual_seed(seed)
     out = generate(model, idx, tokens, temperature=temperature, top_k=top_k, generator=gen)
-    return tokenizer.decode(out[0, idx.size(1):])
+    return tokenizer.decode(out[0, idx.size(1):]), weights_note(folder, step)

@@ -4,13 +4,30 @@
 - `cosine` / `linear`: linear warmup, then decay to `min_lr_ratio * lr` at the last step.
 - `inv_sqrt`: the original Transformer's, linear warmup then `lr * sqrt(warmup / step)`
   (Vaswani et al. 2017, eq. 3, with lr the peak).
+
+An extended run (`train.extends`: a finished run of S steps continued to N) follows the
+schedule of an N-step run, `lr_at(step, cfg)` with its own `steps = N`, from step S on:
+
+- `constant` and `inv_sqrt` (and every warmup) do not depend on the total, so they continue
+  unchanged: the extension's lrs are those of an N-step run from scratch, and on the CPU it
+  ends with that run's weights bit for bit.
+- `cosine` and `linear` decay is recomputed for N: the lr at step S jumps from the old
+  schedule's (its floor, where the S-step run ended) to the N-step schedule's value at S, then
+  decays to the floor at N.
+
+`extension_lr` states the rule and the two lrs; the extension records them in its config.yaml's
+`meta.extends`.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from normlab.config import TrainConfig
+
+# the schedules whose lr at a step does not depend on the run's total steps
+TOTAL_FREE = ("constant", "inv_sqrt")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -28,3 +45,18 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     if cfg.schedule == "cosine":
         return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
     return peak - (peak - floor) * progress  # linear
+
+
+def extension_lr(cfg: TrainConfig) -> dict[str, Any]:
+    """What the schedule does where an extended run (`cfg.extends` set) begins: the run it
+    extends, its last step S, the rule (`continued` or `recomputed for N steps`, see the module
+    docstring), the lr of the old run's last step (S - 1, 0-based) and of this run's first (S)."""
+    ext = cfg.extends
+    if ext is None:
+        raise ValueError("extension_lr: the config extends no run (train.extends is null)")
+    old = cfg.model_copy(update={"steps": ext.step, "extends": None})
+    rule = ("continued" if cfg.schedule in TOTAL_FREE else
+            f"recomputed for {cfg.steps} steps ({cfg.schedule} decay to the floor at step "
+            f"{cfg.steps}, not {ext.step})")
+    return {"run": ext.run, "step": ext.step, "schedule": cfg.schedule, "rule": rule,
+            "lr_before": lr_at(ext.step - 1, old), "lr_after": lr_at(ext.step, cfg)}

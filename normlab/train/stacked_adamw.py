@@ -3,10 +3,14 @@
 All parameters live in one `[M, P]` buffer (member i's row holds its P weights; decayed weight
 matrices first), and each stacked parameter is a view into it. Gradients are gathered into the
 same layout, so the gradient norm of each member and its clipping are one operation on `[M, P]`
-tensors (per-member factors as an `[M, 1]` column). The update is the fused AdamW kernel on each
-member's row (one call per member and column group) with that member's hyperparameters: learning
-rate (its own schedule), weight decay, betas, eps. The math is `torch.optim.AdamW`'s and clipping
-is `torch.nn.utils.clip_grads_with_norm_`'s, so a member trains as it would alone.
+tensors (per-member factors as an `[M, 1]` column). The update is torch's fused AdamW kernel
+(what a run alone trains with, `torch.optim.AdamW(fused=True)`) over the members' rows: one call
+per distinct setting of (learning rate, betas, eps, weight decay) and column group, each call over
+the rows of every member with that setting and each row at its own step count. The kernel updates
+each tensor of its list on its own, so a row gets exactly the arithmetic it would get in a call
+of its own: an lr x seed grid of 64 members makes 2 calls per lr on each step, not 128, and on a
+GPU each call is one multi-tensor launch. Clipping is `torch.nn.utils.clip_grads_with_norm_`'s, so
+a member trains as it would alone.
 
 Members can be dropped (`keep`): a diverged or finished member leaves the stack and the others
 continue without it.
@@ -87,19 +91,20 @@ class StackedAdamW:
     @torch.no_grad()
     def step(self, grads: torch.Tensor, hp: Sequence[dict[str, Any]]) -> None:
         """One AdamW step of every member; `hp[i]`: member i's lr, weight_decay, beta1, beta2,
-        eps. Each member's row is updated by the fused AdamW kernel (what the trainer's
-        `torch.optim.AdamW(fused=True)` runs), its decayed and undecayed columns apart."""
+        eps (`normlab.train.optim.adamw_hyper`). Members that share a setting share a call of
+        the fused kernel; each keeps its own step count."""
         self.steps = [s + 1 for s in self.steps]
+        step = torch.tensor(self.steps, dtype=torch.float32, device=self.flat.device)
         n, total = self.n_decayed, self.flat.shape[1]
         parts = [(slice(0, n), True)] * (n > 0) + [(slice(n, total), False)] * (total > n)
-        for i, h in enumerate(hp):
-            step = torch.tensor(float(self.steps[i]), device=self.flat.device)
-            for cols, decayed in parts:
+        for cols, decayed in parts:
+            for (lr, beta1, beta2, eps, weight_decay), rows in _same_setting(hp, decayed).items():
                 torch._fused_adamw_(
-                    [self.flat[i, cols]], [grads[i, cols]], [self.exp_avg[i, cols]],
-                    [self.exp_avg_sq[i, cols]], [], [step], amsgrad=False, maximize=False,
-                    lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["eps"],
-                    weight_decay=h["weight_decay"] if decayed else 0.0)
+                    [self.flat[i, cols] for i in rows], [grads[i, cols] for i in rows],
+                    [self.exp_avg[i, cols] for i in rows],
+                    [self.exp_avg_sq[i, cols] for i in rows], [], [step[i] for i in rows],
+                    amsgrad=False, maximize=False, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                    weight_decay=weight_decay)
 
     # -- members ----------------------------------------------------------------------------------
     def keep(self, rows: Sequence[int]) -> None:
@@ -124,3 +129,14 @@ class StackedAdamW:
                          "exp_avg_sq": self.exp_avg_sq[i, cols].reshape(shape).clone()}
             offset += size
         return out
+
+
+def _same_setting(hp: Sequence[dict[str, Any]], decayed: bool
+                  ) -> dict[tuple[float, ...], list[int]]:
+    """The members (rows) of each distinct (lr, beta1, beta2, eps, weight decay) of this step;
+    weight decay is 0 on the undecayed columns, so there members differing only in it share."""
+    rows: dict[tuple[float, ...], list[int]] = {}
+    for i, h in enumerate(hp):
+        key = (h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"] if decayed else 0.0)
+        rows.setdefault(key, []).append(i)
+    return rows

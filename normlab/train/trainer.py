@@ -26,6 +26,7 @@ progress), for one run here (`train_run`) and for a stacked group (`normlab.trai
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ import torch
 import yaml
 
 import normlab
-from normlab.config import ConfigError, RunConfig
+from normlab.config import ConfigError, RunConfig, parse_config
 from normlab.data import load_run_data
 from normlab.data.fingerprint import changes as data_changes
 from normlab.data.khop import IGNORE
@@ -46,10 +47,12 @@ from normlab.nn.plan import resolved_run_fields, resolved_settings
 from normlab.train import distributed
 from normlab.train.checkpoint import (
     CheckpointError,
+    copy_checkpoint,
     keep_weights,
     load_checkpoint,
     recover_checkpoint,
     save_checkpoint,
+    usable_checkpoint,
 )
 from normlab.train.diagnostics import FINAL_STREAM, TokenShare, end_of_run
 from normlab.train.divergence import SpikeDetector
@@ -73,6 +76,7 @@ from normlab.train.numerics import (
     match_numerics,
     numerics_in_force,
 )
+from normlab.train.optim import adamw, fused_available
 from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.precision import (
     Precision,
@@ -89,8 +93,11 @@ from normlab.train.rundir import (
     read_config_data,
     read_run_config,
     read_summary,
+    safetensors_problem,
+    seed_metrics,
     summary_problem,
 )
+from normlab.train.schedules import extension_lr
 from normlab.train.step import accumulate_gradients, clip_and_step, gradient_norm, set_lr
 from normlab.warnings import NormlabWarning
 
@@ -101,9 +108,18 @@ class ThreadCountError(RunFolderError):
     """A resume that would run with another CPU thread count than the run's checkpoint."""
 
 
-class DataChangedError(RunFolderError):
+class RunRefusedError(RunFolderError):
+    """A run that is not trained because its folder holds something a training must not touch:
+    said to the caller, never recorded in the folder (`record_failure`), which stays as it is."""
+
+
+class DataChangedError(RunRefusedError):
     """A run folder whose recorded data fingerprint differs from the data now (see
-    `check_data_unchanged`); never recorded in the folder (`record_failure`)."""
+    `check_data_unchanged`)."""
+
+
+class DamagedRunError(RunRefusedError):
+    """A finished run whose folder does not hold its result (see `finished_run_damage`)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,26 +134,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: decay on weight matrices only; none on norms, biases, gates, embeddings."""
-    decay, no_decay, seen = [], [], set()
-    for name, p in model.named_parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        is_embedding = "emb" in name
-        (decay if p.dim() >= 2 and not is_embedding else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
 def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str,
                      fingerprint: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """What `run_dir` allows before anything is written: the summary of a finished run (nothing
     to train), None to train or resume; `RunFolderError` when it holds another run, exists with
-    `resume="never"`, or has no checkpoint with `resume="require"`, and `DataChangedError` when
+    `resume="never"`, or has no checkpoint with `resume="require"`, `DataChangedError` when
     the data's `fingerprint` (the files the run reads now, `normlab.data.fingerprint`) differs
-    from the one its config.yaml recorded (a folder recorded without one is not checked)."""
+    from the one its config.yaml recorded (a folder recorded without one is not checked), and
+    `DamagedRunError` when it says it finished but does not hold the result
+    (`finished_run_damage`): a train, a sweep or the study would otherwise skip it as done."""
     if (run_dir / "config.yaml").exists():
         try:
             on_disk = read_run_config(run_dir)
@@ -152,6 +157,9 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str,
         if fingerprint is not None:
             check_data_unchanged(run_dir, fingerprint, finished)
         if finished:
+            damage = finished_run_damage(run_dir)
+            if damage:
+                raise DamagedRunError(damage)
             return summary
         if resume == "never":
             raise RunFolderError(f"{run_dir}: exists; resume it with `normlab train --resume "
@@ -159,6 +167,117 @@ def check_run_folder(cfg: RunConfig, run_dir: Path, resume: str,
     if resume == "require" and not (run_dir / "checkpoint" / "trainer_state.json").exists():
         raise RunFolderError(f"{run_dir}: no checkpoint to resume from")
     return None
+
+
+def finished_run_damage(run_dir: Path) -> str | None:
+    """Why a run folder whose summary.json says it finished (so a train or a resume would skip
+    it as done) does not hold that result: its checkpoint's weights are missing or not whole,
+    or its checkpoint is of another step than the summary's. None when it is whole, or not
+    finished (a run that diverged before its first checkpoint has none, and needs none)."""
+    summary = read_summary(run_dir)
+    if not summary or summary.get("outcome") not in FINISHED:
+        return None
+    outcome, step = summary["outcome"], summary.get("step")
+    folder = usable_checkpoint(run_dir / "checkpoint")
+    if folder is None and outcome == "diverged":
+        return None
+    weights = (folder or run_dir / "checkpoint") / "model.safetensors"
+    state_file = weights.parent / "trainer_state.json"
+    if not weights.is_file():
+        problem = f"{weights} is missing"
+    else:
+        problem = safetensors_problem(weights)
+        problem = f"{weights} is {problem}" if problem else None
+    if problem is None and outcome != "diverged":
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            saved = state.get("step") if isinstance(state, dict) else None
+        except (OSError, ValueError):
+            saved = None
+            problem = f"{state_file} is missing or not valid JSON"
+        if problem is None and saved != step:
+            problem = f"its checkpoint ({state_file}) is of step {saved}, not {step}"
+    if problem is None:
+        return None
+    moved = run_dir.with_name(run_dir.name + ".damaged")
+    return (f"{run_dir}: damaged: its summary.json says {outcome} at step {step}, but {problem}, "
+            "so the run's result cannot be used (sample, probe and finetune read its weights). "
+            f"Restore the file, or train the run again: move the folder away (`mv {run_dir} "
+            f"{moved}`) and run `normlab train {moved / 'config.yaml'} --root {run_dir.parent}`")
+
+
+EXTENDABLE = ("completed", "stalled")  # trained all their steps: an extension continues them
+
+
+def extendable_summary(run_dir: Path) -> dict[str, Any]:
+    """The summary of the run in `run_dir` when it can be extended (`EXTENDABLE`, its result
+    whole); otherwise `RunFolderError` saying why and what to do (`DamagedRunError` for a
+    damaged result)."""
+    if not (run_dir / "config.yaml").is_file():
+        raise RunFolderError(f"{run_dir}: no such run folder (no config.yaml); an extension "
+                             "continues a finished run in the same root")
+    summary = read_summary(run_dir) or {}
+    outcome, step = summary.get("outcome"), summary.get("step")
+    if outcome == "diverged":
+        raise RunFolderError(
+            f"{run_dir}: diverged at step {step} ({summary.get('reason')}), so it cannot be "
+            "extended: its weights are not a trained model to continue; train a new run "
+            "(e.g. with a lower train.lr)")
+    if outcome not in EXTENDABLE:
+        where = f" at step {step} of {summary.get('steps_planned', '?')}" if step else ""
+        raise RunFolderError(
+            f"{run_dir}: the run is {outcome or 'not started'}{where}, not finished, so it "
+            f"cannot be extended yet; resume it first (`normlab train --resume {run_dir}`), then "
+            "extend it with --set train.steps=N")
+    damage = finished_run_damage(run_dir)
+    if damage:
+        raise DamagedRunError(damage)
+    return summary
+
+
+def extended_config(run_dir: Path, steps: int) -> RunConfig:
+    """The config of the run that continues the finished run in `run_dir` to `steps` steps:
+    its own config with `train.steps` and `train.extends` (that run's id and last step), so
+    the extension is a new run folder beside it, whose id differs from it and from a run of
+    `steps` steps from scratch. `RunFolderError` when the run cannot be extended
+    (`extendable_summary`), `ConfigError` when `steps` does not exceed its last step."""
+    cfg = read_run_config(run_dir)
+    summary = extendable_summary(run_dir)
+    last = summary["step"]
+    if steps <= last:
+        raise ConfigError(f"--set train.steps={steps}: {run_dir} finished at step {last}; an "
+                          f"extension trains on from there, so give train.steps > {last}")
+    data = cfg.to_dict()
+    data["train"] |= {"steps": steps, "extends": {"run": run_dir.name, "step": last}}
+    return parse_config(RunConfig, data)
+
+
+def check_extension(cfg: RunConfig, run_dir: Path,
+                    fingerprint: dict[str, Any] | None = None) -> Path:
+    """The folder of the run that `cfg` extends (`train.extends`, beside `run_dir`), checked:
+    it finished at the recorded step with its result whole (`extendable_summary`), its config
+    differs from `cfg` in `train.steps` alone (and the labels and execution options, which
+    change nothing computed), and its data are what they were (`check_data_unchanged`).
+    `RunFolderError` otherwise."""
+    ext = cfg.train.extends
+    assert ext is not None
+    source = run_dir.parent / ext.run
+    summary = extendable_summary(source)
+    if summary.get("step") != ext.step:
+        raise RunFolderError(f"{run_dir}: extends {source} from step {ext.step}, but that run "
+                             f"ended at step {summary.get('step')}; extend it again with "
+                             f"`normlab train --resume {source} --set train.steps=N`")
+    try:
+        base = extended_config(source, cfg.train.steps)
+    except ConfigError as e:
+        raise RunFolderError(str(e)) from None
+    if base.run_id() != cfg.run_id():
+        raise RunFolderError(f"{run_dir}: its config differs from that of {source}, which it "
+                             "extends, in more than train.steps; an extension changes only the "
+                             "step count (`normlab train --resume RUN --set train.steps=N`)")
+    if fingerprint is not None:
+        check_data_unchanged(source, fingerprint, finished=True)
+    return source
 
 
 def check_data_unchanged(run_dir: Path, fingerprint: dict[str, Any], finished: bool) -> None:
@@ -178,6 +297,16 @@ def check_data_unchanged(run_dir: Path, fingerprint: dict[str, Any], finished: b
         "the data, so the folder is left as it is. To train on the data as it is now, move the "
         "folder away (or delete it), or train under another --root; to use the folder, put the "
         "data back as it was")
+
+
+def start_extension(source: Path, run_dir: Path, run_id: str, step: int) -> None:
+    """Seed the folder of an extension with the final checkpoint of the run it extends (the
+    trainer state marked as this run's, so that its resume path restores it) and that run's
+    metrics.jsonl records, so that its records tell the whole trajectory. TensorBoard events
+    and kept weights stay in the source's folder."""
+    seed_metrics(source / "metrics.jsonl", run_dir / "metrics.jsonl", step)
+    copy_checkpoint(usable_checkpoint(source / "checkpoint") or source / "checkpoint",
+                    run_dir / "checkpoint", {"config_hash": run_id, "extends": source.name})
 
 
 def run_meta(cfg: RunConfig, model: NormTransformer, data: Any, device: torch.device,
@@ -304,14 +433,18 @@ def run_summary(cfg: RunConfig, precision: Precision, outcome: str, step: int,
             "threads": torch.get_num_threads(), **extra}
 
 
-def record_failure(run_dir: Path, run_id: str, reason: str, message: str,
-                   tb: str | None = None) -> dict[str, Any]:
-    """Write `failed` into the run's summary (keeping its step); the run stays resumable. A
-    refusal because the data changed (`DataChangedError`) is returned, without the folder's
-    numbers, and not written: the folder keeps the result or checkpoint of the data it was
-    trained on."""
+def record_failure(run_dir: Path, run_id: str, reason: str | BaseException,
+                   message: str | None = None, tb: str | None = None) -> dict[str, Any]:
+    """Write `failed` into the run's summary (keeping its step); the run stays resumable.
+    `reason` is a word (`worker_died`) with its `message`, or the exception that stopped the
+    run (its type's name and its text). A refusal (`RunRefusedError`: the data changed, a
+    damaged result) is returned, without the folder's numbers, and not written: the folder
+    keeps what it holds."""
+    error = reason if isinstance(reason, BaseException) else None
+    if error is not None:
+        reason, message = type(error).__name__, str(error) if message is None else message
     old = read_summary(run_dir) or {}
-    if reason == DataChangedError.__name__:
+    if isinstance(error, RunRefusedError):
         return {"run_id": run_id, "outcome": "failed", "step": old.get("step", 0),
                 "reason": reason, "message": message}
     summary = {**{k: v for k, v in old.items() if k not in ("outcome", "reason", "message")},
@@ -436,9 +569,15 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
                   f"skipped (its folder {run_dir} holds the result; delete it to train again)",
                   file=sys.stderr, flush=True)
         return finished
+    # an extension without a checkpoint of its own starts from the final one of the run it
+    # extends (the same on every rank: the folder was read before anyone writes to it)
+    source = None
+    if tc.extends is not None and not (run_dir / "checkpoint" / "trainer_state.json").exists():
+        source = check_extension(cfg, run_dir, data.fingerprint)
 
-    # decided before anything is built, and said (a bf16 run on a CPU that emulates it warns)
-    precision = agreed_precision(cfg, run_dir, device, dist)
+    # decided before anything is built, and said (a bf16 run on a CPU that emulates it warns);
+    # an extension trains in the precision the run it continues recorded
+    precision = agreed_precision(cfg, source or run_dir, device, dist)
     if dist.main:
         if progress and tc.precision == "auto":
             print(f"{run_id}: trains in {precision.precision} ({precision.reason})",
@@ -450,26 +589,32 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
-    # the fused kernel: one pass over each parameter instead of a dozen elementwise ops
-    optimizer = torch.optim.AdamW(param_groups(model, tc.weight_decay), lr=tc.lr,
-                                  betas=(tc.beta1, tc.beta2), eps=tc.eps,
-                                  fused=device.type in ("cpu", "cuda"))
+    optimizer = adamw(model, tc, fused=fused_available(device))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     model.activation_checkpointing = tc.activation_checkpointing
     net = dist.wrap(model)
     if tc.compile:  # compiled lazily: the first step pays (its time_s in metrics.jsonl)
         net = torch.compile(net)
 
+    lr_rule = extension_lr(tc) if tc.extends is not None else None  # recorded in its meta
     dist.barrier()  # every rank has read the folder's state before rank 0 writes to it
     if dist.main:
-        write_run_config(run_dir, cfg, run_meta(cfg, model, data, device, precision)
-                         | {"world_size": dist.world_size})
+        meta = run_meta(cfg, model, data, device, precision) | {"world_size": dist.world_size}
+        write_run_config(run_dir, cfg, meta | ({"extends": lr_rule} if lr_rule else {}))
         data.save_tokenizer(run_dir)
+        if source is not None:
+            start_extension(source, run_dir, run_id, tc.extends.step)
+    if source is not None:
+        dist.barrier()  # the seeded checkpoint is there before any rank reads it
 
     metrics = MetricsLog(run_dir / "metrics.jsonl", tb_dir=run_dir / "tb", enabled=dist.main)
     restored = restore_checkpoint(run_dir, cfg, model, optimizer, spike, metrics, resume,
                                   threads=threads, device=device)
-    if restored.step and progress and dist.main:  # a re-run continues where it left off
+    if source is not None and lr_rule is not None and progress and dist.main:
+        print(f"{run_id}: extends {source} from step {restored.step} to {tc.steps}; lr "
+              f"{lr_rule['rule']}: {lr_rule['lr_before']:.3g} at its last step, "
+              f"{lr_rule['lr_after']:.3g} now", file=sys.stderr, flush=True)
+    elif restored.step and progress and dist.main:  # a re-run continues where it left off
         print(f"{run_id}: resuming from step {restored.step} of {tc.steps} (its checkpoint)",
               file=sys.stderr, flush=True)
     metrics.write_config(cfg.to_yaml(), restored.step)

@@ -118,37 +118,6 @@ def test_unknown_profile():
         run_study(__import__("pathlib").Path("/nonexistent"), "huge")
 
 
-def test_the_estimate_times_a_step_with_one_workers_share_of_the_cores(monkeypatch):
-    """The study's workers each train with cores / workers threads, so the step behind the
-    estimate is timed that way (timed with every core it came out 1.6x short on 2 cores); the
-    thread count is restored after."""
-    import torch
-
-    from normlab.study import runner
-    from normlab.study.profiles import PROFILES
-    from normlab.train.machine import default_threads
-
-    seen = []
-
-    def fake_time_steps(cfg, steps=3, warmup_steps=2):
-        seen.append(torch.get_num_threads())
-        return 0.5
-
-    monkeypatch.setattr(runner, "time_steps", fake_time_steps)
-    before = torch.get_num_threads()
-    p = PROFILES["quick"]
-    torch.set_num_threads(default_threads(p.workers) + 2)  # not a worker's share
-    try:
-        est = runner.estimate_seconds(p)
-        assert seen == [default_threads(p.workers)]
-        assert torch.get_num_threads() == default_threads(p.workers) + 2
-    finally:
-        torch.set_num_threads(before)
-    counts = runner.estimate_runs(p)
-    assert est == pytest.approx((counts["runs"] * p.steps + counts["finetune_steps"]) * 0.5
-                                / p.workers + 90)
-
-
 def test_deep_models_are_tuned_on_their_own_grid_at_their_depth(tmp_path, monkeypatch):
     """12-block post can stall where 6-block post trains, so each placement's deep models
     are tuned at their own depth: a planted deep post that trains only below the grid is found

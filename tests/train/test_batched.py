@@ -16,8 +16,8 @@ from normlab.sweep.grouping import AUTO_CPU_WORK_PER_THREAD, GroupTask, RunTask,
 from normlab.train import read_summary, train_run
 from normlab.train.group import GroupError, check_group, run_unstackable_reason, train_group
 from normlab.train.logging import read_metrics
+from normlab.train.optim import param_groups
 from normlab.train.stacked_adamw import StackedAdamW
-from normlab.train.trainer import param_groups
 
 TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
         "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",

@@ -392,8 +392,8 @@ def test_load_trained_model_at_a_kept_step(kept_run: Path):
         assert torch.equal(got[k], v), k
     assert any(not torch.equal(got[k], weights_of(final)[k]) for k in step1)  # it trained on
     assert not at1.training
-    with refused(f"{kept_run}: no weights kept at step 7 (kept: [1, 2]); train with "
-                 "train.keep_checkpoints=true"):
+    with refused(f"{kept_run}: no weights kept at step 7 (kept: [1, 2]; latest checkpoint: "
+                 "step 3); train with train.keep_checkpoints=true"):
         load_trained_model(kept_run, step=7)
 
 
@@ -403,8 +403,8 @@ def test_load_trained_model_errors_name_the_run_and_the_fix(kept_run: Path, tmp_
     run = tmp_path / kept_run.name
     shutil.copytree(kept_run, run)
     shutil.rmtree(run / "checkpoints")
-    with refused(f"{run}: no weights kept at step 1 (kept: none); train with "
-                 "train.keep_checkpoints=true"):
+    with refused(f"{run}: no weights kept at step 1 (kept: none; latest checkpoint: step 3); "
+                 "train with train.keep_checkpoints=true"):
         load_trained_model(run, step=1)
     # a crash between the renames: the weights are read from the complete .old
     (run / "checkpoint").rename(run / "checkpoint.old")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from safetensors.torch import save_file
 
 from normlab.config import ModelConfig, load_run_config
 from normlab.data import TokenArray, Work, load_text_data
@@ -161,9 +162,9 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     c = cfg(corpus, *STALLS)
     old = c.to_dict()
     for key in ("stall_margin", "compile", "activation_checkpointing", "name", "tags",
-                "keep_checkpoints", "deterministic"):
+                "keep_checkpoints", "deterministic", "extends"):
         del old["train"][key]
-    for key in ("attention", "embedding"):  # model fields added later still
+    for key in ("attention", "embedding", "placement_def"):  # model fields added later still
         del old["model"][key]
     for key in ("task", "khop_alphabet", "khop_min_hops", "khop_max_hops", "tokenizer",
                 "text_field"):  # data fields too
@@ -176,6 +177,9 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     (run_dir / "config.yaml").write_text(yaml.safe_dump(old))
     summary = {"run_id": old_id, "outcome": "completed", "step": 20, "val_loss": 3.0}
     write_json_atomic(run_dir / "summary.json", summary)
+    (run_dir / "checkpoint").mkdir()  # the result it reports is whole: its weights of step 20
+    save_file({"w": torch.zeros(2)}, run_dir / "checkpoint" / "model.safetensors")
+    write_json_atomic(run_dir / "checkpoint" / "trainer_state.json", {"step": 20})
     assert train_run(c, tmp_path, progress=False) == summary
 
 

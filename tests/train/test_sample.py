@@ -1,5 +1,6 @@
 """`normlab sample RUN_DIR --prompt TEXT`: text from a trained run's byte-level model, seeded and
-repeatable; a missing, unfinished or wrong folder is one clear error (exit 2)."""
+repeatable; a missing or wrong folder is one clear error (exit 2). An unfinished run, and a run
+at a given step (`RUN@STEP`): tests/cli/test_run_at_step.py."""
 
 from __future__ import annotations
 
@@ -69,8 +70,6 @@ def test_sample_run_returns_only_the_continuation(runs):
     ("nope", "nope: no such run folder"),
     ("file", "is a file; give a run folder"),
     ("root", "not a run folder (no config.yaml)"),
-    ("cut", "the run is interrupted at step 2 of 50, not finished; finish it first with "
-            "`normlab train --resume"),
 ])
 def test_a_folder_that_cannot_be_sampled_is_named(runs, tmp_path, target, needle):
     (tmp_path / "file").write_text("x")

@@ -66,6 +66,14 @@ def common_lrs(pre: TunedGrid, post: TunedGrid) -> list[float]:
     return sorted(shared, key=lambda lr: (lr != best, lr))
 
 
+def lr_tag(lr: float, post: TunedGrid) -> str:
+    """How C6a names a common lr, in its predictions' subjects and its figure's title alike:
+    "lr 0.0015", with "(post's tuned)" only when it is post's tuned lr (`post.best_lr`, the
+    tuning table's best_lr), which a common lr need not be (post's tuned lr may lie off pre's
+    grid, or where pre did not train)."""
+    return f"lr {lr:g}" + (" (post's tuned)" if lr == post.best_lr else "")
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
     tuned = {pl: ctx.tuned(pl) for pl in ("pre", "post")}
@@ -78,7 +86,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     for lr in lrs:
         w = {pl: tuned[pl].cell(lr) for pl in tuned}
         wo = {pl: without[pl][lr] for pl in tuned}
-        tag = f"lr {lr:g}" + (" (post's tuned)" if lr == tuned["post"].best_lr else "")
+        tag = lr_tag(lr, tuned["post"])
         cost = {pl: _per_seed(wo[pl], w[pl]) for pl in tuned}
         vs = _per_seed(wo["pre"], w["post"])
         predictions += [
@@ -99,8 +107,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
                   [r.run_id for r in (tuned[pl].cell(lr) if w else without[pl][lr])]
                   for pl in tuned for w in (1, 0)}
         fig = figures.plot_curves(ctx.runs_root, curves, ctx.fig_dir / "c6a_warmup_curves.svg",
-                                  title=f"both placements at lr {lr:g} (post's tuned), all seeds")
+                                  title=f"both placements at {lr_tag(lr, tuned['post'])}, all "
+                                        "seeds")
     note = _bracket_note(*tuned.values())
+    if lrs and lrs[0] != tuned["post"].best_lr:
+        note = (note + " " if note else "") + (
+            f"Post's tuned lr {tuned['post'].best_lr:g} is not a common lr (pre did not train "
+            f"there with every seed, or its grid lacks it): compared at lr {lrs[0]:g} and the "
+            "other common lrs.")
     if not lrs and not stalled:
         note = (note + " " if note else "") + (
             "No lr of the grid where both placements trained with warmup: no common lr to "
