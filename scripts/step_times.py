@@ -100,13 +100,13 @@ def finetune_runs(steps: int) -> dict[str, Any]:
     out: dict[str, Any] = {"n_train": len(task.train_y)}
     for n in (steps, 2 * steps):
         t = _clock()
-        finetune_model(model, task, steps=n, **kw)
+        finetune_model(model, data=task, steps=n, **kw)
         out[f"run_{n}_steps"] = _since(t)
     short, long_ = out[f"run_{steps}_steps"], out[f"run_{2 * steps}_steps"]
     out["step"] = {k: (long_[k] - short[k]) / steps for k in short}
     out["fixed"] = {k: short[k] - steps * out["step"][k] for k in short}
     t = _clock()
-    res = finetune_model(model, task, steps=1000, freeze=True, **(kw | {"warmup": 100}))
+    res = finetune_model(model, data=task, steps=1000, freeze=True, **(kw | {"warmup": 100}))
     out["probe_run_1000_steps"] = _since(t) | {"train_time_s": res["train_time_s"],
                                                "trainable_params": res["trainable_params"]}
     return out

@@ -92,6 +92,7 @@ class FakeStudy:
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
+        self.device = "cpu"
         self.profile = replace(PROFILES[profile], **(settings or {}))
         self.logged: list[str] = []
         self.log = self.logged.append
@@ -243,11 +244,23 @@ class FakeStudy:
         return ProbedPair(self._pair(), seeds)
 
     def init_probes(self) -> ProbedPair:
+        """The same runs' models at step 0: the angle and the stream's norm of the world at
+        init, and the merge and drop KLs planted as the trained ones are, under their own keys
+        `init_merge_<pl>` / `init_drop_<pl>` (logs; the trained defaults where not planted, so
+        at init, unless planted, pre and post do not differ)."""
         L = self.profile.train_blocks
-        return ProbedPair(self._pair(), {pl: tuple(
-            ProbedRun(f"{pl}-{s}", {"ang_prev": [0.5] + [0.3] * (L - 1),
-                                    "norm": self._norm(pl, trained=False)}, {"n_blocks": L})
-            for s in range(SEEDS)) for pl in ("pre", "post")})
+        seeds: dict[str, tuple[ProbedRun, ...]] = {}
+        for pl in ("pre", "post"):
+            runs = []
+            for s in range(SEEDS):
+                merge = math.exp(self._planted(f"init_merge_{pl}", 0.0))
+                drop = math.exp(self._planted(f"init_drop_{pl}", math.log(0.1)))
+                runs.append(ProbedRun(f"{pl}-{s}", {
+                    "ang_prev": [0.5] + [0.3] * (L - 1), "merge_kl": [merge] * (L - 1),
+                    "drop_kl": [drop] * L, "drop_dloss": [drop] * L,
+                    "norm": self._norm(pl, trained=False)}, {"n_blocks": L}))
+            seeds[pl] = tuple(runs)
+        return ProbedPair(self._pair(), seeds)
 
     def c10_checkpoints(self) -> list:
         return []

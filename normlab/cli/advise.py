@@ -28,6 +28,9 @@ def advise(
                                   ] = False,
     check_steps: Annotated[int, typer.Option(min=1, help="steps of each stability-check run")
                            ] = 60,
+    device: Annotated[str, typer.Option(
+        help="where the stability check trains: auto (a CUDA GPU where there is one), cpu or "
+             "cuda")] = "auto",
     measure: Annotated[bool, typer.Option(
         help="measure at this shape (a few minutes); --no-measure: say what the recorded studies "
              "(docs/results) found at this shape instead, or that they measured nothing here")
@@ -36,11 +39,13 @@ def advise(
     """Placement guidance for your shape. Each rule is shown with what normlab measures
     there, or without measuring with what its recorded studies found there."""
     from normlab.study.advise import advise as run_advise
+    from normlab.study.runner import study_device
     from normlab.train.memory import check_fits, estimate
 
     if heads is not None and width % heads:
         fail(f"--heads {heads} does not divide --width {width}")
     try:
+        where = study_device(device)
         if measure:  # the init measurement builds the model at the full shape
             shape = parse_config(ModelConfig, {"n_blocks": blocks, "d_model": width,
                                                "n_heads": heads or max(1, width // 64)})
@@ -48,7 +53,7 @@ def advise(
                        "lower --width or --blocks, or use --no-measure")
         advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
                             intermediate_heads=intermediate_heads, check_steps=check_steps,
-                            measure=measure, progress=lambda msg: err_console.print(
+                            measure=measure, device=where, progress=lambda msg: err_console.print(
                                 f"measuring: {msg} ...", highlight=False))
     except ConfigError as e:
         fail(str(e))

@@ -29,12 +29,21 @@ def study(
     address: Annotated[str | None, typer.Option(
         help="Ray cluster address with --executor ray (e.g. auto, HOST:PORT or "
              "ray://host:10001); none: a local Ray instance")] = None,
+    device: Annotated[str, typer.Option(
+        help="where every run trains: auto (a CUDA GPU where there is one, else the CPU), cpu "
+             "or cuda")] = "auto",
+    time_limit: Annotated[float | None, typer.Option(
+        "--time-limit", metavar="MINUTES",
+        help="stop before starting work that would end after MINUTES (work in progress at the "
+             "limit is interrupted as by Ctrl-C), keep what finished and exit with status 75; "
+             "the same command again continues")] = None,
 ) -> None:
     """Put the Pre-Norm vs Post-Norm claims to the test. A re-run reuses finished work."""
     from rich.text import Text
 
     from normlab.config import ConfigError
     from normlab.data import DataError
+    from normlab.study.context import EX_TEMPFAIL, TimeLimit
     from normlab.study.runner import run_study
 
     t0 = time.perf_counter()
@@ -45,15 +54,28 @@ def study(
 
     from normlab.sweep.executors import ExecutorError
 
+    if time_limit is not None and not time_limit > 0:
+        fail(f"--time-limit {time_limit:g}: give the minutes the study may take, more than 0")
+    limit = TimeLimit(time_limit * 60) if time_limit is not None else None
     try:
         result = run_study(out, profile, claims.split(",") if claims else None, log=log,
-                           executor=executor, address=address)
+                           executor=executor, address=address, device=device,
+                           time_limit=limit)
     except KeyboardInterrupt:
-        again = f"normlab study --profile {profile}" + (f" --claims {claims}" if claims else "") \
-            + f" --out {out}"
-        console.print(f"interrupted: what finished is kept in {out} (study.json holds every "
-                      "claim decided so far, runs/ every finished run); resume with: " + again,
-                      highlight=False)
+        options = [f"--profile {profile}", f"--claims {claims}" if claims else "",
+                   f"--out {out}", f"--device {device}" if device != "auto" else "",
+                   f"--executor {executor}" if executor != "local" else "",
+                   f"--address {address}" if address else "",
+                   f"--time-limit {time_limit:g}" if time_limit is not None else "",
+                   "" if report else "--no-report"]
+        again = " ".join(["normlab study", *filter(None, options)])
+        kept = (f"what finished is kept in {out} (study.json holds every claim decided so far, "
+                "runs/ every finished run)")
+        if limit is not None and limit.reached:
+            console.print(f"time limit of {time_limit:g} min reached ({limit.reached}): {kept}; "
+                          f"continue with the same command: {again}", highlight=False)
+            raise typer.Exit(EX_TEMPFAIL) from None
+        console.print(f"interrupted: {kept}; resume with: {again}", highlight=False)
         raise typer.Exit(130) from None
     except (ConfigError, DataError, ExecutorError) as e:
         from normlab.study.runner import PROFILES

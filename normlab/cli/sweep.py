@@ -44,12 +44,25 @@ def _plan(spec: Path):
     return plan
 
 
+def _default_workers(plan, executor: str) -> int:
+    """`--workers` when not given: for the local executor `default_workers` (one per GPU where
+    every run trains on CUDA), for ray 2."""
+    from normlab.sweep.executors import CPU_WORKERS, default_workers
+
+    if executor != "local":
+        return CPU_WORKERS
+    import torch
+
+    return default_workers([run.config for run in plan.runs], torch.cuda.is_available())
+
+
 @sweep_app.command("plan")
 def sweep_plan(
     spec: SpecArg,
     root: RootOpt = None,
-    workers: Annotated[int, typer.Option(min=1, help="local workers the grouping is planned for")
-                       ] = 2,
+    workers: Annotated[int | None, typer.Option(
+        min=1, help="local workers the grouping is planned for [default: one per GPU where "
+                    "every run trains on CUDA, else 2]")] = None,
     threads: Annotated[int | None, typer.Option(
         min=1, help="CPU threads per run [default: CPUs / workers]")] = None,
     engine: Annotated[str | None, typer.Option(
@@ -90,9 +103,10 @@ def sweep_plan(
     state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
     console.print(f"{len(plan.runs)} runs ({state})", highlight=False)
     pending = [run for run in plan.runs if not is_finished(root / run.run_id)]
+    cuda = torch.cuda.is_available()
+    workers = workers if workers is not None else _default_workers(plan, "local")
     _, notes = plan_tasks(pending, engine, workers,
-                          threads if threads is not None else default_threads(workers),
-                          torch.cuda.is_available())
+                          threads if threads is not None else default_threads(workers), cuda)
     for note in notes or [f"engine {engine}: every pending run separate"]:
         console.print(f"  {note}", highlight=False)
 
@@ -101,10 +115,11 @@ def sweep_plan(
 def sweep_run(
     spec: SpecArg,
     root: RootOpt = None,
-    workers: Annotated[int, typer.Option(
+    workers: Annotated[int | None, typer.Option(
         min=0,
-        help="runs in parallel (ray with --address: 0 = as many as the cluster's CPUs allow)")
-    ] = 2,
+        help="runs in parallel (ray with --address: 0 = as many as the cluster's CPUs allow) "
+             "[default: local, one per GPU where every run trains on CUDA, else 2; ray, 2]")
+    ] = None,
     executor: Annotated[str, typer.Option(help="local (processes on this machine) or ray")
                         ] = "local",
     address: Annotated[str | None, typer.Option(
@@ -125,6 +140,7 @@ def sweep_run(
 
     plan = _plan(spec)
     check_output_folder(root if root is not None else default_root(plan), "--root")
+    workers = workers if workers is not None else _default_workers(plan, executor)
     try:
         result = run_sweep(plan, root, workers=workers, executor=executor, address=address,
                            threads=threads, progress=not quiet, engine=engine)

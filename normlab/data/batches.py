@@ -7,6 +7,7 @@ straddle the end of one work and the start of the next, exactly as with one long
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,13 @@ SEPARATOR = b"\n\n"
 Batch = tuple[torch.Tensor, torch.Tensor]
 TOKEN_DTYPES = (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32))
 CHUNK = 1 << 24  # tokens read at a time when a whole array is scanned
+# A token array up to this size is copied once to the accelerator a run trains on, and each
+# step's windows are gathered there (`BatchSampler.to`); a larger one (a memory-mapped corpus)
+# stays in host memory and each batch is copied instead. The device copy holds uint8 as uint8,
+# uint16 as int32 and uint32 as int64 (the integer types torch indexes on every device).
+DEVICE_TOKENS_MAX_BYTES = 1 << 28
+_DEVICE_DTYPES = {np.dtype(np.uint8): np.dtype(np.uint8), np.dtype(np.uint16): np.dtype(np.int32),
+                  np.dtype(np.uint32): np.dtype(np.int64)}
 
 
 class Span(NamedTuple):
@@ -65,6 +73,7 @@ class TokenArray:
         self.data: np.ndarray = array
         self.spans: tuple[Span, ...] = tuple(spans)
         self.label = label
+        self._on_device: dict[torch.device, torch.Tensor] = {}
 
     @classmethod
     def from_works(cls, works: Sequence[Work], label: str = "data",
@@ -105,6 +114,17 @@ class TokenArray:
 
     def __len__(self) -> int:
         return int(self.data.shape[0])
+
+    def device_bytes(self) -> int:
+        """Bytes of the array's copy on a device (`on_device`)."""
+        return len(self) * _DEVICE_DTYPES[self.data.dtype].itemsize
+
+    def on_device(self, device: torch.device) -> torch.Tensor:
+        """The array as a tensor on `device`, copied once and shared by every sampler of it."""
+        if device not in self._on_device:
+            host = self.data.astype(_DEVICE_DTYPES[self.data.dtype])  # (a writable copy)
+            self._on_device[device] = torch.from_numpy(host).to(device)
+        return self._on_device[device]
 
     @cached_property
     def unigram_entropy(self) -> float:
@@ -169,6 +189,19 @@ class BatchSampler:
             )
         self.tokens = tokens
         self._window = np.arange(need, dtype=np.int64)
+        self.device: torch.device | None = None  # where `batch` gathers (None: numpy, on host)
+
+    def to(self, device: torch.device | str) -> BatchSampler:
+        """This sampler with its batches gathered on `device` from the token array's copy there
+        (`TokenArray.on_device`): the same windows as here, so a step copies only its window
+        starts to the device, not its batch. An array above `DEVICE_TOKENS_MAX_BYTES` stays on
+        the host: then this sampler itself is returned."""
+        if self.tokens.device_bytes() > DEVICE_TOKENS_MAX_BYTES:
+            return self
+        out = copy.copy(self)
+        out.device = torch.device(device)
+        out._window_on_device = torch.from_numpy(self._window).to(out.device)
+        return out
 
     def offsets(self, step: int) -> np.ndarray:
         """Start positions (``int64``, shape ``[batch_size]``) of the windows for ``step``."""
@@ -179,7 +212,16 @@ class BatchSampler:
         return rng.integers(0, high, size=self.batch_size, dtype=np.int64)
 
     def batch(self, step: int) -> Batch:
-        """Return ``(x, y)``: contiguous ``int64`` CPU tensors, shape ``[batch_size, seq_len]``."""
+        """Return ``(x, y)``: contiguous ``int64`` tensors, shape ``[batch_size, seq_len]``, on the
+        CPU (or on the sampler's device: `to`)."""
+        if self.device is not None:
+            starts = torch.from_numpy(self.offsets(step))
+            if self.device.type == "cuda":  # copied without waiting for the device
+                starts = starts.pin_memory()
+            starts = starts.to(self.device, non_blocking=True)
+            tokens = self.tokens.on_device(self.device)
+            full = tokens[starts[:, None] + self._window_on_device].long()
+            return full[:, :-1].contiguous(), full[:, 1:].contiguous()
         windows = self.tokens.data[self.offsets(step)[:, None] + self._window]
         full = torch.from_numpy(windows.astype(np.int64, copy=False))
         return full[:, :-1].contiguous(), full[:, 1:].contiguous()

@@ -2,9 +2,13 @@
 linear classifier on its pooled final stream and is trained on the Shakespeare genre task
 (:mod:`normlab.data.genre`); the result is its test accuracy.
 
-    finetune(run_dir, "genre", steps=200, lr=3e-4)          # a trained run, cached on disk
-    finetune(run_dir, "genre", from_init=True)              # the run's architecture, at init
-    finetune_model(model, "play", steps=50)                 # any NormTransformer, not cached
+    cfg = FinetuneConfig(task="genre", steps=200, lr=3e-4)
+    finetune(run_dir, cfg)                                  # a trained run, cached on disk
+    finetune(run_dir, cfg, from_init=True)                  # the run's architecture, at init
+    finetune_model(model, task="play", steps=50)            # any NormTransformer, not cached
+
+The settings are a `FinetuneConfig` (:mod:`normlab.finetune.config`); every call takes one, or
+its fields as keywords (``finetune(run_dir, task="play", steps=50)``), never both.
 
 The classifier reads ``model.stream(idx)`` (the final normalized stream ``[B, T, d]``; a passage
 longer than the pretraining context is read in ``window``-byte windows), pools it over positions
@@ -16,25 +20,21 @@ gradient clipping, and batches drawn from a seeded per-epoch permutation of the 
 passages, so a run is a function of its settings: on CPU the same seed gives identical numbers.
 
 A run folder's results go to ``run_dir/finetune/<task>-<hash>.json`` (``<task>-init-<hash>``
-from init), the hash covering every setting and the checkpoint's step; an existing file is
-returned as it is (with ``cached: True``), so a study that is re-run does no finished work again.
+from init), the hash (`FinetuneConfig.cache_hash`) covering every setting and the checkpoint's
+step; an existing file is returned as it is (with ``cached: True``), so a study that is re-run
+does no finished work again.
 
-`loop.py` holds the classifier, its settings and the training loop (nothing cached);
+`config.py` holds the settings; `loop.py` the classifier and the training loop (nothing cached);
 `runs.py` fine-tunes a run folder, caches its results there, and runs many on worker processes.
 """
 
-from normlab.finetune.loop import (
-    FINETUNE_VERSION,
-    FinetuneError,
-    SequenceClassifier,
-    finetune_model,
-    finetune_model_lrs,
-    finetune_settings,
-)
+from normlab.finetune.config import FINETUNE_VERSION, FinetuneConfig, FinetuneError
+from normlab.finetune.loop import SequenceClassifier, finetune_model, finetune_model_lrs
 from normlab.finetune.runs import finetune, finetune_lrs, finetune_many, finetune_path
 
 __all__ = [
     "FINETUNE_VERSION",
+    "FinetuneConfig",
     "FinetuneError",
     "SequenceClassifier",
     "finetune",
@@ -43,5 +43,4 @@ __all__ = [
     "finetune_model",
     "finetune_model_lrs",
     "finetune_path",
-    "finetune_settings",
 ]

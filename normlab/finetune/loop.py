@@ -1,8 +1,9 @@
 """The fine-tuning loop: a linear classifier on a (pretrained) model's pooled final stream
 (`SequenceClassifier`), trained on the Shakespeare genre or play-id task
 (:mod:`normlab.data.genre`) by `finetune_model` (one lr) or `finetune_model_lrs` (a grid of
-lrs), and `finetune_settings`, the validated settings of one such run. No caching here: fine-tuning
-a run folder, with its results stored in the folder, is :mod:`normlab.finetune.runs`.
+lrs), each with the settings of a `FinetuneConfig` (:mod:`normlab.finetune.config`). No caching
+here: fine-tuning a run folder, with its results stored in the folder, is
+:mod:`normlab.finetune.runs`.
 
 Each lr trains on the loop runs train on (:mod:`normlab.train.loop`, `_FinetuneLoop`): the lr
 schedule, the step with its gradient clipping, the stop on a non-finite loss and the logging
@@ -18,33 +19,26 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab.config import TrainConfig, parse_config
-from normlab.data.genre import TASKS, GenreTask, evaluation_rows, genre_task
+from normlab.data.genre import GenreTask, evaluation_rows, genre_task
+from normlab.finetune.config import (
+    POOLINGS,
+    FinetuneConfig,
+    FinetuneError,
+    Pooling,
+    finetune_config,
+)
 from normlab.nn.model import NormTransformer
 from normlab.train.loop import Member, TrainLoop
 from normlab.train.step import clip_and_step, gradient_norm, set_lr
 
-FINETUNE_VERSION = 2
-# AdamW's betas and eps for fine-tuning: BERT's (Devlin et al. 2019, "BERT: Pre-training of Deep
-# Bidirectional Transformers for Language Understanding", appendices A.2-A.3), not the 0.95 of
-# normlab's pretraining runs.
-FINETUNE_BETAS = (0.9, 0.999)
-FINETUNE_EPS = 1e-8
-"""Bumped when a change to this package changes results, so old cached files are not reused."""
-
-Pooling = Literal["mean", "last"]
-POOLINGS: tuple[str, ...] = ("mean", "last")
-
-
-class FinetuneError(ValueError):
-    """Fine-tuning settings that cannot be used; the message names the setting."""
+__all__ = ["SequenceClassifier", "finetune_model", "finetune_model_lrs"]
 
 
 class SequenceClassifier(nn.Module):
@@ -97,70 +91,6 @@ class SequenceClassifier(nn.Module):
         """
         self.feature_mean.copy_(features.mean(0))
         self.feature_scale.copy_(features.std(0).clamp_min(1e-6))
-
-
-# -- settings ------------------------------------------------------------------------------------
-def finetune_settings(task: str = "genre", *, steps: int = 200, lr: float = 3e-4,
-                      batch_size: int = 32, warmup: int = 20, seed: int = 0,
-                      pooling: Pooling = "mean", freeze: bool = False,
-                      passage_bytes: int = 256, gap: int = 1024, weight_decay: float = 0.01,
-                      min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
-                      train_eval_max: int = 2048, test_max: int | None = None,
-                      window: int | None = None, val_fraction: float = 0.0,
-                      val_max: int | None = None, standardize: int = 512) -> dict[str, Any]:
-    """The validated settings of one fine-tuning run (what its cache hash covers)."""
-    problems = []
-    if task not in TASKS:
-        problems.append(f"task: one of {', '.join(TASKS)}, got {task!r}")
-    for name, value, low in (("steps", steps, 1), ("batch_size", batch_size, 1),
-                             ("warmup", warmup, 0), ("seed", seed, 0),
-                             ("passage_bytes", passage_bytes, 2), ("gap", gap, 0),
-                             ("standardize", standardize, 0),
-                             ("train_eval_max", train_eval_max, 1)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            problems.append(f"{name}: an integer >= {low}, got {value!r}")
-    for name, value in (("lr", lr), ("weight_decay", weight_decay),
-                        ("min_lr_ratio", min_lr_ratio)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0):
-            problems.append(f"{name}: a finite number >= 0, got {value!r}")
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr == 0:
-        problems.append("lr: must be > 0")
-    if isinstance(min_lr_ratio, (int, float)) and min_lr_ratio > 1:
-        problems.append(f"min_lr_ratio: at most 1, got {min_lr_ratio}")
-    for name, value in (("test_max", test_max), ("val_max", val_max), ("window", window)):
-        if value is not None and (isinstance(value, bool) or not isinstance(
-                value, (int, np.integer)) or value < 1):
-            problems.append(f"{name}: an integer >= 1 or None, got {value!r}")
-    if (window is not None and isinstance(window, (int, np.integer)) and window >= 1
-            and isinstance(passage_bytes, (int, np.integer)) and passage_bytes % window):
-        problems.append(f"window: must divide passage_bytes={passage_bytes}, got {window}")
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not (
-            0.0 <= val_fraction < 0.5):
-        problems.append(f"val_fraction: a number in [0, 0.5), got {val_fraction!r}")
-    if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and grad_clip > 0):
-        problems.append(f"grad_clip: a number > 0 or None, got {grad_clip!r}")
-    if pooling not in POOLINGS:
-        problems.append(f"pooling: one of {', '.join(POOLINGS)}, got {pooling!r}")
-    if not isinstance(freeze, bool):
-        problems.append(f"freeze: true or false, got {freeze!r}")
-    if standardize == 1:
-        problems.append("standardize: 0 (off) or at least 2 passages, got 1")
-    if problems:
-        raise FinetuneError("invalid fine-tuning settings: " + "; ".join(problems))
-    return {"task": task, "steps": int(steps), "lr": float(lr), "batch_size": int(batch_size),
-            "warmup": int(warmup), "seed": int(seed), "pooling": pooling, "freeze": freeze,
-            "passage_bytes": int(passage_bytes), "gap": int(gap),
-            "weight_decay": float(weight_decay), "min_lr_ratio": float(min_lr_ratio),
-            "grad_clip": None if grad_clip is None else float(grad_clip),
-            "train_eval_max": int(train_eval_max),
-            "test_max": None if test_max is None else int(test_max),
-            "window": None if window is None else int(window),
-            "val_fraction": float(val_fraction),
-            "val_max": None if val_max is None else int(val_max),
-            "standardize": int(standardize),
-            "optimizer": "adamw(0.9,0.999,1e-8)", "schedule": "cosine",
-            "version": FINETUNE_VERSION}
 
 
 # -- the training loop --------------------------------------------------------------------------
@@ -297,87 +227,63 @@ def _check_model(model: Any, task: GenreTask, window: int | None = None) -> None
         raise FinetuneError(f"window={window} must divide passage_bytes={task.passage_bytes}")
 
 
-def finetune_model(model: NormTransformer, task: str | GenreTask = "genre", *, steps: int = 200,
-                   lr: float = 3e-4, batch_size: int = 32, warmup: int = 20, seed: int = 0,
-                   pooling: Pooling = "mean", freeze: bool = False, passage_bytes: int = 256,
-                   gap: int = 1024, weight_decay: float = 0.01, min_lr_ratio: float = 0.0,
-                   grad_clip: float | None = 1.0, train_eval_max: int = 2048,
-                   test_max: int | None = None, window: int | None = None,
-                   val_fraction: float = 0.0, val_max: int | None = None,
-                   standardize: int = 512,
-                   device: str | torch.device = "auto", eval_batch_size: int = 128,
-                   log_every: int | None = None,
-                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Fine-tune a copy of ``model`` (left unchanged) on the genre or play-id task; no caching.
-    ``progress`` is told each point of the loss curve as it is recorded, then the evaluation.
+def finetune_model(model: NormTransformer, config: FinetuneConfig | None = None, *,
+                   data: GenreTask | None = None, device: str | torch.device = "auto",
+                   progress: Callable[[str], None] | None = None, **settings: Any
+                   ) -> dict[str, Any]:
+    """Fine-tune a copy of ``model`` (left unchanged) with ``config`` (or the `FinetuneConfig`
+    of ``settings``) on the genre or play-id task; no caching. ``progress`` is told each point
+    of the loss curve as it is recorded, then the evaluation.
 
-    ``task`` is ``"genre"``, ``"play"`` or a :class:`GenreTask` (then ``passage_bytes``,
-    ``gap`` and ``val_fraction`` come from it). ``window`` (a divisor of ``passage_bytes``):
-    read each passage as windows of that many bytes, each from position 0, and pool over all of
-    them (for passages longer than the context the model was pretrained on). ``standardize``:
-    centre and scale each pooled feature over that many training passages before training
-    (:meth:`SequenceClassifier.standardize_from`; 0: off). Returns the
-    settings, ``test_accuracy``, ``test_loss``, ``train_accuracy`` (on the first
-    ``train_eval_max`` training passages; the test set is every passage, or with ``test_max`` an
-    evenly spaced subset of at most that many), ``val_accuracy`` (with ``val_fraction``: on at
-    most ``val_max`` evenly spaced validation passages; else None), ``per_class_test_accuracy``,
-    ``confusion`` (test; rows are true classes), ``chance``, ``majority``, ``loss_curve``
-    (``[step, mean train loss since the last point, lr]``), ``outcome`` (``completed``, or
-    ``diverged`` on a non-finite loss), ``time_s`` and sizes.
+    ``data``: the task's passages already built (a :class:`GenreTask`, e.g. a subset); its
+    task, passage_bytes, gap and val_fraction are then the settings recorded, in place of the
+    config's. Returns the settings (`FinetuneConfig.record`), ``test_accuracy``, ``test_loss``,
+    ``train_accuracy`` (on the first ``train_eval_max`` training passages; the test set is every
+    passage, or with ``test_max`` an evenly spaced subset of at most that many),
+    ``val_accuracy`` (with ``val_fraction``: on at most ``val_max`` evenly spaced validation
+    passages; else None), ``per_class_test_accuracy``, ``confusion`` (test; rows are true
+    classes), ``chance``, ``majority``, ``loss_curve`` (``[step, mean train loss since the last
+    point, lr]``), ``outcome`` (``completed``, or ``diverged`` on a non-finite loss),
+    ``time_s`` and sizes.
     """
-    return finetune_model_lrs(
-        model, task, [lr], steps=steps, batch_size=batch_size, warmup=warmup, seed=seed,
-        pooling=pooling, freeze=freeze, passage_bytes=passage_bytes, gap=gap,
-        weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
-        train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize, device=device,
-        eval_batch_size=eval_batch_size, log_every=log_every, progress=progress)[0]
+    cfg = finetune_config(config, **settings)
+    return finetune_model_lrs(model, cfg, lrs=[cfg.lr], data=data, device=device,
+                              progress=progress)[0]
 
 
-def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Sequence[float], *,
-                       steps: int = 200, batch_size: int = 32, warmup: int = 20, seed: int = 0,
-                       pooling: Pooling = "mean", freeze: bool = False,
-                       passage_bytes: int = 256, gap: int = 1024, weight_decay: float = 0.01,
-                       min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
-                       train_eval_max: int = 2048, test_max: int | None = None,
-                       window: int | None = None, val_fraction: float = 0.0,
-                       val_max: int | None = None, standardize: int = 512,
-                       device: str | torch.device = "auto", eval_batch_size: int = 128,
-                       log_every: int | None = None,
-                       progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """:func:`finetune_model` at each of ``lrs``, in order: each result is the one a call of
-    :func:`finetune_model` at that lr returns (the same numbers). With ``freeze=True`` the body
-    is fixed, so its pooled features (of the standardization, training and evaluation passages)
-    are computed once for every lr and only a head is trained per lr: a frozen linear probe's
-    lr grid costs about one pass of the body over the passages."""
+def finetune_model_lrs(model: NormTransformer, config: FinetuneConfig | None = None, *,
+                       lrs: Sequence[float] | None = None, data: GenreTask | None = None,
+                       device: str | torch.device = "auto",
+                       progress: Callable[[str], None] | None = None, **settings: Any
+                       ) -> list[dict[str, Any]]:
+    """:func:`finetune_model` at each of ``lrs`` (default: the config's lr), in order: each
+    result is the one a call of :func:`finetune_model` at that lr returns (the same numbers).
+    With ``freeze=True`` the body is fixed, so its pooled features (of the standardization,
+    training and evaluation passages) are computed once for every lr and only a head is trained
+    per lr: a frozen linear probe's lr grid costs about one pass of the body over the
+    passages."""
     from normlab.train.optim import adamw
     from normlab.train.trainer import resolve_device
 
-    lrs = list(lrs)
+    cfg = finetune_config(config, **settings)
+    lrs = [cfg.lr] if lrs is None else list(lrs)
     if not lrs:
         raise FinetuneError("lrs: at least one learning rate")
-    if isinstance(task, GenreTask):
-        data = task
-        passage_bytes, gap, val_fraction = data.passage_bytes, data.gap, data.val_fraction
-    else:
-        data = None
-    all_settings = [finetune_settings(
-        data.task if data is not None else task, steps=steps, lr=lr, batch_size=batch_size,
-        warmup=warmup, seed=seed, pooling=pooling, freeze=freeze, passage_bytes=passage_bytes,
-        gap=gap, weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
-        train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize) for lr in lrs]
-    first = all_settings[0]
+    if data is not None:
+        cfg = cfg.replace(task=data.task, passage_bytes=data.passage_bytes, gap=data.gap,
+                          val_fraction=data.val_fraction)
+    configs = [cfg.replace(lr=lr) for lr in lrs]
     if data is None:
-        data = genre_task(first["task"], passage_bytes=first["passage_bytes"],
-                          gap=first["gap"], val_fraction=first["val_fraction"])
+        data = genre_task(cfg.task, passage_bytes=cfg.passage_bytes, gap=cfg.gap,
+                          val_fraction=cfg.val_fraction)
+    steps, batch_size, seed, freeze = cfg.steps, cfg.batch_size, cfg.seed, cfg.freeze
+    window, standardize, eval_batch_size = cfg.window, cfg.standardize, cfg.eval_batch_size
     _check_model(model, data, window)
     dev = resolve_device(device) if isinstance(device, str) else torch.device(device)
-    log_every = log_every or max(1, steps // 50)
     plan = [_batch_indices(len(data.train_y), batch_size, seed, s) for s in range(steps)]
-    scored = evaluation_rows(len(data.test_y), test_max)
-    n_tr = min(train_eval_max, len(data.train_y))
-    val_rows = evaluation_rows(len(data.val_y), val_max)
+    scored = evaluation_rows(len(data.test_y), cfg.test_max)
+    n_tr = min(cfg.train_eval_max, len(data.train_y))
+    val_rows = evaluation_rows(len(data.val_y), cfg.val_max)
     evaluated = {"test": (data.test_x[scored], data.test_y[scored]),
                  "train": (data.train_x[:n_tr], data.train_y[:n_tr]),
                  "val": (data.val_x[val_rows], data.val_y[val_rows])}
@@ -386,7 +292,7 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
     shared: dict[str, Any] = {}
     rng_devices = [dev.index or 0] if dev.type == "cuda" else []
     out = []
-    for lr, settings in zip(lrs, all_settings, strict=True):
+    for run_cfg in configs:
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=rng_devices):  # the caller's RNG state is left alone
             torch.manual_seed(seed)
@@ -396,7 +302,7 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
                 clf.head.load_state_dict(shared["head"])  # the head a new run starts from
             else:
                 body = copy.deepcopy(model).to(dev)
-                clf = SequenceClassifier(body, data.n_classes, pooling, generator=gen,
+                clf = SequenceClassifier(body, data.n_classes, cfg.pooling, generator=gen,
                                          window=window).to(dev)
                 if freeze:
                     body.requires_grad_(False)
@@ -414,14 +320,7 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
                         evaluated={k: _batched_features(clf, x, dev, eval_batch_size)
                                    for k, (x, _) in evaluated.items()})
             trainable = [p for p in clf.parameters() if p.requires_grad]
-            # what the loop reads: schedule, clipping, the loss curve's cadence (no block
-            # statistics, no checkpoints; evaluation comes after the loop)
-            tc = parse_config(TrainConfig, {
-                "steps": steps, "lr": lr, "warmup": warmup, "schedule": "cosine",
-                "min_lr_ratio": min_lr_ratio, "weight_decay": weight_decay,
-                "beta1": FINETUNE_BETAS[0], "beta2": FINETUNE_BETAS[1], "eps": FINETUNE_EPS,
-                "grad_clip": grad_clip, "log_every": log_every, "eval_every": 0,
-                "block_stats_every": 0, "checkpoint_every": 0})
+            tc = run_cfg.train_config()
             optimizer = adamw(clf, tc)  # decay on matrices only, as in training
             clf.train(not freeze)
             member = Member(tc=tc)
@@ -437,9 +336,9 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
         confusion = test["confusion"]
         per_class = {c: float(confusion[k, k] / confusion[k].sum())
                      for k, c in enumerate(data.classes) if confusion[k].sum()}
-        cfg = model.cfg
+        mc = model.cfg
         out.append({
-            "settings": settings, "task": data.task, "classes": data.classes,
+            "settings": run_cfg.record(), "task": data.task, "classes": data.classes,
             "outcome": member.outcome,
             # a diverged run stops before the update of its last step
             "steps_done": member.step if member.outcome == "completed" else member.step - 1,
@@ -452,8 +351,8 @@ def finetune_model_lrs(model: NormTransformer, task: str | GenreTask, lrs: Seque
             "chance": data.chance, "majority": data.majority,
             "n_train": int(len(data.train_y)), "n_test": int(len(scored)),
             "n_train_eval": int(n_tr), "loss_curve": loop.curve,
-            "model": {"placement": cfg.placement, "n_blocks": cfg.n_blocks,
-                      "d_model": cfg.d_model, "kind": cfg.kind, "norm": cfg.norm,
+            "model": {"placement": mc.placement, "n_blocks": mc.n_blocks,
+                      "d_model": mc.d_model, "kind": mc.kind, "norm": mc.norm,
                       "init": model.plan.init, "params": model.num_params()},
             "trainable_params": int(sum(p.numel() for p in trainable)),
             "device": str(dev), "torch": str(torch.__version__),

@@ -1,14 +1,13 @@
 """Fine-tuning a run folder (`finetune`, `finetune_lrs`): its trained model (or, `from_init`, its
 architecture at init) through the loop of :mod:`normlab.finetune.loop`, with the result stored in
-``run_dir/finetune/<task>-<hash>.json`` (``<task>-init-<hash>`` from init), the hash covering
-every setting and the checkpoint's step; an existing file is returned as it is (with
-``cached: True``), so a study that is re-run does no finished work again. `finetune_many` runs
-several on worker processes.
+``run_dir/finetune/<task>-<hash>.json`` (``<task>-init-<hash>`` from init), the hash
+(`FinetuneConfig.cache_hash`) covering every setting and the weights' run and step; an existing
+file is returned as it is (with ``cached: True``), so a study that is re-run does no finished work
+again. `finetune_many` runs several on worker processes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from collections.abc import Callable, Sequence
@@ -17,20 +16,12 @@ from typing import Any
 
 import torch
 
-from normlab.finetune.loop import (
-    FinetuneError,
-    Pooling,
-    finetune_model_lrs,
-    finetune_settings,
-)
+from normlab.finetune.config import FinetuneConfig, FinetuneError, finetune_config
+from normlab.finetune.loop import finetune_model_lrs
 from normlab.train.checkpoint import CheckpointError
 from normlab.train.logging import read_json, write_json_atomic
 from normlab.train.machine import default_threads
 from normlab.warnings import NormlabWarning
-
-
-def _hash(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _checkpoint_step(run_dir: Path) -> int | None:
@@ -49,15 +40,13 @@ def _source_step(run_dir: Path, from_init: bool, step: int | None) -> int | None
     return step if step is not None else _checkpoint_step(run_dir)
 
 
-def finetune_path(run_dir: Path | str, settings: dict[str, Any], from_init: bool = False,
+def finetune_path(run_dir: Path | str, config: FinetuneConfig, from_init: bool = False,
                   step: int | None = None) -> Path:
     """Where the result of fine-tuning ``run_dir`` (its weights kept at ``step``, or its last
-    checkpoint) with ``settings`` is (or will be) stored."""
+    checkpoint) with ``config`` is (or will be) stored: named by `FinetuneConfig.cache_hash`."""
     run_dir = Path(run_dir)
-    key = {"settings": settings, "from_init": from_init, "run_id": run_dir.name,
-           "checkpoint_step": _source_step(run_dir, from_init, step)}
-    name = f"{settings['task']}-{'init-' if from_init else ''}{_hash(key)}.json"
-    return run_dir / "finetune" / name
+    digest = config.cache_hash(run_dir.name, from_init, _source_step(run_dir, from_init, step))
+    return run_dir / "finetune" / f"{config.task}-{'init-' if from_init else ''}{digest}.json"
 
 
 def _load_run_model(run_dir: Path, from_init: bool, step: int | None = None):
@@ -75,22 +64,18 @@ def _load_run_model(run_dir: Path, from_init: bool, step: int | None = None):
         raise CheckpointError(str(e)) from None
 
 
-def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: float = 3e-4,
-             batch_size: int = 32, warmup: int = 20, seed: int = 0, pooling: Pooling = "mean",
-             freeze: bool = False, from_init: bool = False, passage_bytes: int = 256,
-             gap: int = 1024, weight_decay: float = 0.01, min_lr_ratio: float = 0.0,
-             grad_clip: float | None = 1.0, train_eval_max: int = 2048,
-             test_max: int | None = None, window: int | None = None,
-             val_fraction: float = 0.0, val_max: int | None = None, standardize: int = 512,
-             device: str = "auto", force: bool = False, step: int | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def finetune(run_dir: Path | str, config: FinetuneConfig | None = None, *,
+             from_init: bool = False, step: int | None = None, device: str = "auto",
+             force: bool = False, progress: Callable[[str], None] | None = None,
+             **settings: Any) -> dict[str, Any]:
     """Fine-tune the trained model of ``run_dir`` (or, ``from_init``, its architecture at init
-    with the run's seed) and store the result in ``run_dir/finetune/<task>-<hash>.json``.
+    with the run's seed) with ``config`` (or the `FinetuneConfig` of ``settings``) and store the
+    result in ``run_dir/finetune/<task>-<hash>.json``.
 
-    ``window=None`` reads a passage longer than the run's pretraining context (``data.seq_len``,
-    learned positions) in windows of that context when it divides ``passage_bytes``.
-    ``step`` fine-tunes the weights the run kept at that step (``train.keep_checkpoints``)
-    instead of its last checkpoint.
+    A config without ``window`` reads a passage longer than the run's pretraining context
+    (``data.seq_len``, learned positions) in windows of that context when it divides
+    ``passage_bytes``. ``step`` fine-tunes the weights the run kept at that step
+    (``train.keep_checkpoints``) instead of its last checkpoint.
     If that file exists (same settings, same checkpoint step), it is returned without training,
     with ``cached: True`` (``force=True`` recomputes). See :func:`finetune_model` for the keys;
     added here: ``run_dir``, ``run_id``, ``from_init``, ``checkpoint_step``, ``pretrain`` (the
@@ -100,67 +85,55 @@ def finetune(run_dir: Path | str, task: str = "genre", *, steps: int = 200, lr: 
         CheckpointError: not a run folder, or no checkpoint (unless ``from_init``).
         FinetuneError: bad settings, or ``passage_bytes`` above the model's ``max_seq_len``.
     """
-    return finetune_lrs(
-        run_dir, task, [lr], steps=steps, batch_size=batch_size, warmup=warmup, seed=seed,
-        pooling=pooling, freeze=freeze, from_init=from_init, passage_bytes=passage_bytes,
-        gap=gap, weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
-        train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize, device=device,
-        force=force, step=step, progress=progress)[0]
+    cfg = finetune_config(config, **settings)
+    return finetune_lrs(run_dir, cfg, lrs=[cfg.lr], from_init=from_init, step=step, device=device,
+                        force=force, progress=progress)[0]
 
 
-def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] = (3e-4,), *,
-                 steps: int = 200, batch_size: int = 32, warmup: int = 20, seed: int = 0,
-                 pooling: Pooling = "mean", freeze: bool = False, from_init: bool = False,
-                 passage_bytes: int = 256, gap: int = 1024, weight_decay: float = 0.01,
-                 min_lr_ratio: float = 0.0, grad_clip: float | None = 1.0,
-                 train_eval_max: int = 2048, test_max: int | None = None,
-                 window: int | None = None, val_fraction: float = 0.0,
-                 val_max: int | None = None, standardize: int = 512, device: str = "auto",
-                 force: bool = False, step: int | None = None,
-                 progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """:func:`finetune` at each of ``lrs``, in order, each lr's result in its own file (the one
-    :func:`finetune` at that lr reads and writes); the lrs not stored yet are trained together
-    (:func:`finetune_model_lrs`: with ``freeze=True``, one pass of the body over the passages
-    for all of them)."""
+def finetune_lrs(run_dir: Path | str, config: FinetuneConfig | None = None, *,
+                 lrs: Sequence[float] | None = None, from_init: bool = False,
+                 step: int | None = None, device: str = "auto", force: bool = False,
+                 progress: Callable[[str], None] | None = None, **settings: Any
+                 ) -> list[dict[str, Any]]:
+    """:func:`finetune` at each of ``lrs`` (default: the config's lr), in order, each lr's
+    result in its own file (the one :func:`finetune` at that lr reads and writes); the lrs not
+    stored yet are trained together (:func:`finetune_model_lrs`: with ``freeze=True``, one pass
+    of the body over the passages for all of them)."""
     from normlab.train import RunFolderError, read_run_config, read_summary
     from normlab.train.rundir import find_run
 
+    cfg = finetune_config(config, **settings)
+    lrs = [cfg.lr] if lrs is None else list(lrs)
+    if not lrs:
+        raise FinetuneError("lrs: at least one learning rate")
     try:  # a run's id, a unique prefix of it, or its name, under ./runs
         run_dir = find_run(run_dir)
     except RunFolderError as e:
         raise CheckpointError(str(e)) from None
     if not run_dir.is_dir():
         raise CheckpointError(f"{run_dir}: no such run folder")
-    if window is None and not from_init:
+    if cfg.window is None and not from_init:
         try:
             run_cfg = read_run_config(run_dir)
         except RunFolderError as e:
             raise CheckpointError(str(e)) from None
         context = run_cfg.data.seq_len
-        if (run_cfg.model.positions == "learned" and isinstance(passage_bytes, int)
-                and passage_bytes > context and passage_bytes % context == 0):
-            window = context
-    lrs = list(lrs)
-    if not lrs:
-        raise FinetuneError("lrs: at least one learning rate")
-    all_settings = [finetune_settings(
-        task, steps=steps, lr=lr, batch_size=batch_size, warmup=warmup, seed=seed,
-        pooling=pooling, freeze=freeze, passage_bytes=passage_bytes, gap=gap,
-        weight_decay=weight_decay, min_lr_ratio=min_lr_ratio, grad_clip=grad_clip,
-        train_eval_max=train_eval_max, test_max=test_max, window=window,
-        val_fraction=val_fraction, val_max=val_max, standardize=standardize) for lr in lrs]
-    paths = [finetune_path(run_dir, s, from_init, step) for s in all_settings]
+        if (run_cfg.model.positions == "learned" and cfg.passage_bytes > context
+                and cfg.passage_bytes % context == 0):
+            cfg = cfg.replace(window=context)
+    configs = [cfg.replace(lr=lr) for lr in lrs]
+    paths = [finetune_path(run_dir, c, from_init, step) for c in configs]
     out: list[dict[str, Any] | None] = [None] * len(lrs)
     if not force:
-        for i, (path, settings) in enumerate(zip(paths, all_settings, strict=True)):
+        for i, (path, c) in enumerate(zip(paths, configs, strict=True)):
             stored = read_json(path)  # None when missing or damaged: recomputed
-            if isinstance(stored, dict) and stored.get("settings") == settings:
+            if isinstance(stored, dict) and stored.get("settings") == c.record():
                 out[i] = stored | {"cached": True}
     todo = [i for i, r in enumerate(out) if r is None]
     if not todo:
         return out  # type: ignore[return-value]
     run_cfg, model = _load_run_model(run_dir, from_init, step)
+    task = cfg.task
     if run_cfg.data.task is not None:
         raise FinetuneError(f"{run_dir}: trained on data.task={run_cfg.data.task}; the "
                             f"{task} task reads text, which this model's tokens are not")
@@ -168,12 +141,11 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
         raise FinetuneError(f"{run_dir}: trained on the tokens of a tokenizer "
                             f"({run_cfg.data.tokenizer}, or its folder's tokenizer.json); the "
                             f"{task} task reads passages as bytes, so fine-tune a byte-level run")
-    settings = all_settings[0]
     hint = " or pretrain with a larger model.max_seq_len"
-    read = settings["window"] or settings["passage_bytes"]
+    read = cfg.window or cfg.passage_bytes
     if read > run_cfg.model.max_seq_len:
         raise FinetuneError(
-            f"{'window' if settings['window'] else 'passage_bytes'}={read} exceeds the run's "
+            f"{'window' if cfg.window else 'passage_bytes'}={read} exceeds the run's "
             f"model.max_seq_len={run_cfg.model.max_seq_len}; lower it{hint}")
     if (not from_init and run_cfg.model.positions == "learned"
             and read > run_cfg.data.seq_len):
@@ -182,13 +154,8 @@ def finetune_lrs(run_dir: Path | str, task: str = "genre", lrs: Sequence[float] 
             f"{run_cfg.data.seq_len}: learned positions beyond it were never trained (set "
             f"window to a divisor of passage_bytes at most {run_cfg.data.seq_len})",
             NormlabWarning, stacklevel=3)
-    results = finetune_model_lrs(model, task, [lrs[i] for i in todo], device=device,
-                                 progress=progress, **{
-        k: settings[k] for k in ("steps", "batch_size", "warmup", "seed", "pooling",
-                                 "freeze", "passage_bytes", "gap", "weight_decay",
-                                 "min_lr_ratio", "grad_clip", "train_eval_max",
-                                 "test_max", "window", "val_fraction", "val_max",
-                                 "standardize")})
+    results = finetune_model_lrs(model, cfg, lrs=[lrs[i] for i in todo], device=device,
+                                 progress=progress)
     summary = read_summary(run_dir) or {}
     for i, result in zip(todo, results, strict=True):
         result |= {"run_dir": str(run_dir), "run_id": run_dir.name, "from_init": from_init,

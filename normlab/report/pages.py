@@ -253,6 +253,7 @@ def parts_text(h: dict[str, Any]) -> str:
         commit = str(p.get("git_commit") or "")[:7]
         claims = p.get("claims") if isinstance(p.get("claims"), list) else []
         out.append(f"{p.get('started') or '?'}" + (f" at {commit}" if commit else "")
+                   + (f" on {p['device']}" if p.get("device") else "")
                    + f": {fmt_seconds(p.get('elapsed_s'))}"
                    + (f" ({len(claims)} claims)" if claims else ""))
     return "; ".join(out)
@@ -277,6 +278,9 @@ def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
     known = {k for k, _ in _HEADER} | {"profile_settings", "elapsed_total_s", "parts"}
     header += [(label(k), fmt(v)) for k, v in h.items()
                if k not in known and (v is None or isinstance(v, str | int | float | bool))]
+    # the numerics flags the study ran under, and how many of its runs trained on each device
+    header += [(label(k), ", ".join(f"{a} {b}" for a, b in h[k].items()))
+               for k in ("numerics", "runs_by_device") if isinstance(h.get(k), dict)]
     settings = h.get("profile_settings")
     settings_table = table_of({k: v for k, v in settings.items() if k != "name"}) \
         if isinstance(settings, dict) and settings else None

@@ -75,8 +75,10 @@ def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict
 
 def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
                     warmups: tuple[int, ...], root: Path,
-                    progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """pre and post at the user's depth and a reduced width: outcome of each lr x warmup
+                    progress: Callable[[str], None] | None = None, device: str = "cpu"
+                    ) -> list[dict[str, Any]]:
+    """pre and post at the user's depth and a reduced width, trained on `device` (cpu or cuda,
+    as `normlab study --device` resolves it): outcome of each lr x warmup
     (`progress` is told each run before it trains, with its count)."""
     heads = max(1, width // 64)
     rows = []
@@ -92,7 +94,7 @@ def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
                     f"model.d_model={width}", f"model.n_heads={heads}", "model.max_seq_len=64",
                     "data.seq_len=64", "train.batch_size=8", f"train.steps={steps}",
                     f"train.lr={lr}", f"train.warmup={warmup}", "train.eval_every=0",
-                    "train.eval_batches=2", "train.schedule=constant", "train.device=cpu"])
+                    "train.eval_batches=2", "train.schedule=constant", f"train.device={device}"])
                 s = train_run_raising_interrupt(cfg, root, progress=False)
                 rows.append({"placement": placement, "lr": lr, "warmup": warmup,
                              "outcome": s["outcome"], "reason": s.get("reason"),
@@ -104,10 +106,11 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
            warmup_budget: int | None = None, intermediate_heads: bool = False,
            check_width: int = 64, check_steps: int = 60, measure: bool = True,
            root: Path | None = None, progress: Callable[[str], None] | None = None,
-           results: Path | None = None) -> Advice:
+           results: Path | None = None, device: str = "cpu") -> Advice:
     """Measure at the shape, then `recommend`; `progress` is told each step of the measurement
-    as it starts. With `measure` False, what the recorded studies found at the shape stands in
-    for the measurement (`results`: their folder; default the repository's docs/results)."""
+    as it starts; the stability check trains on `device` (cpu or cuda). With `measure` False,
+    what the recorded studies found at the shape stands in for the measurement (`results`:
+    their folder; default the repository's docs/results)."""
     heads = heads or max(1, width // 64)
     measured: dict[str, Any] = {}
     if measure:
@@ -118,7 +121,8 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
         with tempfile.TemporaryDirectory() as tmp:
             measured["stability"] = stability_check(
                 blocks, min(width, check_width), check_steps, (1e-3, 3e-3),
-                (0, max(1, check_steps // 3)), root or Path(tmp), progress=progress)
+                (0, max(1, check_steps // 3)), root or Path(tmp), progress=progress,
+                device=device)
         measured["check_width"] = min(width, check_width)
         measured["check_steps"] = check_steps
     claims = ("C6a", "C6b", "C9", "C11", "C12", *(("C10",) if finetune else ()),

@@ -6,7 +6,12 @@ that trains, probes and caches in a study's folder; the claim tests use one plan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import _thread
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -15,6 +20,68 @@ from normlab.study.profiles import Profile
 from normlab.study.schema import Pretrained
 
 Log = Callable[[str], None]
+
+# `normlab study`'s exit status when it stopped at its time limit (EX_TEMPFAIL of sysexits.h:
+# "try again later"); Ctrl-C gives 130.
+EX_TEMPFAIL = 75
+
+
+class TimeLimitReached(KeyboardInterrupt):
+    """The study stopped at its time limit before starting a unit of work (`TimeLimit.check`).
+    A KeyboardInterrupt, so that it stops the study the way Ctrl-C does: past every claim's own
+    error handling, with what finished kept."""
+
+
+class TimeLimit:
+    """A study's `--time-limit`: `seconds` of wall time from now (on `clock`).
+
+    The units of a study's work are a round of training runs trained together
+    (`StudyFolder.train`), a cached measurement (a ladder at init, a probe, `StudyFolder.cached`)
+    and a claim. `check` refuses to start a unit whose estimated seconds (`runs_seconds` of its
+    runs, measured on the study's device; 0 for the others) exceed what is left, by raising
+    `TimeLimitReached`. `armed` interrupts a unit still in progress at the limit as Ctrl-C does
+    (a SIGINT to this process: the runs in progress checkpoint, a re-run resumes them).
+    `reached` says why the study stopped (None while it has not)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic,
+                 runs_seconds: Callable[[list[Any]], float] | None = None) -> None:
+        self.seconds, self.clock = seconds, clock
+        self.end = clock() + seconds
+        self.runs_seconds = runs_seconds or (lambda _configs: 0.0)
+        self.reached: str | None = None
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def check(self, unit: str, seconds: float = 0.0) -> None:
+        """Go on with `unit` (estimated to take `seconds`) only if it ends within the limit."""
+        left = self.left()
+        if left <= 0 or seconds > left:
+            self.reached = (f"{unit} would take about {seconds:.0f} s, {max(0.0, left):.0f} s "
+                            "are left" if left > 0 else f"no time left to start {unit}")
+            raise TimeLimitReached(self.reached)
+
+    @contextmanager
+    def armed(self) -> Iterator[TimeLimit]:
+        """Within this block, the limit interrupts the main thread as Ctrl-C would."""
+        def fire() -> None:
+            with self._lock:
+                if self._armed:
+                    self.reached = "the time limit was reached in the middle of a unit of work"
+                    _thread.interrupt_main(signal.SIGINT)
+
+        timer = threading.Timer(max(0.0, self.left()), fire)
+        timer.daemon = True
+        self._armed = True
+        timer.start()
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._armed = False
+            timer.cancel()
 
 
 @dataclass(frozen=True)
@@ -171,6 +238,7 @@ class StudyContext(Protocol):
     profile: Profile
     log: Log
     claims: list[str] | None  # the claims this study runs (None: every claim)
+    device: str  # where its runs, fine-tunings and k-hop models train: "cpu" or "cuda"
 
     def cached(self, name: str, compute: Callable[[], Any]) -> Any: ...
     def probe_batches(self, seq_len: int | None = None) -> list: ...
@@ -199,6 +267,7 @@ class StudyContext(Protocol):
 
     # trained models
     def trained_probes(self) -> ProbedPair: ...
-    def init_probes(self) -> ProbedPair: ...
+    def init_probes(self) -> ProbedPair:
+        """Stream, merge and drop probes of `trained_probes`' runs' own models at step 0."""
     def c10_checkpoints(self) -> list[Pretrained]: ...
     def c12_checkpoints(self) -> list[Pretrained]: ...

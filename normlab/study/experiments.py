@@ -34,6 +34,7 @@ from normlab.study.context import (
     ProbedRun,
     RunRecord,
     StudyContext,
+    TimeLimit,
     TunedGrid,
 )
 from normlab.study.profiles import Profile
@@ -43,6 +44,9 @@ from normlab.train.logging import write_json_atomic
 from normlab.train.machine import default_threads
 from normlab.train.trainer import FINISHED, train_run_raising_interrupt
 
+# The devices a study trains on (`normlab study --device`); `StudyFolder.placed` reuses a run
+# finished on any of them.
+STUDY_DEVICES = ("cpu", "cuda")
 # A diverged run scores the loss of the uniform byte predictor: it learned nothing usable.
 DIVERGED_LOSS = math.log(256)
 
@@ -63,14 +67,28 @@ def _tuned_key(family: str, warmup: int, blocks: int | None) -> str:
     return f"tuned:{family}:{warmup}" + (f":{blocks}" if blocks else "")
 
 
+def model_at_init(run_dir: Path) -> Any:
+    """A run's own model at step 0: its config's model built with its seed, before any update
+    (the init value of a paired claim is read on it)."""
+    from normlab.nn import build_model
+    from normlab.train import read_run_config
+
+    cfg = read_run_config(run_dir)
+    return build_model(cfg.model, seed=cfg.train.seed)
+
+
 class StudyFolder(StudyContext):
     """The study context of one study folder: trains, probes and caches there (`runs/`,
     `cache/`, `figures/`); every claim reads from here."""
 
     def __init__(self, out: Path, profile: Profile, log: Log, *, executor: str = "local",
-                 address: str | None = None, claims: Sequence[str] | None = None) -> None:
+                 address: str | None = None, claims: Sequence[str] | None = None,
+                 device: str = "cpu", limit: TimeLimit | None = None) -> None:
         self.out, self.profile, self.log = out, profile, log
         self.executor, self.address = executor, address
+        self.device = device  # "cpu" or "cuda" (`normlab.study.runner.study_device`)
+        self.limit = limit
+        self._placed_runs: dict[str, RunConfig] = {}
         self.claims = list(claims) if claims is not None else None  # None: every claim
         self.cache_dir = out / "cache"
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +109,8 @@ class StudyFolder(StudyContext):
                 return value
             except json.JSONDecodeError:
                 pass  # a cache cut by a crash: compute again
+        if self.limit is not None:
+            self.limit.check(name)
         value = finite_or_none(compute())
         write_json_atomic(path, value)
         self._memo[name] = value
@@ -135,12 +155,29 @@ class StudyFolder(StudyContext):
                 f"train.warmup={warmup}", f"train.seed={seed}",
                 f"train.eval_every={every}", f"train.eval_batches={p.eval_batches}",
                 f"train.log_every={max(1, steps // 50)}",
-                f"train.checkpoint_every={every if keep else max(50, steps // 5)}",
-                "train.device=cpu"]
+                f"train.checkpoint_every={every if keep else max(50, steps // 5)}"]
         if keep:
             sets.append("train.keep_checkpoints=true")
         sets += [f"model.{k}={v}" for k, v in model.items() if v is not None]
-        return load_run_config(None, sets)
+        return self.placed(sets)
+
+    def placed(self, sets: list[str]) -> RunConfig:
+        """The run of the `--set` items `sets` on the study's device, or the same run finished
+        on another device. `train.device` is part of a run's id, so the runs of a study folder
+        continued on another device would otherwise all train again: a finished run is a result
+        wherever it trained (each run records its device: `train.device`, `meta.device`). A
+        run not finished anywhere trains on the study's device."""
+        cfg = load_run_config(None, [*sets, f"train.device={self.device}"])
+        key = cfg.run_id()
+        if key in self._placed_runs:
+            return self._placed_runs[key]
+        if not _finished(self.runs_root / key):
+            for other in STUDY_DEVICES:
+                twin = load_run_config(None, [*sets, f"train.device={other}"])
+                if other != self.device and _finished(self.runs_root / twin.run_id()):
+                    self._placed_runs[key] = twin  # finished: it stays so
+                    return twin
+        return cfg
 
     def train(self, configs: list[RunConfig]) -> list[dict[str, Any]]:
         """Train (or reuse) every run; returns their summaries in order. Runs still to do go
@@ -149,13 +186,30 @@ class StudyFolder(StudyContext):
         todo = list({c.run_id(): c for c in configs
                      if not _finished(self.runs_root / c.run_id())}.values())
         if todo:
+            if self.limit is not None:
+                self.limit.check(f"training {len(todo)} run(s)", self.limit.runs_seconds(todo))
             steps = "/".join(str(n) for n in sorted({c.train.steps for c in todo}))
             self.log(f"training {len(todo)} run(s) of {len(configs)} "
-                     f"({steps} steps each, {self.profile.workers} workers, {self.executor})")
+                     f"({steps} steps each, {self.profile.workers} workers, {self.executor}, "
+                     f"{self.device})")
         if todo and (len(todo) > 1 or self.executor == "ray"):
             self._execute(todo)
-        return [train_run_raising_interrupt(cfg, self.runs_root, progress=False)
-                for cfg in configs]
+        return [self._summary(cfg) for cfg in configs]
+
+    def _summary(self, cfg: RunConfig) -> dict[str, Any]:
+        """The summary of `cfg`'s run, trained here unless it finished on another device
+        (`placed`): that one is read, as the trainer reads a finished run, without asking for
+        a device this machine may not have."""
+        if cfg.train.device == self.device:
+            return train_run_raising_interrupt(cfg, self.runs_root, progress=False)
+        from normlab.train import read_summary
+        from normlab.train.trainer import DamagedRunError, finished_run_damage
+
+        run_dir = self.runs_root / cfg.run_id()
+        damage = finished_run_damage(run_dir)
+        if damage:
+            raise DamagedRunError(damage)
+        return read_summary(run_dir) or {}
 
     def _execute(self, todo: list[RunConfig]) -> None:
         from normlab.sweep.executors import run_local
@@ -178,7 +232,7 @@ class StudyFolder(StudyContext):
             return
         threads = default_threads(workers)
         tasks, notes = plan_tasks([PlannedRun(i, {}, c) for i, c in enumerate(todo)], "auto",
-                                  workers, threads)
+                                  workers, threads, cuda_available=self.device == "cuda")
         for line in notes:
             self.log(f"  {line}")
         run_local(tasks, self.runs_root, workers=workers, threads=threads,
@@ -412,15 +466,12 @@ class StudyFolder(StudyContext):
             ("stream", "merge", "drop", "lens"))
 
     def init_probes(self) -> ProbedPair:
-        """Stream probes of the matched-loss runs' own models at step 0 (each run's config and
-        seed, before any update): what training changed is trained minus these, per seed."""
-        def at_init(run_dir: Path, _step: int | None) -> Any:
-            from normlab.nn import build_model
-            from normlab.train import read_run_config
-
-            cfg = read_run_config(run_dir)
-            return build_model(cfg.model, seed=cfg.train.seed)
-        return self._probe_matched("init_probes", at_init, ("stream",))
+        """Stream, merge and drop probes of the matched-loss runs' own models at step 0
+        (`model_at_init`): what training changed is trained minus these, per seed, and a
+        contrast already there is architectural (C3 reports its merge/drop ratio at init)."""
+        return self._probe_matched("init_probes_merge_drop",
+                                   lambda run_dir, _step: model_at_init(run_dir),
+                                   ("stream", "merge", "drop"))
 
     def _probe_matched(self, name: str, model_of: Callable[[Path, int | None], Any],
                        probes: tuple[str, ...]) -> ProbedPair:
@@ -556,7 +607,7 @@ class StudyFolder(StudyContext):
         `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
         p = self.profile
         steps = p.khop_steps
-        return load_run_config(None, [
+        return self.placed([
             f"model.placement={placement}", f"model.n_blocks={blocks}",
             f"model.d_model={p.khop_width}", f"model.n_heads={p.khop_heads}",
             f"model.max_seq_len={p.khop_seq_len}",
@@ -567,7 +618,7 @@ class StudyFolder(StudyContext):
             f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
             f"train.eval_every={max(1, steps // 4)}",
             f"train.eval_batches={p.khop_eval_batches}",
-            f"train.log_every={max(1, steps // 10)}", "train.device=cpu"])
+            f"train.log_every={max(1, steps // 10)}"])
 
     def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
         """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,

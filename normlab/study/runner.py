@@ -2,7 +2,9 @@
 
 The study folder holds everything: `runs/` (ordinary run folders), `cache/` (shared probe
 results), `figures/`, `study.json`. Re-running reuses all of it; an interrupted study resumes.
-`study.json` is rewritten after every claim, so what finished is never lost.
+`study.json` is rewritten after every claim, so what finished is never lost. What it records
+names no folder of the machine that ran it, so a study folder can be moved to another machine
+(and another device: `study_device`) and continued there.
 """
 
 from __future__ import annotations
@@ -21,13 +23,55 @@ import torch
 import normlab
 from normlab.config import ConfigError, RunConfig
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
-from normlab.study.context import StudyContext
+from normlab.study.context import StudyContext, TimeLimit
 from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import cpu_model, default_threads, git_commit
+from normlab.train.numerics import numerics_in_force
+
+DEVICES = ("auto", "cpu", "cuda")  # `normlab study --device`
+
+
+def study_device(asked: str) -> str:
+    """Where a study trains, from `--device`: `cpu`, `cuda` (a CUDA GPU; ConfigError when
+    there is none), or `auto`: the GPU where there is one, else the CPU."""
+    if asked not in DEVICES:
+        raise ConfigError(f"--device: {asked!r} is not one of {', '.join(DEVICES)}")
+    available = torch.cuda.is_available()
+    if asked == "cuda" and not available:
+        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise ConfigError(f"--device cuda: no CUDA GPU is available here (torch "
+                          f"{torch.__version__}, {build}); use --device auto or --device cpu")
+    return "cuda" if asked == "cuda" or (asked == "auto" and available) else "cpu"
+
+
+def device_record(device: str) -> dict[str, Any]:
+    """What study.json records of the device a study (or a part of it) ran on: the device, its
+    name, the CUDA version torch was built with (None: a CPU-only build) and the numerics flags
+    in force (TF32, deterministic algorithms: `normlab.train.numerics`)."""
+    return {"device": device,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
+            "cuda": torch.version.cuda, "numerics": numerics_in_force()}
+
+
+def runs_by_device(runs_root: Path) -> dict[str, int]:
+    """How many finished runs of the study folder trained on each device (`meta.device` of
+    their config.yaml): a study continued on another device trains on both."""
+    import yaml
+
+    counts: dict[str, int] = {}
+    for cfg in sorted(runs_root.glob("*/config.yaml")):
+        if not _finished(cfg.parent):
+            continue
+        try:
+            device = str((yaml.safe_load(cfg.read_text()) or {}).get("meta", {}).get("device"))
+        except (OSError, ValueError, AttributeError, yaml.YAMLError):
+            continue
+        counts[device] = counts.get(device, 0) + 1
+    return counts
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:
@@ -51,9 +95,13 @@ def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
 
 def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = None,
               log: Callable[[str], None] = print, *, executor: str = "local",
-              address: str | None = None) -> dict[str, Any]:
+              address: str | None = None, device: str = "cpu",
+              time_limit: TimeLimit | float | None = None) -> dict[str, Any]:
     """Run the selected claims; the training runs go to local workers or, with
-    `executor="ray"`, to the Ray cluster at `address` (a local instance when None)."""
+    `executor="ray"`, to the Ray cluster at `address` (a local instance when None), on `device`
+    (`study_device`; `normlab study` asks for auto). With `time_limit` (seconds, or a
+    `TimeLimit`) the study stops at a unit of work with `TimeLimitReached` or, interrupted in
+    one, KeyboardInterrupt (`limit.reached` set), what finished kept: a re-run continues."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: {profile!r} is not one of {', '.join(PROFILES)}")
     if executor not in ("local", "ray"):
@@ -62,24 +110,35 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         raise ConfigError(f"--address {address}: only with --executor ray (the address of a "
                           "Ray cluster); add --executor ray or drop --address")
     selected = parse_claims(claims)
+    device = study_device(device)
+    limit = TimeLimit(time_limit) if isinstance(time_limit, (int, float)) else time_limit
     out.mkdir(parents=True, exist_ok=True)
     ctx = StudyFolder(out, PROFILES[profile], log, executor=executor, address=address,
-                       claims=selected)
+                       claims=selected, device=device, limit=limit)
+    timer = _StepTimer(ctx.profile.workers, device)
+    if limit is not None:
+        limit.runs_seconds = timer.round_seconds
     if profile != "tiny":
-        log(estimate(ctx).line(ctx.profile.workers))
+        log(estimate(ctx, timer).line(ctx.profile.workers))
     funcs = claim_functions()
+    on = device_record(device)
     study: dict[str, Any] = {
         "normlab": normlab.__version__, "git_commit": git_commit(),
-        "torch": str(torch.__version__), "created": time.strftime("%Y-%m-%d %H:%M"),
-        "profile": profile,
-        "profile_settings": ctx.profile.to_dict(), "machine": _machine(), "claims": []}
+        "torch": str(torch.__version__), **{k: v for k, v in on.items() if k != "numerics"},
+        "created": time.strftime("%Y-%m-%d %H:%M"), "profile": profile,
+        "profile_settings": ctx.profile.to_dict(), "machine": _machine(),
+        "numerics": on["numerics"], "claims": []}
     parts = _earlier_parts(out / "study.json", profile)
     part = {"started": study["created"], "git_commit": study["git_commit"], "elapsed_s": 0.0,
-            "claims": selected}
+            "claims": selected, "device": device, "device_name": on["device_name"]}
     study["parts"] = [*parts, part]
     t0 = time.perf_counter()
     with keep_local_workers():  # one pool of worker processes for every claim's runs
-        _run_claims(ctx, selected, funcs, study, part, out, log, t0)
+        if limit is None:
+            _run_claims(ctx, selected, funcs, study, part, out, log, t0)
+        else:
+            with limit.armed():
+                _run_claims(ctx, selected, funcs, study, part, out, log, t0)
     return study
 
 
@@ -90,6 +149,8 @@ def _run_claims(ctx: StudyFolder, selected: Sequence[str], funcs: dict[str, Any]
     not run)."""
     profile = study["profile"]
     for i, cid in enumerate(selected, 1):
+        if ctx.limit is not None:
+            ctx.limit.check(cid)
         t = time.perf_counter()
         log(f"{cid}: running (claim {i} of {len(selected)}, "
             f"{format_duration(time.perf_counter() - t0)} so far)")
@@ -106,6 +167,7 @@ def _run_claims(ctx: StudyFolder, selected: Sequence[str], funcs: dict[str, Any]
         study["claims"].append(result.to_dict())
         study["elapsed_s"] = part["elapsed_s"] = time.perf_counter() - t0
         study["elapsed_total_s"] = sum(p["elapsed_s"] for p in study["parts"])
+        study["runs_by_device"] = runs_by_device(ctx.runs_root)
         write_json_atomic(out / "study.json", study)
 
 
@@ -189,7 +251,7 @@ class Estimate:
                 f"{workers} workers; measured here: {measured or 'no training left'})")
 
 
-def estimate(ctx: StudyFolder) -> Estimate:
+def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
     """What the selected claims of `ctx`'s profile have left to do in `ctx`'s folder, and its
     wall time here: per unit of work, the seconds per step measured on this machine for the
     unit's model shape (`time_steps`, with one worker's share of the cores) times the unit's
@@ -200,11 +262,12 @@ def estimate(ctx: StudyFolder) -> Estimate:
     rounds, as the grids tuned together train them (a round of n runs takes ceil(n / workers)
     runs' time); ladders at init and C10's fine-tunings are counted in training steps of the
     profile's shape (`LADDER_STEPS`, `finetune_units`), the fine-tunings only for the seeds
-    whose pre and post cells are matched once the grids have trained."""
+    whose pre and post cells are matched once the grids have trained. The steps are timed on
+    the study's device (`timer`: one that has timed shapes already, or a new one)."""
     p = ctx.profile
-    quiet = StudyFolder(ctx.out, p, lambda _m: None, claims=ctx.claims)
+    quiet = StudyFolder(ctx.out, p, lambda _m: None, claims=ctx.claims, device=ctx.device)
     selected = set(ctx.claims if ctx.claims is not None else ALL_CLAIMS)
-    timer = _StepTimer(p.workers)
+    timer = timer or _StepTimer(p.workers, ctx.device)
     rounds: list[list[RunConfig]] = []  # runs trained together
     # grids tuned together train their first cells together, and extend together
     firsts: list[RunConfig] = []
@@ -351,12 +414,13 @@ def _finetune_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer, pair
 
 
 class _StepTimer:
-    """Seconds per training step and per evaluation batch, measured here once per model shape
-    with one worker's share of the cores (each worker trains with that share: timed with every
-    core, the step came out 1.6x short on 2 cores)."""
+    """Seconds per training step and per evaluation batch, measured here on the study's
+    `device` once per model shape with one worker's share of the cores (each worker trains with
+    that share: timed with every core, the step came out 1.6x short on 2 cores)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, device: str = "cpu") -> None:
         self.workers = max(1, workers)
+        self.device = device
         self._times: dict[tuple, tuple[float, float]] = {}
 
     def train_config(self, p: Profile) -> RunConfig:
@@ -366,7 +430,7 @@ class _StepTimer:
             f"model.n_blocks={p.train_blocks}", f"model.d_model={p.train_width}",
             f"model.n_heads={p.train_heads}", f"model.max_seq_len={p.seq_len}",
             f"data.seq_len={p.seq_len}", f"train.batch_size={p.batch_size}",
-            "train.device=cpu"])
+            f"train.device={self.device}"])
 
     def _measure(self, cfg: RunConfig) -> tuple[float, float]:
         m = cfg.model
@@ -415,41 +479,60 @@ def finetune_units(p: Profile) -> tuple[int, float]:
     return 2 * 2 * lrs, steps
 
 
+def _sync(device: str) -> float:
+    """The time once `device` has finished its queued work (a GPU runs asynchronously)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _device(cfg: Any) -> str:
+    from normlab.train.trainer import resolve_device
+
+    return resolve_device(cfg.train.device).type
+
+
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
     """Seconds per steady training step (forward, backward, AdamW) of `cfg`'s model on random
-    bytes, after `warmup_steps` untimed steps (first calls allocate and pick kernels)."""
+    bytes on its device (`train.device`), after `warmup_steps` untimed steps (first calls
+    allocate and pick kernels)."""
     from normlab.nn import build_model
     from normlab.train.optim import adamw
 
-    with torch.random.fork_rng(devices=[]):  # a measurement: the caller's generator untouched
-        model = build_model(cfg.model, seed=0)
-        opt = adamw(model, cfg.train, fused=True)  # a CPU run's optimizer
+    device = _device(cfg)
+    # a measurement: the caller's generators untouched
+    with torch.random.fork_rng(devices=[0] if device == "cuda" else []):
+        model = build_model(cfg.model, seed=0).to(device)
+        opt = adamw(model, cfg.train, fused=True)  # the optimizer a run uses
         gen = torch.Generator().manual_seed(0)
         idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
-                            generator=gen)
+                            generator=gen).to(device)
         for i in range(warmup_steps + steps):
             if i == warmup_steps:
-                t0 = time.perf_counter()
+                t0 = _sync(device)
             model(idx, idx).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps
+        t1 = _sync(device)
+    return (t1 - t0) / steps
 
 
 def time_forward(cfg: Any, batches: int = 3) -> float:
     """Seconds per evaluation batch (a forward without gradients) of `cfg`'s model on random
-    bytes, after one untimed batch."""
+    bytes on its device (`train.device`), after one untimed batch."""
     from normlab.nn import build_model
 
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        model = build_model(cfg.model, seed=0).eval()
+    device = _device(cfg)
+    with torch.random.fork_rng(devices=[0] if device == "cuda" else []), torch.no_grad():
+        model = build_model(cfg.model, seed=0).to(device).eval()
         idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
-                            generator=torch.Generator().manual_seed(0))
+                            generator=torch.Generator().manual_seed(0)).to(device)
         model(idx, idx)
-        t0 = time.perf_counter()
+        t0 = _sync(device)
         for _ in range(batches):
             model(idx, idx)
-    return (time.perf_counter() - t0) / batches
+        t1 = _sync(device)
+    return (t1 - t0) / batches
 
 
 def format_duration(seconds: float) -> str:

@@ -263,7 +263,7 @@ def predict_non_inferiority(subject: str, quantity: str, paper: str, values: Seq
     end, other = ("upper", "lower") if worse == ">" else ("lower", "upper")
     pred.rule = (f"non-inferiority at margin {margin:g}: supported if the 95% interval's {end} "
                  f"end of [{quantity}] lies {expected} {line:g}; not supported if its {other} "
-                 f"end lies beyond {line:g} (worse than the margin); otherwise inconclusive")
+                 f"end lies at or beyond {line:g} (worse than the margin); otherwise inconclusive")
     pred.kind = "non_inferiority"
     return pred
 

@@ -11,7 +11,8 @@ group's runs separately.
 Local: `concurrent.futures.ProcessPoolExecutor` with the spawn context, at most `workers` runs in
 flight, each worker limited to `threads` CPU threads (`torch.set_num_threads`; a run resuming from
 a checkpoint uses the count recorded there, so its numbers continue exactly) and, where there
-are GPUs, given one of them (`CUDA_VISIBLE_DEVICES`, round robin). Workers ignore SIGINT while
+are GPUs, given one of them (`CUDA_VISIBLE_DEVICES`, round robin; by default one worker per
+GPU, `default_workers`). Workers ignore SIGINT while
 idle; during a run, SIGINT/SIGTERM make `train_run` checkpoint and return `interrupted`. A worker
 whose parent dies (even by SIGKILL) sends itself SIGTERM, so an orphan checkpoints and stops
 instead of training on. A worker that dies (segfault, OOM kill) breaks the pool: the runs it may
@@ -179,6 +180,22 @@ AnyTask = RunTask | GroupTask
 
 def runs_of(task: AnyTask) -> tuple[RunTask, ...]:
     return task.members if isinstance(task, GroupTask) else (task,)
+
+
+CPU_WORKERS = 2  # local workers by default where the runs train on the CPU
+
+
+def default_workers(configs: Sequence[RunConfig], cuda_available: bool) -> int:
+    """The local workers of a sweep that asks for none: one per GPU when every run trains on
+    CUDA (two processes on one GPU time-slice it, each waiting on the other's kernels, and one
+    stacked group already fills it: `normlab.sweep.grouping`), else `CPU_WORKERS`."""
+    from normlab.sweep.grouping import on_cuda
+
+    if configs and cuda_available and all(on_cuda(c, True) for c in configs):
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return CPU_WORKERS
 
 
 def _gpu_count(tasks: list[AnyTask]) -> int:

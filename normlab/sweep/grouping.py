@@ -1,14 +1,23 @@
 """Which pending runs of a sweep train together as one stacked model (`normlab.train.group`).
 
-Runs are grouped by their stack key (same model, data, batch size, device, precision; see
-`normlab.train.group.stack_key`), in plan order, at most `MAX_GROUP` to a group. A key's runs are
-split into near-equal groups, enough of them to keep every worker busy (8 runs on 2 workers: two
-groups of 4). A group of one is a separate run.
+Runs are grouped by their stack key (same model, data, batch size, device, precision, compile;
+see `normlab.train.group.stack_key`), in plan order, at most `group_limit` to a group. A key's
+runs are split into near-equal groups, enough of them to keep every worker busy (8 runs on 2
+workers: two groups of 4). A group of one is a separate run.
+
+The limit depends on where the runs train:
+- CPU (and MPS): `MAX_GROUP` runs.
+- CUDA (`train.device=cuda`, or `auto` on a machine with CUDA): as many runs as the GPU's free
+  memory allows, by the memory estimate of a stacked group (`normlab.train.memory.runs_that_fit`:
+  `GPU_GROUP_MARGIN`, 80%, of the free memory of the first GPU when the plan is made). A GPU step of
+  a small model is bound by kernel launches, so added members cost little step time; one group
+  per worker, and one worker per GPU (`normlab.sweep.executors.default_workers`), puts a whole
+  lr x seed grid of one shape in one group.
 
 Engines:
 - `separate`: every run on its own (`train_run`), as before stacking existed.
 - `stacked`: every group of two or more stackable runs is stacked; runs that cannot be stacked
-  (dropout, batchnorm, encoders, gradient accumulation, compile, activation checkpointing, or any
+  (dropout, batchnorm, encoders, gradient accumulation, activation checkpointing, or any
   setting the stacked engine does not list as honoured: `normlab.train.group`) run separately,
   and the reason, naming the setting, is reported.
 - `auto` (the default): `stacked` where it pays, otherwise `separate`. On a GPU stacking always
@@ -30,7 +39,7 @@ from dataclasses import dataclass
 from normlab.config import RunConfig
 from normlab.sweep.spec import PlannedRun
 
-MAX_GROUP = 8
+MAX_GROUP = 8  # runs in a CPU group (a GPU group: `group_limit`)
 # d_model * batch_size * seq_len of the largest CPU run that auto stacks, per thread a run gets.
 # Measured with benchmarks/bench_batched.py (8 runs stacked vs one after another; results/
 # bench_batched*.md). 2 threads: 1.86x at 32*8*32 and 1.65x at 64*8*32 (2 blocks); 1.20x at
@@ -67,19 +76,33 @@ def cpu_work(cfg: RunConfig) -> int:
     return cfg.model.d_model * cfg.train.batch_size * cfg.data.seq_len
 
 
+def on_cuda(cfg: RunConfig, cuda_available: bool) -> bool:
+    """Whether the run trains on a CUDA GPU (`train.device` cuda, or auto where CUDA is)."""
+    return cfg.train.device == "cuda" or (cfg.train.device == "auto" and cuda_available)
+
+
 def stacking_pays(cfg: RunConfig, cuda_available: bool, threads: int = 1) -> bool:
     """The `auto` rule for one run trained with `threads` CPU threads (see the module
     docstring)."""
-    device = cfg.train.device
-    if device == "cuda" or (device == "auto" and cuda_available):
+    if on_cuda(cfg, cuda_available):
         return True
-    if device == "mps":
+    if cfg.train.device == "mps":
         return False  # not measured
     return cpu_work(cfg) <= AUTO_CPU_WORK_PER_THREAD * threads
 
 
-def _split(runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
-    size = min(MAX_GROUP, max(2, math.ceil(len(runs) / max(1, workers))))
+def group_limit(cfg: RunConfig, cuda_available: bool) -> int:
+    """The most runs of `cfg` one stacked group holds (see the module docstring)."""
+    if not on_cuda(cfg, cuda_available):
+        return MAX_GROUP
+    from normlab.train.memory import available_bytes, runs_that_fit
+
+    free, _ = available_bytes("cuda")
+    return MAX_GROUP if free is None else runs_that_fit(cfg, free)
+
+
+def _split(runs: list[PlannedRun], workers: int, limit: int) -> list[list[PlannedRun]]:
+    size = min(limit, max(2, math.ceil(len(runs) / max(1, workers))))
     n = math.ceil(len(runs) / size)
     base, extra = divmod(len(runs), n)
     out, start = [], 0
@@ -93,7 +116,9 @@ def _split(runs: list[PlannedRun], workers: int) -> list[list[PlannedRun]]:
 def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int, threads: int = 1,
                cuda_available: bool = False) -> tuple[list[RunTask | GroupTask], list[str]]:
     """The tasks that train `runs` under `engine` on `workers` workers of `threads` CPU threads
-    each, in plan order, and notes on the choices made (for the progress display)."""
+    each, in plan order, and notes on the choices made (for the progress display).
+    `cuda_available`: whether this machine has CUDA (`torch.cuda.is_available()`), which decides
+    where `train.device=auto` runs train and so the `auto` rule and the size of their groups."""
     from normlab.train.group import run_unstackable_reason, stack_key
 
     def single(run: PlannedRun) -> RunTask:
@@ -117,7 +142,7 @@ def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int, threads: i
         else:
             by_key.setdefault(stack_key(run.config), []).append(run)
     for members in by_key.values():
-        for group in _split(members, workers):
+        for group in _split(members, workers, group_limit(members[0].config, cuda_available)):
             if len(group) == 1:
                 tasks.append((group[0].index, single(group[0])))
             else:

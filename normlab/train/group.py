@@ -89,7 +89,8 @@ PER_MEMBER_TRAIN = frozenset({
     "eval_every", "log_every", "block_stats_every", "checkpoint_every", "keep_checkpoints",
     "name", "tags"})
 # Applied to the whole group: its members must share them (`stack_key`).
-SHARED_TRAIN = ("batch_size", "eval_batches", "device", "precision")
+SHARED_TRAIN = ("batch_size", "eval_batches", "device", "precision",
+                "compile")  # (the stack's forward and loss compiled: `_GroupLoop`)
 # The stacked model keeps its members' blocks and stacks their leaves (`normlab.nn.stacked`), so
 # it computes whatever these settings build, as long as the members share them.
 SHARED_MODEL = frozenset({
@@ -102,7 +103,6 @@ SHARED_MODEL = frozenset({
     "deepnorm_beta", "deepnorm_other_blocks", "admin_omega", "mix_switch", "gate_init"})
 # Not implemented by the stacked engine: a run that sets one away from its default trains alone.
 UNSTACKABLE_TRAIN = {"grad_accum": "gradient accumulation",
-                     "compile": "torch.compile",
                      "activation_checkpointing": "activation checkpointing",
                      "deterministic": "deterministic algorithms",
                      "extends": "continuing another run's checkpoint"}
@@ -165,6 +165,9 @@ def _setup(cfg: RunConfig, run_dir: Path, data: RunData, device: torch.device,
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
+    if device.type != "cpu":  # batches gathered on the device, validation batches kept there
+        sampler = sampler.to(device) if isinstance(sampler, BatchSampler) else sampler
+        val = [(x.to(device), y.to(device)) for x, y in val]
     optimizer = adamw(model, tc)  # (what the checkpoint restores into: its state by parameter)
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     write_run_config(run_dir, cfg, run_meta(cfg, model, data, device, precision))
@@ -284,6 +287,9 @@ class _GroupLoop(RunLoop):
         for m in members:
             m.model, m.optimizer_state = None, {}  # the stack holds them now
         tc = members[0].cfg.train
+        # the training forward and loss, compiled lazily (the first step pays) with
+        # `train.compile`; evaluation and checkpoints use the stack itself
+        self.net = torch.compile(self.model) if tc.compile else self.model
         self.tokens_per_step = tc.batch_size * members[0].cfg.data.seq_len
         self.precision = members[0].precision
         self.autocast = precision_context(self.precision.precision, device)
@@ -334,7 +340,7 @@ class _GroupLoop(RunLoop):
         x, y = self.batch()
         with (capture(self.model, "blocks.*.mlp.stream_out") if any(stats_due)
               else contextlib.nullcontext()) as cap, self.autocast:
-            losses = self.model(x, y).loss
+            losses = self.net(x, y).loss
         losses.sum().backward()  # each member's gradient is that of its own loss
         self.stats = self.member_block_stats(cap) if any(stats_due) else None
         self.grads = self.optim.gather_grads()

@@ -9,6 +9,10 @@ outputs, Q, K, V and the attention output; f the MLP width, in and out of its ac
 without the T x T attention scores or the transient tensors of the backward pass, plus the
 logits and their gradient. With activation checkpointing, one block's activations and every
 block's input. (Checked against the tensors autograd saves, tests/cli/test_cli_errors.py.)
+
+A stacked group (`normlab.train.group`) of M runs needs M times a member's estimate
+(`group_estimate`); on a GPU the sweep sizes its groups to fill `GPU_GROUP_MARGIN` of the free
+memory (`runs_that_fit`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from pathlib import Path
 from normlab.config import ConfigError, ModelConfig, RunConfig
 
 GIB = 2**30
+# The share of a GPU's free memory a stacked group is sized to fill. The estimate is a lower
+# bound (no attention scores, no transient tensors of the backward pass, no allocator
+# fragmentation, no token data on the device), so a fifth of the free memory is left for them.
+GPU_GROUP_MARGIN = 0.8
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,22 @@ def run_estimate(cfg: RunConfig, processes: int = 1) -> MemoryEstimate:
                     activation_checkpointing=t.activation_checkpointing,
                     bytes_per_activation=activation_bytes(t.precision, t.device),
                     processes=processes)
+
+
+def group_estimate(cfg: RunConfig, members: int) -> MemoryEstimate:
+    """The memory estimate of training `members` runs of `cfg` as one stacked group: each
+    member's weights, gradients and AdamW moments, the [M, P] copy of the gradients the stacked
+    optimizer clips (4 bytes a parameter), and its activations (the stack's are [M, B, T, ...])."""
+    one = run_estimate(cfg)
+    return MemoryEstimate(members * one.params, members * (one.weight_bytes + 4 * one.params),
+                          members * one.activation_bytes)
+
+
+def runs_that_fit(cfg: RunConfig, free_bytes: int, margin: float = GPU_GROUP_MARGIN) -> int:
+    """How many runs of `cfg` one stacked group may hold so that its `group_estimate` stays
+    within `margin` of `free_bytes`; at least 1 (a run that does not fit alone is refused by
+    `check_run_fits`, not here)."""
+    return max(1, int(free_bytes * margin) // group_estimate(cfg, 1).total_bytes)
 
 
 def check_run_fits(cfg: RunConfig, processes: int = 1, what: str | None = None) -> None:

@@ -39,6 +39,7 @@ import yaml
 import normlab
 from normlab.config import ConfigError, RunConfig, parse_config
 from normlab.data import load_run_data
+from normlab.data.batches import BatchSampler
 from normlab.data.fingerprint import changes as data_changes
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
@@ -589,6 +590,8 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     sampler = data.sampler(tc.batch_size, cfg.data.seq_len, seed=tc.seed)
     val = data.val_batches(tc.batch_size, cfg.data.seq_len, tc.eval_batches, seed=tc.seed)
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
+    if device.type != "cpu" and isinstance(sampler, BatchSampler):  # batches gathered there
+        sampler = sampler.to(device)
     optimizer = adamw(model, tc, fused=fused_available(device))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     model.activation_checkpointing = tc.activation_checkpointing

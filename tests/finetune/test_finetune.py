@@ -203,7 +203,7 @@ def test_naive_bayes_beats_chance():
 def test_finetune_run_writes_and_reuses_results(tiny_run):
     kw = dict(steps=4, lr=1e-3, batch_size=8, warmup=1, passage_bytes=64, device="cpu",
               train_eval_max=64, test_max=200)
-    first = finetune(tiny_run, "genre", **kw)
+    first = finetune(tiny_run, task="genre", **kw)
     assert first["cached"] is False and first["outcome"] == "completed"
     assert 0.0 <= first["test_accuracy"] <= 1.0 and 0.0 <= first["train_accuracy"] <= 1.0
     assert first["n_test"] == 200 < len(genre_task("genre", passage_bytes=64).test_y)
@@ -214,11 +214,11 @@ def test_finetune_run_writes_and_reuses_results(tiny_run):
     assert stored["test_accuracy"] == first["test_accuracy"] and "cached" not in stored
     # A second call must read the file, not train: a planted number comes back.
     path.write_text(json.dumps(stored | {"test_accuracy": -1.0}))
-    again = finetune(tiny_run, "genre", **kw)
+    again = finetune(tiny_run, task="genre", **kw)
     assert again["cached"] is True and again["test_accuracy"] == -1.0
     # Other settings (or from init) are other files.
-    other = finetune(tiny_run, "genre", **(kw | {"seed": 1}))
-    init = finetune(tiny_run, "genre", from_init=True, **kw)
+    other = finetune(tiny_run, task="genre", **(kw | {"seed": 1}))
+    init = finetune(tiny_run, task="genre", from_init=True, **kw)
     assert len({first["path"], other["path"], init["path"]}) == 3
     assert init["from_init"] is True and init["checkpoint_step"] is None
     assert "init-" in init["path"]
@@ -232,44 +232,44 @@ def test_finetune_model_is_deterministic_and_leaves_model_alone(tiny_run):
     task = small_task("play")
     kw = dict(steps=3, lr=1e-3, batch_size=8, warmup=1, device="cpu", seed=3)
     told: list[str] = []
-    a = finetune_model(model, task, **kw)
-    b = finetune_model(model, task, progress=told.append, **kw)
+    a = finetune_model(model, data=task, **kw)
+    b = finetune_model(model, data=task, progress=told.append, **kw)
     assert a["loss_curve"] == b["loss_curve"]  # told or not, the same run
     assert told == [f"step {i}/3, train loss {a['loss_curve'][i - 1][1]:.4f}" for i in (1, 2, 3)
                     ] + [f"evaluating on {a['n_test']} test passages"]
     assert a["test_accuracy"] == b["test_accuracy"] and a["test_loss"] == b["test_loss"]
     assert a["confusion"] == b["confusion"]
     assert a["task"] == "play" and len(a["classes"]) == 36
-    c = finetune_model(model, task, **(kw | {"seed": 4}))
+    c = finetune_model(model, data=task, **(kw | {"seed": 4}))
     assert c["loss_curve"] != a["loss_curve"]
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
-    frozen = finetune_model(model, task, freeze=True, pooling="last", **kw)
+    frozen = finetune_model(model, data=task, freeze=True, pooling="last", **kw)
     assert frozen["trainable_params"] == 32 * 36 + 36
     assert frozen["settings"]["pooling"] == "last"
     # from a model at init (no pretraining)
     from normlab.nn import build_model
 
-    fresh = finetune_model(build_model(model.cfg, seed=0), task, **kw)
+    fresh = finetune_model(build_model(model.cfg, seed=0), data=task, **kw)
     assert 0.0 <= fresh["test_accuracy"] <= 1.0
 
 
 def test_finetune_bad_input(tiny_run, tmp_path):
     with pytest.raises(FinetuneError, match="max_seq_len"):  # no window of 64 divides 100
-        finetune(tiny_run, "genre", steps=1, passage_bytes=100, device="cpu")
+        finetune(tiny_run, task="genre", steps=1, passage_bytes=100, device="cpu")
     with pytest.raises(FinetuneError, match="window=128 exceeds"):
-        finetune(tiny_run, "genre", steps=1, passage_bytes=256, window=128, device="cpu")
+        finetune(tiny_run, task="genre", steps=1, passage_bytes=256, window=128, device="cpu")
     with pytest.raises(FinetuneError, match="window: must divide"):
-        finetune(tiny_run, "genre", steps=1, passage_bytes=256, window=48, device="cpu")
+        finetune(tiny_run, task="genre", steps=1, passage_bytes=256, window=48, device="cpu")
     with pytest.raises(FinetuneError, match="task"):
-        finetune(tiny_run, "author", steps=1)
+        finetune(tiny_run, task="author", steps=1)
     with pytest.raises(FinetuneError, match="lr"):
-        finetune(tiny_run, "genre", steps=1, lr=-1.0)
+        finetune(tiny_run, task="genre", steps=1, lr=-1.0)
     with pytest.raises(CheckpointError, match="no such run folder"):
-        finetune(tmp_path / "nope", "genre", steps=1)
+        finetune(tmp_path / "nope", task="genre", steps=1)
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError):
-        finetune(tmp_path / "empty", "genre", steps=1)
+        finetune(tmp_path / "empty", task="genre", steps=1)
 
 
 def test_finetune_command(tiny_run):
@@ -286,6 +286,32 @@ def test_finetune_command(tiny_run):
     assert r.exit_code == 2 and "max_seq_len" in r.output
     r = runner.invoke(app, [str(tiny_run), "--task", "author", "--device", "cpu"])
     assert r.exit_code == 2 and "task" in r.output
+
+
+def test_finetune_command_reads_a_config_file_that_its_options_override(tiny_run, tmp_path):
+    """`--config FILE.yaml` gives any FinetuneConfig field; an option given on the command line
+    wins over the file; the result is the one `finetune` with that config stores."""
+    app = typer.Typer()
+    app.command()(finetune_command)
+    runner = CliRunner()
+    cfg_file = tmp_path / "ft.yaml"
+    cfg_file.write_text("steps: 2\nbatch_size: 4\npassage_bytes: 64\ntest_max: 16\n"
+                        "train_eval_max: 8\nstandardize: 8\nbeta2: 0.98\nseed: 5\n")
+    r = runner.invoke(app, [str(tiny_run), "--config", str(cfg_file), "--seed", "6",
+                            "--device", "cpu", "--no-baseline"])
+    assert r.exit_code == 0, r.output
+    stored = [json.loads(f.read_text())["settings"] for f in (tiny_run / "finetune").iterdir()]
+    settings = next(s for s in stored if s["optimizer"] != "adamw(0.9,0.999,1e-8)")
+    assert settings["seed"] == 6 and settings["steps"] == 2  # the option over the file's 5
+    assert settings["optimizer"] == "adamw(0.9,0.98,1e-8)"
+    assert settings["standardize"] == 8 and settings["lr"] == 3e-4  # the file's, the default
+    cfg_file.write_text("steps: 2\nbeta2: 1.5\nstep: 3\n")
+    r = runner.invoke(app, [str(tiny_run), "--config", str(cfg_file), "--device", "cpu"])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "beta2" in said and "less than 1" in said
+    assert "step: unknown field (did you mean 'steps'?)" in said
+    r = runner.invoke(app, [str(tiny_run), "--config", str(tmp_path / "none.yaml")])
+    assert r.exit_code == 2 and "none.yaml: not found" in " ".join(r.output.split())
 
 
 def test_finetune_many_on_workers_gives_the_sequential_results(tiny_run, tmp_path):
@@ -323,15 +349,16 @@ def test_an_lr_grid_gives_each_lr_s_own_run_and_a_frozen_one_shares_the_features
     task = small_task("genre")
     kw = dict(steps=4, batch_size=8, warmup=1, device="cpu", seed=2, standardize=32)
     for freeze in (True, False):
-        together = finetune_model_lrs(model, task, [1e-3, 1e-1], freeze=freeze, **kw)
-        alone = [finetune_model(model, task, lr=lr, freeze=freeze, **kw) for lr in (1e-3, 1e-1)]
+        together = finetune_model_lrs(model, data=task, lrs=[1e-3, 1e-1], freeze=freeze, **kw)
+        alone = [finetune_model(model, data=task, lr=lr, freeze=freeze, **kw)
+                 for lr in (1e-3, 1e-1)]
         for a, b in zip(together, alone, strict=True):
             for key in ("settings", "loss_curve", "test_accuracy", "test_loss",
                         "train_accuracy", "confusion", "trainable_params"):
                 assert a[key] == b[key], (freeze, key)
         assert together[0]["loss_curve"] != together[1]["loss_curve"]
     with pytest.raises(FinetuneError, match="lrs"):
-        finetune_model_lrs(model, task, [], **kw)
+        finetune_model_lrs(model, data=task, lrs=[], **kw)
     copy = tmp_path / tiny_run.name
     shutil.copytree(tiny_run, copy)
     small = dict(task="genre", steps=2, batch_size=4, passage_bytes=64, test_max=8,
@@ -357,11 +384,11 @@ def test_a_diverged_lr_ends_alone_and_the_next_lr_starts_clean(tiny_run):
     task = small_task("genre", n_train=64, n_test=32)
     kw = dict(steps=4, batch_size=8, warmup=1, device="cpu", seed=2, standardize=16,
               train_eval_max=16, log_every=2, freeze=True)
-    huge, normal = finetune_model_lrs(model, task, [1e36, 1e-3], **kw)
+    huge, normal = finetune_model_lrs(model, data=task, lrs=[1e36, 1e-3], **kw)
     assert huge["outcome"] == "diverged" and huge["loss_curve"][-1][1] in ("nan", "inf")
     assert huge["steps_done"] == huge["loss_curve"][-1][0] - 1 < 4
     assert 0.0 <= huge["test_accuracy"] <= 1.0
-    alone = finetune_model(model, task, lr=1e-3, **kw)
+    alone = finetune_model(model, data=task, lr=1e-3, **kw)
     assert normal["outcome"] == "completed" and normal["steps_done"] == 4
     for key in ("loss_curve", "test_loss", "test_accuracy", "confusion"):
         assert normal[key] == alone[key], key
@@ -383,7 +410,7 @@ def test_long_passages_are_read_in_windows_of_the_pretraining_context(tiny_run):
     with pytest.raises(FinetuneError, match="windows of 64"):
         clf.features(idx[:, :100])
     # finetune() picks the window from the run (data.seq_len 64) for 128-byte passages
-    res = finetune(tiny_run, "genre", steps=1, batch_size=2, passage_bytes=128, test_max=4,
+    res = finetune(tiny_run, task="genre", steps=1, batch_size=2, passage_bytes=128, test_max=4,
                    train_eval_max=2, standardize=4, device="cpu", force=True)
     assert res["settings"]["window"] == 64
 
@@ -400,7 +427,7 @@ def test_standardized_features_have_zero_mean_and_unit_scale(tiny_run):
     assert torch.allclose(z.mean(0), torch.zeros(z.shape[1]), atol=1e-4)
     assert torch.allclose(z.std(0), torch.ones(z.shape[1]), atol=1e-4)
     with pytest.raises(FinetuneError, match="standardize"):
-        finetune(tiny_run, "genre", standardize=1)
+        finetune(tiny_run, task="genre", standardize=1)
 
 
 def test_validation_split_lies_between_train_and_test_in_every_play():
@@ -438,14 +465,14 @@ def test_finetune_from_weights_kept_along_the_run(tmp_path):
     run = tmp_path / train_run(cfg, tmp_path, progress=False)["run_id"]
     kw = dict(steps=3, lr=1e-3, batch_size=8, warmup=1, passage_bytes=64, device="cpu",
               train_eval_max=32, test_max=64, val_max=32)
-    last = finetune(run, "genre", **kw)
-    kept = finetune(run, "genre", step=10, **kw)
+    last = finetune(run, task="genre", **kw)
+    kept = finetune(run, task="genre", step=10, **kw)
     assert last["checkpoint_step"] == 20 and kept["checkpoint_step"] == 10
     assert kept["path"] != last["path"]
     _, at10 = load_trained_model(run, step=10)
-    direct = finetune_model(at10, "genre", **kw)
+    direct = finetune_model(at10, task="genre", **kw)
     assert kept["test_accuracy"] == direct["test_accuracy"]
     assert kept["loss_curve"] == direct["loss_curve"] != last["loss_curve"]
-    assert finetune(run, "genre", step=10, **kw)["cached"] is True
+    assert finetune(run, task="genre", step=10, **kw)["cached"] is True
     with pytest.raises(CheckpointError, match="no weights kept at step 15"):
-        finetune(run, "genre", step=15, **kw)
+        finetune(run, task="genre", step=15, **kw)

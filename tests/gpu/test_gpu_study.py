@@ -1,7 +1,7 @@
 """`normlab study --profile tiny` on a GPU machine, as a user runs it (a fresh process, the
 checkout on PYTHONPATH): every claim runs to a verdict or a stated reason, none fails, and the
-report is written. Where the command has a `--device` option it is pointed at the GPU, and the
-study's runs must then record that they trained there."""
+report is written. The study is pointed at the GPU (`--device cuda`): its runs must record that
+they trained there, and study.json the device, its name, CUDA's version and the numerics flags."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 from gpu_helpers import DEVICE, REPO, needs_gpu
 from subprocess_env import subprocess_env
@@ -19,28 +20,20 @@ from normlab.study.claims import ALL_CLAIMS
 pytestmark = needs_gpu
 
 
-def study_options() -> str:
-    return subprocess.run([sys.executable, "-m", "normlab", "study", "--help"], cwd=REPO,
-                          env=subprocess_env(), capture_output=True, text=True, timeout=60,
-                          check=True).stdout
-
-
 @pytest.fixture(scope="session")
 def gpu_tiny_study(tmp_path_factory):
     """The tiny study, run once (a session fixture: in a parallel run it starts first)."""
     out = tmp_path_factory.mktemp("gpu-study")
-    cmd = [sys.executable, "-m", "normlab", "study", "--profile", "tiny", "--out", str(out)]
-    on_device = "--device" in study_options()
-    if on_device:
-        cmd += ["--device", DEVICE]
+    cmd = [sys.executable, "-m", "normlab", "study", "--profile", "tiny", "--out", str(out),
+           "--device", DEVICE]
     done = subprocess.run(cmd, cwd=REPO, env=subprocess_env(HF_HUB_OFFLINE="1"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return out, on_device
+    return out
 
 
 def test_the_tiny_study_completes(gpu_tiny_study):
-    out, _ = gpu_tiny_study
+    out = gpu_tiny_study
     study = json.loads((out / "study.json").read_text())
     assert [c["id"] for c in study["claims"]] == list(ALL_CLAIMS)
     failed = {c["id"]: c["note"] for c in study["claims"]
@@ -50,11 +43,13 @@ def test_the_tiny_study_completes(gpu_tiny_study):
 
 
 def test_the_study_trains_where_it_is_told(gpu_tiny_study):
-    out, on_device = gpu_tiny_study
+    out = gpu_tiny_study
     devices = {yaml.safe_load(p.read_text())["meta"]["device"].split(":")[0]
                for p in out.glob("runs/*/config.yaml")}
-    assert devices, "the study trained no runs"
-    if on_device:
-        assert devices == {DEVICE}
-    else:  # the study pins its runs to the CPU (`train.device=cpu`)
-        assert devices == {"cpu"}
+    assert devices == {DEVICE}
+    study = json.loads((out / "study.json").read_text())
+    assert study["device"] == DEVICE and study["cuda"] == torch.version.cuda
+    assert study["device_name"] == torch.cuda.get_device_name()
+    assert study["numerics"]["float32_matmul_precision"] in ("highest", "high", "medium")
+    assert [p["device"] for p in study["parts"]] == [DEVICE]
+    assert set(study["runs_by_device"]) == {"cuda:0"}

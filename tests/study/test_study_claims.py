@@ -283,15 +283,20 @@ def np_slope(xs: list[float], ys: list[float]) -> float:
             / sum((x - mx) ** 2 for x in xs))
 
 
-def test_merge_per_drop_divides_each_merge_by_the_next_block_s_drop_over_the_deeper_half():
-    from normlab.study.claims.c03_depth_as_width import merge_per_drop
+def test_merge_per_drop_divides_the_late_merge_by_the_next_blocks_drop_over_the_deeper_half():
+    from normlab.study.claims.c03_depth_as_width import MIN_DROP_KL, merge_per_drop
 
-    # pairs (t, t+1): merge_kl[t] / drop_kl[t+1] = 1/0 (nan), 2/4, 3/8, 4/2; the deeper half:
-    # the last two
+    # pairs (t, t+1): merge_kl[t] against drop_kl[t+1]; the deeper half: the last two pairs,
+    # merges 3 and 4 over drops 8 and 2 (a zero drop early on does not matter)
     per_block = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 0.0, 4.0, 8.0, 2.0]}
-    assert merge_per_drop(per_block) == pytest.approx((3 / 8 + 4 / 2) / 2)
-    late_zero = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 1.0, 4.0, 0.0, 2.0]}
-    assert math.isnan(merge_per_drop(late_zero))
+    assert merge_per_drop(per_block) == pytest.approx(((3 + 4) / 2) / ((8 + 2) / 2))
+    # a late drop KL below the minimum: the ratio is not computed, whatever the merges
+    small = MIN_DROP_KL / 2
+    late_small = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 1.0, 4.0, small, small]}
+    assert math.isnan(merge_per_drop(late_small))
+    at_minimum = {"merge_kl": [1.0, 2.0, 0.01, 0.03],
+                  "drop_kl": [9.0, 1.0, 4.0] + [MIN_DROP_KL] * 2}
+    assert merge_per_drop(at_minimum) == pytest.approx(0.02 / MIN_DROP_KL)
 
 
 class _Lens(FakeStudy):

@@ -13,7 +13,11 @@ import pytest
 from fake_study import FakeStudy
 
 from normlab.study.claims import c10_transfer, c12_removable_layers
-from normlab.study.claims.c12_removable_layers import decide_c12, drop_cost_profile
+from normlab.study.claims.c12_removable_layers import (
+    DROP_MARGIN,
+    decide_c12,
+    drop_cost_profile,
+)
 from normlab.study.claims.common import matched_pairs
 from normlab.study.context import RunRecord, TunedGrid
 from normlab.study.schema import Pretrained
@@ -47,64 +51,77 @@ def test_drop_cost_profile_reads_the_interior_trend_and_keeps_the_ends_apart():
     assert scaled["depth_slope"] == pytest.approx(falling["depth_slope"])
 
 
-def test_drop_cost_profile_is_undefined_when_the_typical_block_costs_nothing():
+def test_drop_cost_profile_s_slope_is_undefined_when_the_typical_block_costs_nothing():
+    """The reported slope has no unit when the median interior block costs nothing; the deep
+    half's cost, the statistic, is still defined there (0 nats), so the model is not left out."""
     res = drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])
-    assert res["depth_slope"] is None and "median" in res["why_undefined"]
-    assert drop_cost_profile([1.0, 0.5, 1.0])["depth_slope"] is None  # too few interior blocks
+    assert res["depth_slope"] is None and res["median_interior"] == 0.0
+    assert res["deep_blocks"] == [4, 5] and res["deep_cost"] == 0.0
+    assert res["why_undefined"] is None
+    few = drop_cost_profile([1.0, 0.5, 1.0])  # too few interior blocks, and none past 0.5
+    assert few["depth_slope"] is None and few["deep_cost"] is None
+    assert few["why_undefined"] == "no deep interior block in 3 blocks"
 
 
-def _slopes(pre: float, post: float, noise: float, seed: int = 0) -> dict[str, list[float]]:
+def _costs(pre: float, post: float, noise: float, seed: int = 0) -> dict[str, list[float]]:
+    """Per-seed deep-half drop costs in nats around `pre` and `post`."""
     return {"pre": (pre + _noise(noise, seed)).tolist(),
             "post": (post + _noise(noise, seed + 1)).tolist()}
 
 
+SUPPORTED = ("pre's deep blocks cost less than 0.02 nats to drop, and post's more than pre's by "
+             "more than 0.02")
+
+
 def test_c12_planted_effect_is_supported():
-    res = decide_c12(_slopes(pre=-1.0, post=0.1, noise=0.1))
+    res = decide_c12(_costs(pre=0.002, post=0.15, noise=0.005))
     assert res["verdict"] == "supported", res["reason"]
-    assert res["effect"].estimate > 0 and res["effect"].n == SEEDS
+    assert res["effect"].estimate > DROP_MARGIN and res["effect"].n == SEEDS
 
 
 def test_c12_planted_opposite_is_not_supported():
-    res = decide_c12(_slopes(pre=0.5, post=-0.5, noise=0.1))
+    # post's deep blocks cheap to drop, pre's dear
+    res = decide_c12(_costs(pre=0.15, post=0.002, noise=0.005))
     assert res["verdict"] == "not supported"
-    # pre flat, post flat: pre's deep blocks are not cheaper
-    flat = decide_c12(_slopes(pre=0.4, post=0.6, noise=0.05))
+    # both dear, post a little more: pre's deep blocks are not cheap
+    flat = decide_c12(_costs(pre=0.1, post=0.12, noise=0.005))
     assert flat["verdict"] == "not supported" and "pre's deep blocks" in flat["reason"]
 
 
 def test_c12_noise_is_inconclusive_and_says_what_it_could_detect():
-    res = decide_c12(_slopes(pre=0.0, post=0.0, noise=1.0, seed=3))
+    res = decide_c12(_costs(pre=0.01, post=0.03, noise=0.05, seed=3))
     assert res["verdict"] == "inconclusive"
-    assert res["smallest_detectable"] > 0.5
+    assert res["smallest_detectable"] > DROP_MARGIN  # an effect of the margin's size is not
 
 
-def test_c12_both_declining_post_less_so_is_supported():
-    """Post's own slope is a diagnostic: pre's deep blocks cheaper and post's slope above pre's
-    decide, so both declining with post less so is supported (it was inconclusive when post's
-    own slope had to stay off the negative side)."""
-    res = decide_c12(_slopes(pre=-2.0, post=-1.0, noise=0.05))
+def test_c12_pre_lowering_the_loss_and_post_cheap_on_its_own_is_supported():
+    """Post's own cost is a diagnostic: pre's deep blocks cheap and post's cost above pre's by
+    the margin decide, so a pre whose deep blocks lower the loss when dropped, against a post
+    whose deep blocks cost less than the margin on their own, is supported."""
+    res = decide_c12(_costs(pre=-0.04, post=0.01, noise=0.002))
     assert res["verdict"] == "supported"
-    assert res["reason"] == "pre's deep blocks are cheaper, and post's less so"
+    assert res["reason"] == SUPPORTED
     assert [(p.subject, p.role, p.verdict) for p in res["predictions"]] == [
         ("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
-        ("post", "diagnostic", "supported")]
+        ("post", "diagnostic", "not supported")]
 
 
-def test_c12_post_s_own_slope_is_reported_and_never_decides():
-    """Whatever post's own slope does (below 0, at 0, above 0), the verdict is the two claim
-    predictions'; breaking a claim prediction still refutes."""
-    for post, diagnostic in ((-1.0, "supported"), (0.0, "inconclusive"),
-                             (0.5, "not supported")):
-        res = decide_c12(_slopes(pre=-2.0, post=post, noise=0.05))
+def test_c12_post_s_own_cost_is_reported_and_never_decides():
+    """Whatever post's own cost does (above the margin, at it, below it), the verdict is the
+    two claim predictions'; breaking a claim prediction still refutes."""
+    for post, diagnostic in ((0.1, "supported"), (0.02, "inconclusive"),
+                             (-0.005, "not supported")):
+        res = decide_c12(_costs(pre=-0.05, post=post, noise=0.005))
         assert res["predictions"][2].verdict == diagnostic, post
         assert res["verdict"] == "supported", post
-    # the claim predictions still decide: pre's slope not below 0, or post not above pre
-    assert decide_c12(_slopes(pre=0.5, post=1.5, noise=0.05))["verdict"] == "not supported"
-    assert decide_c12(_slopes(pre=-1.0, post=-2.0, noise=0.05))["verdict"] == "not supported"
+    # the claim predictions still decide: pre's cost not below the margin, or post not above
+    # pre by the margin
+    assert decide_c12(_costs(pre=0.1, post=0.2, noise=0.005))["verdict"] == "not supported"
+    assert decide_c12(_costs(pre=0.0, post=0.01, noise=0.005))["verdict"] == "not supported"
 
 
 def test_c12_one_pair_is_inconclusive():
-    assert decide_c12({"pre": [-1.0], "post": [1.0]})["verdict"] == "inconclusive"
+    assert decide_c12({"pre": [0.0], "post": [0.2]})["verdict"] == "inconclusive"
 
 
 # -- pairing at matched loss ----------------------------------------------------------------
@@ -157,6 +174,7 @@ def _ctx(tmp_path, **extra):
 def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path):
     from normlab.probe.interventions import layer_drop
     from normlab.study.claims.c12_removable_layers import c12_own_models
+    from normlab.study.experiments import model_at_init
     from normlab.train import load_trained_model
 
     ctx = _ctx(tmp_path)
@@ -169,7 +187,12 @@ def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path
     got = res["per_seed"][0]["pre"]
     assert got["costs"] == pytest.approx(expected)
     assert got["first"] == pytest.approx(expected[0]) and len(got["interior"]) == 3
-    assert res["slopes"]["pre"][0] == got["depth_slope"]
+    assert got["deep_cost"] == pytest.approx(expected[3])  # block 4 of 5, the one past 0.5
+    assert res["deep_costs"]["pre"][0] == got["deep_cost"]
+    # and on the run's own model at step 0, the same way
+    at_init = layer_drop(model_at_init(tiny_pairs[0].run_dir), ctx.probe_batches())["drop_dloss"]
+    assert got["init"]["costs"] == pytest.approx(at_init)
+    assert res["init_deep_costs"]["pre"][0] == got["init"]["deep_cost"]
     # a looser match leaves every pair out: inconclusive, and says why
     shifted = [dataclasses_replace(c, val_loss=c.val_loss + (0.5 if c.placement == "post"
                                                                  else 0)) for c in tiny_pairs]
@@ -295,18 +318,27 @@ def _no_real_models(ctx):
     raise CheckpointNotFound("minilm is not in the local cache (planted)")
 
 
+def _planted_costs(n: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    return ({"pre": (0.001 + _noise(0.002)[:n]).tolist(),
+             "post": (0.15 + _noise(0.01, 1)[:n]).tolist()},
+            {"pre": (0.03 + _noise(0.002, 2)[:n]).tolist(),
+             "post": (0.03 + _noise(0.002, 3)[:n]).tolist()})
+
+
 @pytest.fixture
 def planted_c12(monkeypatch):
-    """C12 on planted per-seed depth slopes: its own models' decision is decide_c12's."""
+    """C12 on planted per-seed deep-half drop costs (pre's deep blocks nearly free, post's
+    0.15 nats) and the same at init (0.03 nats both: no contrast there): its own models'
+    decision is decide_c12's."""
     from normlab.study.claims import c12_removable_layers
 
     def own(ctx, checkpoints, tolerance=None, trained_from=0):
         pairs, left_out = matched_pairs(checkpoints, 0.05)
         n = len(pairs)
-        slopes = {"pre": (-1.0 + _noise(0.1)[:n]).tolist(),
-                  "post": (0.1 + _noise(0.1, 1)[:n]).tolist()}
-        return decide_c12(slopes) | {"per_seed": {}, "left_out": left_out, "slopes": slopes,
-                                     "tolerance": 0.05}
+        costs, init = _planted_costs(n)
+        return decide_c12(costs, init) | {"per_seed": {}, "left_out": left_out,
+                                          "deep_costs": costs, "init_deep_costs": init,
+                                          "tolerance": 0.05}
 
     monkeypatch.setattr(c12_removable_layers, "c12_own_models", own)
     monkeypatch.setattr(c12_removable_layers, "c12_real_models", _no_real_models)
@@ -336,16 +368,20 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
         for pl, lr in (("pre", 1e-3), ("post", 2e-3))}
     assert res.numbers["pairs"] == 3
     assert res.verdict == "supported" and res.stalled == []
-    assert res.note == "pre's deep blocks are cheaper; post's are not; real checkpoints not " \
-                       "probed: minilm is not in the local cache (planted)"
-    # post's own slope (planted above 0) is not below 0: a diagnostic, it leaves the verdict
-    assert [(p["role"], p["verdict"]) for p in res.predictions] == [
-        ("premise", "supported"), ("premise", "supported"),
-        ("claim", "supported"), ("claim", "supported"), ("diagnostic", "not supported")]
+    assert res.note == (SUPPORTED + "; at init the contrast is absent (at or below 0.02 "
+                        "nats): learned; real checkpoints not probed: minilm is not in the "
+                        "local cache (planted)")
+    # no contrast at init (planted): a diagnostic not supported, it leaves the verdict
+    assert [(p["subject"], p["role"], p["verdict"]) for p in res.predictions] == [
+        ("large t", "premise", "supported"), ("trained pairs", "premise", "supported"),
+        ("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
+        ("post", "diagnostic", "supported"),
+        ("post vs pre at init", "diagnostic", "not supported")]
     assert [p["values"] for p in res.predictions[:2]] == [[7.0], [3.0]]  # block 7 of 12; pairs
-    assert res.numbers["own_models"]["slopes"]["pre"] == pytest.approx(
-        (-1.0 + _noise(0.1)[:3]).tolist())
-    assert res.effect.name == "depth slope of the drop cost: post - pre"
+    costs, init = _planted_costs(3)
+    assert res.numbers["own_models"]["deep_costs"] == costs
+    assert res.numbers["own_models"]["init_deep_costs"] == init
+    assert res.effect.name == "deep-half drop cost (nats): post - pre"
     ctx.profile = replace(ctx.profile, c12_min_pairs=4)
     fewer = planted_c12.measure(ctx, _pretrained(seeds=3))
     assert "3 matched pair(s) of trained checkpoints along the trajectories, fewer than the 4" \
@@ -355,7 +391,7 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
         "pre and post models of 12 blocks or more, both trained past their warmup")
     assert fewer.predictions[1]["verdict"] == "not supported"
     assert fewer.predictions[2]["verdict"] == "supported"
-    # models of 6 blocks: their deeper half is not "large t", whatever the slopes say
+    # models of 6 blocks: their deeper half is not "large t", whatever the costs say
     shallow = planted_c12.measure(_planted_ctx(tmp_path, deep_blocks=6), _pretrained(seeds=3))
     assert shallow.predictions[0]["values"] == [4.0]
     assert shallow.verdict == "not tested at this scale"
@@ -544,30 +580,31 @@ def test_an_interval_touching_zero_is_above_or_below_only_when_the_edge_counts()
 
 
 @pytest.mark.parametrize(("pre", "post", "verdict", "reason"), [
-    (-1.0, 0.1, "supported", "pre's deep blocks are cheaper; post's are not"),
-    (0.5, -0.5, "not supported", "post's slope is not above pre's"),
-    (0.4, 0.6, "not supported", "pre's deep blocks are not cheaper than its shallow ones"),
-    (-2.0, -1.0, "supported", "pre's deep blocks are cheaper, and post's less so"),
-    (0.0, 0.0, "inconclusive", "the intervals include 0: too few seeds for an effect of this size"),
+    (0.002, 0.15, "supported", SUPPORTED),
+    (0.002, 0.0, "not supported", "post's deep blocks do not cost 0.02 nats more than pre's"),
+    (0.1, 0.12, "not supported", "pre's deep blocks cost 0.02 nats or more to drop"),
+    (-0.04, 0.01, "supported", SUPPORTED),
+    (0.0, 0.02, "inconclusive",
+     "an interval includes 0.02 nats: too few seeds for an effect of this size"),
 ])
 def test_each_of_c12_s_outcomes_says_its_reason(pre, post, verdict, reason):
-    noise = 1.0 if verdict == "inconclusive" and pre == 0.0 else 0.05
-    res = decide_c12(_slopes(pre=pre, post=post, noise=noise, seed=3))
+    noise = 0.05 if verdict == "inconclusive" else 0.002
+    res = decide_c12(_costs(pre=pre, post=post, noise=noise, seed=3))
     assert (res["verdict"], res["reason"]) == (verdict, reason)
-    planted = _slopes(pre, post, noise, 3)
+    planted = _costs(pre, post, noise, 3)
     diff = np.array(planted["post"]) - np.array(planted["pre"])
     assert res["intervals"]["post - pre"]["mean"] == pytest.approx(float(diff.mean()))
     assert res["intervals"]["pre"]["mean"] == pytest.approx(float(np.mean(planted["pre"])))
     assert res["intervals"]["post"]["n"] == SEEDS
-    assert res["effect"].name == "depth slope of the drop cost: post - pre"
-    assert res["effect"].expected == "> 0"
+    assert res["effect"].name == "deep-half drop cost (nats): post - pre"
+    assert res["effect"].expected == "> 0.02"
 
 
-def test_c12_needs_paired_slopes_and_names_one_pair():
+def test_c12_needs_paired_costs_and_names_one_pair():
     with pytest.raises(ValueError, match=r"^decide_c12 needs the same number of pre and post "
-                                         r"slopes \(paired\)$"):
-        decide_c12({"pre": [-1.0, -1.1], "post": [0.1]})
-    res = decide_c12({"pre": [-1.0], "post": [1.0]})
+                                         r"costs \(paired\)$"):
+        decide_c12({"pre": [0.0, 0.001], "post": [0.15]})
+    res = decide_c12({"pre": [0.0], "post": [0.15]})
     assert res["reason"] == "1 matched pair(s); at least 2 are needed"
     assert res["smallest_detectable"] is None
 
@@ -577,17 +614,20 @@ def test_drop_cost_profile_s_removable_share_counts_deep_interior_blocks_below_h
     costs = [5.0, 1.0, 1.0, 1.0, 0.2, 1.0, 5.0]
     res = drop_cost_profile(costs)
     assert res["median_interior"] == 1.0 and res["n_blocks"] == 7
+    assert res["deep_blocks"] == [5, 6] and res["deep_cost"] == pytest.approx(0.6)
     assert res["removable_share"] == pytest.approx(1 / 2)
     x = [(t + 0.5) / 7 for t in range(1, 6)]
     assert res["depth_slope"] == pytest.approx(float(np.polyfit(x, costs[1:6], 1)[0]))
     assert res["why_undefined"] is None and res["last"] == 5.0 and res["costs"] == costs
-    assert drop_cost_profile([1.0, 0.5, 0.5, 0.5, math.nan, 1.0])["why_undefined"] == (
-        "fewer than 3 interior blocks or a non-finite cost")
+    broken = drop_cost_profile([1.0, 0.5, 0.5, 0.5, math.nan, 1.0])
+    assert broken["why_undefined"] == "a non-finite drop cost" and broken["deep_cost"] is None
     one = drop_cost_profile([2.0])
     assert (one["first"], one["last"], one["interior"]) == (2.0, None, [])
     assert drop_cost_profile([])["first"] is None
-    assert drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])["why_undefined"] == (
-        "median interior drop cost 0 <= 0")
+    # a median interior cost of 0 leaves only the slope undefined, not the model
+    free = drop_cost_profile([1.0, 0.0, -0.01, 0.0, 0.0, 1.0])
+    assert free["why_undefined"] is None and free["deep_cost"] == 0.0
+    assert free["depth_slope"] is None and free["removable_share"] is None
 
 
 def test_c12_reports_a_side_that_stalled_in_every_seed(planted_c12, tmp_path):
@@ -614,18 +654,22 @@ def test_pairs_refuse_a_placement_c10_and_c12_do_not_compare():
 
 
 def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monkeypatch):
-    """The drop curve of each checkpoint is cached under its run and step; a pair whose curve
-    has no defined slope is reported, kept in the per-seed numbers and left out of the rule."""
+    """The drop curve of each checkpoint is cached under its run and step, and that of its
+    run's model at step 0 under its run; a pair whose curve has no defined deep-half cost is
+    reported, kept in the per-seed numbers and left out of the rule, and a curve whose interior
+    costs nothing is kept."""
     from normlab.study.claims import c12_removable_layers
 
-    flat = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # its median interior cost is 0: no slope
-    curves = {"pre-0": _curve(8, -1.0), "post-0": flat, "pre-1": flat, "post-1": flat,
-              "pre-2": _curve(8, -1.2), "post-2": _curve(8, 0.1)}
+    broken = [1.0, 0.0, math.nan, 0.0, 0.0, 1.0]  # a non-finite cost: no deep-half cost
+    flat = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # its median interior cost is 0: kept, 0 nats
+    curves = {"pre-0": _curve(8, -1.0), "post-0": broken, "pre-1": broken, "post-1": broken,
+              "pre-2": flat, "post-2": _curve(8, 0.1)}
+    curve0 = _curve(8, 0.0)  # every run's model at step 0
     read = []
 
-    def own_drop_curve(run_dir, batches, step=None):
-        read.append((Path(run_dir).name, step, batches))
-        return {"drop_dloss": curves[Path(run_dir).name], "n_blocks": 8}
+    def own_drop_curve(run_dir, batches, step=None, *, at_init=False):
+        read.append((Path(run_dir).name, step, at_init, batches))
+        return {"drop_dloss": curve0 if at_init else curves[Path(run_dir).name], "n_blocks": 8}
 
     monkeypatch.setattr(c12_removable_layers, "own_drop_curve", own_drop_curve)
     ctx = _planted_ctx(tmp_path, match_tolerance=0.1)
@@ -637,29 +681,37 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
                    for s in range(3) for pl in ("pre", "post")]
     res = c12_removable_layers.c12_own_models(ctx, checkpoints)
     assert res["tolerance"] == 0.1  # the profile's
-    assert cached == ["c12_drop_pre-0", "c12_drop_post-0", "c12_drop_pre-1_step100",
-                      "c12_drop_post-1_step100", "c12_drop_pre-2_step200",
-                      "c12_drop_post-2_step200"]
-    assert read[0] == ("pre-0", None, ["the probe batches"]) and read[2][1] == 100
-    assert res["slopes"] == {"pre": [drop_cost_profile(curves["pre-2"])["depth_slope"]],
-                             "post": [drop_cost_profile(curves["post-2"])["depth_slope"]]}
-    assert res["left_out"] == ["seed 0: post median interior drop cost 0 <= 0",
-                               "seed 1: pre median interior drop cost 0 <= 0; post median "
-                               "interior drop cost 0 <= 0"]
+    assert cached == ["c12_drop_pre-0", "c12_drop_pre-0_init", "c12_drop_post-0",
+                      "c12_drop_post-0_init", "c12_drop_pre-1_step100", "c12_drop_pre-1_init",
+                      "c12_drop_post-1_step100", "c12_drop_post-1_init",
+                      "c12_drop_pre-2_step200", "c12_drop_pre-2_init",
+                      "c12_drop_post-2_step200", "c12_drop_post-2_init"]
+    assert read[0] == ("pre-0", None, False, ["the probe batches"])
+    assert read[1] == ("pre-0", None, True, ["the probe batches"])  # its model at step 0
+    assert read[4][:3] == ("pre-1", 100, False) and read[5][:3] == ("pre-1", None, True)
+    assert res["deep_costs"] == {"pre": [0.0],
+                                 "post": [drop_cost_profile(curves["post-2"])["deep_cost"]]}
+    assert res["init_deep_costs"] == {p: [drop_cost_profile(curve0)["deep_cost"]]
+                                      for p in ("pre", "post")}
+    assert res["left_out"] == ["seed 0: post a non-finite drop cost",
+                               "seed 1: pre a non-finite drop cost; post a non-finite drop "
+                               "cost"]
     assert sorted(res["per_seed"]) == [0, 1, 2]
     assert res["per_seed"][0]["pre"]["depth_slope"] == pytest.approx(-1.0, rel=0.05)
+    assert res["per_seed"][2]["pre"]["depth_slope"] is None  # kept all the same
     row = res["per_seed"][2]["post"]
     assert (row["val_loss"], row["run_id"], row["step"]) == (pytest.approx(2.28), "post-2", 200)
-    assert row["costs"] == curves["post-2"]
-    assert res["verdict"] == decide_c12(res["slopes"])["verdict"]
+    assert row["costs"] == curves["post-2"] and row["init"]["costs"] == curve0
+    decided = decide_c12(res["deep_costs"], res["init_deep_costs"])
+    assert (res["verdict"], res["reason"]) == (decided["verdict"], decided["reason"])
     strict = c12_removable_layers.c12_own_models(ctx, checkpoints, tolerance=0.05)
-    assert strict["tolerance"] == 0.05 and strict["slopes"] == {"pre": [], "post": []}
+    assert strict["tolerance"] == 0.05 and strict["deep_costs"] == {"pre": [], "post": []}
     # a pair matched only inside warmup (here before step 200) is no pair of trained models;
     # a checkpoint at the warmup's last step, or at a run's end (step None), is
     warm = c12_removable_layers.c12_own_models(ctx, checkpoints, trained_from=200)
     assert warm["left_out"][0] == ("seed 1: matched only inside warmup (pre step 100, post "
                                    "step 100; warmup 200 steps)")
-    assert sorted(warm["per_seed"]) == [0, 2] and warm["slopes"] == res["slopes"]
+    assert sorted(warm["per_seed"]) == [0, 2] and warm["deep_costs"] == res["deep_costs"]
     assert sorted(c12_removable_layers.c12_own_models(ctx, checkpoints, trained_from=201)[
         "per_seed"]) == [0]
 
@@ -872,7 +924,10 @@ def test_predictions_refuse_lists_that_are_not_paired_by_seed():
     from normlab.study.claims.c12_removable_layers import c12_predictions
 
     with pytest.raises(ValueError, match="shorter|longer"):
-        c12_predictions({"pre": [-1.0, -1.1, -0.9], "post": [0.1, 0.2]})
+        c12_predictions({"pre": [0.0, 0.001, 0.002], "post": [0.15, 0.16]})
+    with pytest.raises(ValueError, match="shorter|longer"):  # the costs at init as well
+        c12_predictions({"pre": [0.0, 0.001], "post": [0.15, 0.16]},
+                        {"pre": [0.03, 0.03], "post": [0.03]})
     paired = {"pretrained": {"pre": [0.6, 0.62, 0.61], "post": [0.7, 0.71, 0.69]},
               "scratch": {"pre": [0.5, 0.52, 0.51], "post": [0.5, 0.51, 0.52]}}
     assert len(c10_predictions(paired, 0.4)) == 5
@@ -943,9 +998,10 @@ def test_c10_settings_reads_every_fine_tuning_setting_the_profile_gives(tmp_path
 def test_drop_cost_profile_s_ends_keys_and_half_median_edge():
     two = drop_cost_profile([3.0, 2.0])  # two blocks: a first and a last, no interior
     assert (two["first"], two["last"], two["interior"]) == (3.0, 2.0, [])
-    short = drop_cost_profile([3.0, 1.0, 1.0, 2.0])  # 2 interior blocks: undefined
+    short = drop_cost_profile([3.0, 1.0, 1.0, 2.0])  # 2 interior blocks: no slope
     assert {k: short[k] for k in ("median_interior", "depth_slope", "removable_share")} == {
         "median_interior": None, "depth_slope": None, "removable_share": None}
+    assert short["deep_cost"] == 1.0  # block 3 of 4, the one past 0.5: the statistic stands
     # a deep interior block at exactly half the median is not below half of it
     edge = drop_cost_profile([5.0, 1.0, 1.0, 1.0, 0.5, 1.0, 5.0])
     assert edge["median_interior"] == 1.0 and edge["removable_share"] == 0.0
@@ -964,14 +1020,16 @@ def test_pairs_go_on_past_a_left_out_seed_and_name_both_untrained_sides():
 
 
 @pytest.mark.parametrize(("pre", "post", "verdict", "reason"), [
-    # slopes identical in every seed: the difference's interval is [0, 0], at or below 0
-    ([-1.0, -1.1, -0.9], [-1.0, -1.1, -0.9], "not supported", "post's slope is not above pre's"),
-    # pre's slope exactly 0 in every seed: its interval [0, 0] lies at or above 0
-    ([0.0, 0.0, 0.0], [1.0, 1.1, 0.9], "not supported",
-     "pre's deep blocks are not cheaper than its shallow ones"),
-    # post clearly above pre, but pre's own slope uncertain about 0
-    ([-0.5, 0.5, -0.3, 0.4], [0.5, 1.5, 0.7, 1.4], "inconclusive",
-     "the intervals include 0: too few seeds for an effect of this size"),
+    # post exactly the margin above pre in every seed: the difference's interval is
+    # [0.02, 0.02], at or below the margin
+    ([0.0, 0.0, 0.0], [0.02, 0.02, 0.02], "not supported",
+     "post's deep blocks do not cost 0.02 nats more than pre's"),
+    # pre's cost exactly the margin in every seed: its interval [0.02, 0.02] lies at or above it
+    ([0.02, 0.02, 0.02], [0.1, 0.11, 0.09], "not supported",
+     "pre's deep blocks cost 0.02 nats or more to drop"),
+    # post clearly above pre, but pre's own cost uncertain about the margin
+    ([-0.01, 0.05, 0.0, 0.04], [0.09, 0.16, 0.11, 0.13], "inconclusive",
+     "an interval includes 0.02 nats: too few seeds for an effect of this size"),
 ])
 def test_c12_s_rule_at_its_edges(pre, post, verdict, reason):
     res = decide_c12({"pre": pre, "post": post})

@@ -18,9 +18,11 @@ from pathlib import Path
 from optional_packages import needs
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "study_tiny.json"
-# what differs between two runs of the same code: time, machine, commit
+# what differs between two runs of the same code: time, machine (its device, CUDA build and
+# numerics flags, and so where the runs trained), commit
 VOLATILE = {"created", "elapsed_s", "elapsed_total_s", "parts", "git_commit", "machine",
-            "time_s", "traceback", "wall_s", "normlab", "torch"}
+            "time_s", "traceback", "wall_s", "normlab", "torch", "cuda", "numerics",
+            "runs_by_device"}
 
 
 def numbers_and_verdicts(value, path=""):

@@ -267,7 +267,7 @@ def test_non_inferiority_is_not_superiority_and_its_rule_text():
     p = predict_non_inferiority("s", "gap", "", EQUAL, MARGIN, threshold_source="the margin",
                                 role="diagnostic")
     assert p.rule == ("non-inferiority at margin 0.02: supported if the 95% interval's upper end "
-                      "of [gap] lies < 0.02; not supported if its lower end lies beyond 0.02 "
+                      "of [gap] lies < 0.02; not supported if its lower end lies at or beyond 0.02 "
                       "(worse than the margin); otherwise inconclusive")
     assert p.role == "diagnostic" and p.threshold_source == "the margin"
     assert predict_non_inferiority("s", "q", "", [0.1], MARGIN).verdict == "inconclusive"
@@ -572,11 +572,13 @@ def test_an_order_carries_its_arguments_and_means_any_size():
 def test_non_inferiority_carries_its_arguments_and_names_both_ends():
     pred = predict_non_inferiority("s", "q", "p", [0.0, 0.01], 0.02)
     assert _carried(pred) and pred.kind == "non_inferiority"
-    assert "95% interval's upper end" in pred.rule and "its lower end lies beyond" in pred.rule
+    assert "95% interval's upper end" in pred.rule
+    assert "its lower end lies at or beyond" in pred.rule
     pred = predict_non_inferiority("s", "q", "p", [0.0, 0.01], 0.02, "<", threshold_source="t",
                                    role="premise")
     assert _carried(pred, source="t", role="premise")
-    assert "95% interval's lower end" in pred.rule and "its upper end lies beyond" in pred.rule
+    assert "95% interval's lower end" in pred.rule
+    assert "its upper end lies at or beyond" in pred.rule
 
 
 def test_a_band_and_an_equivalence_carry_their_arguments():

@@ -221,7 +221,7 @@ def test_a_tiny_study_trains_on_the_cluster(cluster, tmp_path):
         env=cluster.env(), capture_output=True, text=True, timeout=300)
     log = r.stdout + r.stderr
     assert r.returncode == 0, log[-3000:]
-    assert "ray)" in log  # "training N run(s) ... (... workers, ray)"
+    assert "ray, cpu)" in log  # "training N run(s) ... (... workers, ray, cpu)"
     study = json.loads((out / "study.json").read_text())
     assert [c["id"] for c in study["claims"]] == ["C9"]
     assert study["claims"][0]["verdict"] in ("supported", "not supported", "inconclusive")

@@ -151,9 +151,9 @@ def test_stacked_adamw_is_adamw():
 def test_unstackable_options_have_reasons():
     assert run_unstackable_reason(load_run_config(None, TINY)) is None
     for option, word in [("model.dropout=0.1", "dropout"), ("train.grad_accum=2", "accumulation"),
-                         ("train.activation_checkpointing=true", "checkpointing"),
-                         ("train.compile=true", "compile")]:
+                         ("train.activation_checkpointing=true", "checkpointing")]:
         assert word in run_unstackable_reason(load_run_config(None, TINY + [option])), option
+    assert run_unstackable_reason(load_run_config(None, TINY + ["train.compile=true"])) is None
     enc = load_run_config(None, TINY + ["model.kind=encoder", "model.norm=batchnorm"])
     assert "encoder" in run_unstackable_reason(enc)
     with pytest.raises(GroupError, match="must share"):

@@ -84,9 +84,12 @@ def test_adamw_takes_every_setting_from_the_config():
 
 def test_finetuning_keeps_its_betas():
     """Fine-tuning's AdamW comes from optim.py with the betas it always used (0.9, 0.999)."""
-    from normlab.finetune import loop
+    from normlab.finetune.config import FinetuneConfig
 
-    assert (loop.FINETUNE_BETAS, loop.FINETUNE_EPS) == ((0.9, 0.999), 1e-8)
+    c = FinetuneConfig()
+    assert (c.beta1, c.beta2, c.eps) == (0.9, 0.999, 1e-8)
+    tc = c.train_config()
+    assert (tc.beta1, tc.beta2, tc.eps) == (0.9, 0.999, 1e-8)
 
 
 # -- StackedAdamW against the per-member fused kernel it replaced ----------------------------------

@@ -225,7 +225,7 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
 
     def kwargs(arm: str, placement: str, lr: float, seed: int) -> dict[str, Any]:
         from_init, frozen = arms[arm]
-        kw = {"task": "genre", "lr": lr, "seed": seed, "device": "cpu", **s}
+        kw = {"task": "genre", "lr": lr, "seed": seed, "device": ctx.device, **s}
         if from_init:
             kw |= {"from_init": True,
                    "window": _window(pairs[seed][placement].run_dir, s["passage_bytes"])}

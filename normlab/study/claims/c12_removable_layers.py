@@ -7,27 +7,39 @@ normlab models; the same measurement, ``drop_scan``, for Hugging Face ones). The
 last block are reported apart and left out of the statistic: in every model they cost the most
 (the first turns embeddings into a stream, the last writes the output), whatever the placement.
 
-Statistic per model (:func:`drop_cost_profile`): the *depth slope*, the least-squares slope of
-``d_t / median(d_interior)`` against relative depth ``(t + 0.5) / L`` over the interior blocks
-``t = 1 .. L-2``. Dividing by the model's own median interior cost makes models of different
-losses comparable; a negative slope means deeper blocks cost less than the model's typical
-block. Reported beside it (not used by the rule): the share of deep interior blocks (relative
-depth above 0.5) that cost less than half the median interior cost.
+Statistic per model (:func:`drop_cost_profile`): the *deep-half drop cost*, the mean of ``d_t``
+in nats over the deep interior blocks (relative depth ``(t + 0.5) / L`` above 0.5, the last
+block apart: for 12 blocks, blocks 7-11 of 12, the deeper half C2 and C3 read). It is a loss
+difference, so it is defined for every model whose curve is finite, and a seed whose deep
+blocks cost nothing, or whose removal *lowers* the loss, is kept: that is the claim's strongest
+case. (The former statistic, the depth slope of ``d_t / median(d_interior)``, divided by a
+median that is 0.0005-0.004 nats in a trained Pre-LN, went to -95 or was undefined when the
+median fell to 0 or below; it is still reported per model, never decided on.)
 
-Prediction: pre's depth slope is negative (its deep blocks are the cheap ones); post's is not
-(every block carries weight); so slope(post) - slope(pre) > 0.
+Margin (``DROP_MARGIN``): the sources name no size ("minimal degradation of performance",
+Gromov et al.; pre-LN LLMs "lose little", Curse of Depth as docs/reference.md gives it), so the
+study's fixed margin for "comparable" loss is used, 0.02 nats, about 1% of the 2.0-2.6 nats
+these models reach (docs/study.md, Margins, fixed editions before these runs): removing a
+block that costs less leaves a model comparable to the whole one, and a post - pre difference
+smaller than that is a difference between two removals that both leave the model comparable.
+It is a per-block margin: Gromov et al. remove a contiguous deep half at once (and heal it),
+which this per-block scan does not do.
 
-Rule (:func:`decide_c12`, the study's common rules over :func:`c12_predictions`), over seeds
-(paired by seed), 95% t-intervals:
+Predictions, per seed (paired by seed), 95% t-intervals (:func:`decide_c12`, the study's common
+rules over :func:`c12_predictions`):
 
-- ``supported``: pre's slope interval lies below 0 and that of slope(post) - slope(pre) above 0
-  (both claim predictions supported);
-- ``not supported``: either lies on the other side;
-- ``inconclusive`` otherwise (fewer than 2 matched pairs, or an interval that includes 0).
+- pre: deep-half drop cost, non-inferiority at 0.02 (supported if the interval's upper end
+  lies below 0.02, not supported if its lower end lies at or above it);
+- post vs pre: deep-half drop cost, post - pre, above 0.02 (supported if the whole interval
+  lies above 0.02, not supported if it lies at or below);
+- post (diagnostic, never decides): post's own deep-half cost above 0.02;
+- post vs pre at init (diagnostic): the same contrast on each run's own model at step 0 (its
+  config and seed, before any update). A contrast that is already there at init is said to be
+  architectural, not learned (the note says so); it does not change the verdict, which is about
+  the trained models the sources prune.
 
-Post's own slope is a diagnostic: reported with its interval, never deciding, so "both decline,
-post less so" supports the contrast (the claim's "in post-LN models they cannot" is the
-contrast; post's own decline is printed beside it).
+The claim is ``supported`` when both claim predictions are, ``not supported`` when either is
+not, ``inconclusive`` otherwise (fewer than 2 pairs, an interval across a line).
 
 The real checkpoints (MiniLM: post-LN BERT, 6 blocks; SmolLM2-135M: pre-RMSNorm Llama, 30
 blocks) are reported with the same per-model numbers as an illustration only: they differ in
@@ -48,7 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from normlab.study.claims.common import (
+    COMPARABLE,
     SHALLOW_BLOCKS,
+    _above,
     _below,
     _detectable,
     _interval,
@@ -62,9 +76,12 @@ from normlab.study.context import StudyContext
 from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 from normlab.study.verdict import NOT_TESTED, combine, decide
 
-_SRC = ("Gromov et al. ('minimal degradation of performance until after a large fraction "
-        "(up to half) of the layers are removed') and Curse of Depth: no size given: decided "
-        "at 0, the size reported")
+# "Minimal degradation" / "lose little", per deep block (module doc, Margin)
+DROP_MARGIN = COMPARABLE
+_SRC = ("Gromov et al. ('minimal degradation of performance') and Curse of Depth ('lose "
+        f"little') give no size per block: {DROP_MARGIN:g} nats, the study's margin for a "
+        "comparable loss (about 1% of the loss these models reach; docs/study.md, Margins)")
+_COST = "deep-half drop cost (nats): mean loss increase when one deep interior block is skipped"
 
 CLAIM = Claim(
     id="C12", title="Deep Pre-LN layers are removable",
@@ -82,22 +99,29 @@ CLAIM = Claim(
     predictions=(
         large_t_premise("of the deep models"),
         PredictionSpec("trained pairs", "matched pre/post pairs of trained checkpoints (both "
-                       "past warmup, within the match tolerance, drop slope defined)",
+                       "past warmup, within the match tolerance, deep-half drop cost finite)",
                        "Gromov et al. and Curse of Depth prune trained models",
                        Rule("setting", ">=", origin="the design's c12_min_pairs pairs of "
                                                     "trained models: the sources prune trained "
                                                     "models, and a checkpoint inside warmup is "
                                                     "not one"),
                        role="premise", scale=True),
-        PredictionSpec("pre", "depth slope of drop cost / median interior drop cost",
-                       "Curse of Depth: pre-LN LLMs lose little when deep layers are removed",
-                       Rule("direction", "<", 0.0, origin=_SRC)),
-        PredictionSpec("post vs pre", "depth slope: post - pre",
+        PredictionSpec("pre", _COST,
+                       "Gromov et al.: 'minimal degradation of performance' when deep layers "
+                       "of pre-LN LLMs are removed",
+                       Rule("non_inferiority", ">", margin=DROP_MARGIN, origin=_SRC)),
+        PredictionSpec("post vs pre", f"{_COST}: post - pre",
                        "post-LN BERT: every block carries weight",
-                       Rule("direction", ">", 0.0, origin=_SRC)),
-        PredictionSpec("post", "depth slope of drop cost / median interior drop cost",
-                       "post-LN: deep blocks are not the cheap ones (reported)",
-                       Rule("direction", "<", 0.0, origin=_SRC), role="diagnostic"),
+                       Rule("direction", ">", DROP_MARGIN, meaningful=DROP_MARGIN,
+                            origin=_SRC)),
+        PredictionSpec("post", _COST, "post-LN: deep blocks are not cheap to remove (reported)",
+                       Rule("direction", ">", DROP_MARGIN, meaningful=DROP_MARGIN, origin=_SRC),
+                       role="diagnostic"),
+        PredictionSpec("post vs pre at init", f"{_COST}: post - pre, each run's model at step 0",
+                       "a contrast already present at init is architectural, not learned "
+                       "(reported)",
+                       Rule("direction", ">", DROP_MARGIN, meaningful=DROP_MARGIN, origin=_SRC),
+                       role="diagnostic"),
     ),
 )
 
@@ -107,84 +131,120 @@ CLAIM = Claim(
 def drop_cost_profile(costs: Sequence[float]) -> dict[str, Any]:
     """The per-model numbers of C12's design from one drop-cost curve (block 0 first).
 
-    Returns ``first``, ``last``, ``interior`` (blocks 1..L-2), ``median_interior``,
-    ``depth_slope`` (the statistic; None when it is undefined: fewer than 3 interior blocks, a
-    non-finite cost, or a median interior cost <= 0) and ``removable_share``.
+    Returns ``first``, ``last``, ``interior`` (blocks 1..L-2), ``deep_blocks`` and
+    ``deep_cost`` (the statistic: the mean cost of the interior blocks of relative depth above
+    0.5; None only for a non-finite cost or no deep interior block, with ``why_undefined``),
+    and, reported only, ``median_interior``, ``depth_slope`` (of ``d_t / median``; None when
+    the median interior cost is <= 0 or there are fewer than 3 interior blocks) and
+    ``removable_share`` (deep interior blocks costing less than half that median).
     """
-    d = [float(c) for c in costs]
+    # a cached curve keeps a diverged model's cost as None (JSON has no NaN): non-finite
+    d = [math.nan if c is None else float(c) for c in costs]
     L = len(d)
+    deep = [t for t in range(1, L - 1) if (t + 0.5) / L > 0.5]
     out: dict[str, Any] = {"n_blocks": L, "costs": d, "first": d[0] if d else None,
                            "last": d[-1] if L > 1 else None, "interior": d[1:-1],
+                           "deep_blocks": [t + 1 for t in deep], "deep_cost": None,
                            "median_interior": None, "depth_slope": None,
                            "removable_share": None, "why_undefined": None}
+    if not all(math.isfinite(v) for v in d):
+        out["why_undefined"] = "a non-finite drop cost"
+        return out
+    if not deep:
+        out["why_undefined"] = f"no deep interior block in {L} blocks"
+        return out
+    out["deep_cost"] = sum(d[t] for t in deep) / len(deep)
     interior = list(range(1, L - 1))
-    if len(interior) < 3 or not all(math.isfinite(v) for v in d):
-        out["why_undefined"] = "fewer than 3 interior blocks or a non-finite cost"
+    if len(interior) < 3:
         return out
     med = statistics.median(d[t] for t in interior)
     out["median_interior"] = med
-    if med <= 0:
-        out["why_undefined"] = f"median interior drop cost {med:.3g} <= 0"
+    if med <= 0:  # the slope's unit is gone; the deep cost above stands
         return out
     x = [(t + 0.5) / L for t in interior]
     y = [d[t] / med for t in interior]
     mx, my = sum(x) / len(x), sum(y) / len(y)
     sxx = sum((a - mx) ** 2 for a in x)
     out["depth_slope"] = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sxx
-    deep = [t for t in interior if (t + 0.5) / L > 0.5]
-    out["removable_share"] = (sum(d[t] < 0.5 * med for t in deep) / len(deep)) if deep else None
+    out["removable_share"] = sum(d[t] < 0.5 * med for t in deep) / len(deep)
     return out
 
 
-def decide_c12(slopes: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    """C12's decision on per-seed depth slopes, ``slopes[placement][k]`` paired by k: the
-    common rules (`normlab.study.verdict.combine`) over :func:`c12_predictions`, with the
-    intervals and the reason in words."""
-    pre, post = list(slopes["pre"]), list(slopes["post"])
+def decide_c12(costs: Mapping[str, Sequence[float]],
+               init: Mapping[str, Sequence[float]] | None = None) -> dict[str, Any]:
+    """C12's decision on per-seed deep-half drop costs in nats, ``costs[placement][k]`` paired
+    by k (``init``: the same at step 0, reported beside them): the common rules
+    (`normlab.study.verdict.combine`) over :func:`c12_predictions`, with the intervals and the
+    reason in words."""
+    pre, post = list(costs["pre"]), list(costs["post"])
     if len(pre) != len(post):
-        raise ValueError("decide_c12 needs the same number of pre and post slopes (paired)")
-    preds = c12_predictions(slopes)
+        raise ValueError("decide_c12 needs the same number of pre and post costs (paired)")
+    preds = c12_predictions(costs, init)
     diff = [b - a for a, b in zip(pre, post, strict=True)]
-    _, effect = decide(diff, ">", 0.0, name="depth slope of the drop cost: post - pre")
+    m = DROP_MARGIN
+    _, effect = decide(diff, ">", m, name="deep-half drop cost (nats): post - pre")
     ci = {"pre": _interval(pre), "post": _interval(post), "post - pre": _interval(diff)}
     verdict = combine(preds)
     if len(diff) < 2:
         reason = f"{len(diff)} matched pair(s); at least 2 are needed"
     elif verdict == "supported":
-        reason = ("pre's deep blocks are cheaper, and post's less so" if _below(ci["post"])
-                  else "pre's deep blocks are cheaper; post's are not")
+        reason = (f"pre's deep blocks cost less than {m:g} nats to drop, and post's more than "
+                  f"pre's by more than {m:g}")
     elif verdict == "not supported":
-        reason = ("post's slope is not above pre's" if _below(ci["post - pre"], strict=False)
-                  else "pre's deep blocks are not cheaper than its shallow ones")
+        reason = (f"pre's deep blocks cost {m:g} nats or more to drop"
+                  if _above(ci["pre"], m, strict=False)
+                  else f"post's deep blocks do not cost {m:g} nats more than pre's")
     else:
-        reason = "the intervals include 0: too few seeds for an effect of this size"
+        reason = f"an interval includes {m:g} nats: too few seeds for an effect of this size"
+    if init is not None:
+        d0 = [b - a for a, b in zip(init["pre"], init["post"], strict=True)]
+        ci["post - pre at init"] = _interval(d0)
+        if _above(ci["post - pre at init"], m):
+            reason += (f"; the contrast is present at init (post - pre above {m:g} nats at "
+                       "step 0): architectural, not learned")
+        elif _below(ci["post - pre at init"], m, strict=False):
+            reason += f"; at init the contrast is absent (at or below {m:g} nats): learned"
     return {"verdict": verdict, "reason": reason, "effect": effect, "intervals": ci,
             "smallest_detectable": _detectable(ci["post - pre"]),
             "predictions": preds,
-            "rule": ("supported if the 95% interval of pre's slope lies below 0 and that of "
-                     "[slope(post) - slope(pre)] above 0; not supported if either lies on the "
-                     "other side; otherwise inconclusive; post's own slope is reported (slope: "
-                     "drop cost / median interior drop cost against relative depth, interior "
-                     "blocks; seeds as units)")}
+            "rule": (f"supported if the upper end of the 95% interval of pre's deep-half drop "
+                     f"cost lies below {m:g} nats and the interval of [post - pre] lies above "
+                     f"{m:g}; not supported if pre's lower end lies at or above {m:g} or the "
+                     f"difference's interval at or below it; otherwise inconclusive; post's own "
+                     "cost and the contrast at init are reported (deep-half drop cost: mean "
+                     "loss increase over the interior blocks past relative depth 0.5; seeds as "
+                     "units, every seed with a finite curve kept)")}
 
 
-def c12_predictions(slopes: Mapping[str, Sequence[float]]) -> list[Any]:
-    """C12's predictions as rows of the verdict table, each with its own verdict: pre's depth
-    slope < 0 and slope(post) - slope(pre) > 0 decide; post's own slope is a diagnostic."""
-    pre, post = list(slopes["pre"]), list(slopes["post"])
-    return [CLAIM.predict("pre", pre),
+def c12_predictions(costs: Mapping[str, Sequence[float]],
+                    init: Mapping[str, Sequence[float]] | None = None) -> list[Any]:
+    """C12's predictions as rows of the verdict table, each with its own verdict: pre's
+    deep-half cost below the margin and post - pre above it decide; post's own cost and the
+    contrast at init (when ``init`` is given) are diagnostics."""
+    pre, post = list(costs["pre"]), list(costs["post"])
+    rows = [CLAIM.predict("pre", pre),
             CLAIM.predict("post vs pre", [b - a for a, b in zip(pre, post, strict=True)]),
             CLAIM.predict("post", post)]
+    if init is not None:
+        rows.append(CLAIM.predict("post vs pre at init", [
+            b - a for a, b in zip(init["pre"], init["post"], strict=True)]))
+    return rows
 
 
-def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None
-                   ) -> dict[str, Any]:
+def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None, *,
+                   at_init: bool = False) -> dict[str, Any]:
     """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
-    checkpoint or at a ``step`` whose weights it kept."""
+    checkpoint or at a ``step`` whose weights it kept; with ``at_init``, of the run's own model
+    at step 0 (`normlab.study.experiments.model_at_init`)."""
     from normlab.probe.interventions import layer_drop
-    from normlab.train import load_trained_model
+    from normlab.train import load_trained_model, read_run_config
 
-    cfg, model = load_trained_model(run_dir, step=step)
+    if at_init:
+        from normlab.study.experiments import model_at_init
+
+        cfg, model = read_run_config(Path(run_dir)), model_at_init(Path(run_dir))
+    else:
+        cfg, model = load_trained_model(run_dir, step=step)
     seq = cfg.model.max_seq_len
     batches = [(x[:, :seq], y[:, :seq]) for x, y in batches]
     return {"drop_dloss": layer_drop(model, batches)["drop_dloss"],
@@ -196,11 +256,12 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     """C12's decision on normlab's own pre and post models (12-24 blocks) at matched loss.
 
     ``checkpoints``: one :class:`Pretrained` per placement and seed. Every checkpoint's
-    drop-cost curve is measured on the study's probe batches (cached per run folder), the
-    per-model numbers of :func:`drop_cost_profile` computed, and matched pairs decided by
-    :func:`decide_c12`; a pair with a checkpoint taken before step ``trained_from`` (inside
-    warmup: not yet a trained model) is left out. Returns the decision with ``per_seed``
-    numbers and ``left_out``."""
+    drop-cost curve, and that of its run's model at step 0, is measured on the study's probe
+    batches (cached per run folder), the per-model numbers of :func:`drop_cost_profile`
+    computed, and matched pairs decided by :func:`decide_c12`; a pair with a checkpoint taken
+    before step ``trained_from`` (inside warmup: not yet a trained model) is left out, and so
+    is a pair whose deep-half cost is undefined (a non-finite curve), never one whose deep
+    blocks cost nothing. Returns the decision with ``per_seed`` numbers and ``left_out``."""
     tol = ctx.profile.match_tolerance if tolerance is None else tolerance
     pairs, left_out = matched_pairs(checkpoints, tol)
     for seed in [s for s, sides in pairs.items()
@@ -210,27 +271,33 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                         f"{trained_from} steps)")
     batches = ctx.probe_batches()
     per_seed: dict[int, dict[str, Any]] = {}
-    slopes: dict[str, list[float]] = {p: [] for p in PRE_POST}
+    costs: dict[str, list[float]] = {p: [] for p in PRE_POST}
+    init: dict[str, list[float]] = {p: [] for p in PRE_POST}
     for seed, sides in pairs.items():
         row = {}
         for p, c in sides.items():
+            name = Path(c.run_dir).name
             at = "" if c.step is None else f"_step{c.step}"
-            curve = ctx.cached(f"c12_drop_{Path(c.run_dir).name}{at}",
+            curve = ctx.cached(f"c12_drop_{name}{at}",
                                lambda c=c: own_drop_curve(Path(c.run_dir), batches, c.step))
+            curve0 = ctx.cached(f"c12_drop_{name}_init", lambda c=c: own_drop_curve(
+                Path(c.run_dir), batches, at_init=True))
             row[p] = drop_cost_profile(curve["drop_dloss"]) | {
-                "val_loss": c.val_loss, "run_id": Path(c.run_dir).name, "step": c.step}
-        if any(row[p]["depth_slope"] is None for p in PRE_POST):
-            left_out.append(f"seed {seed}: " + "; ".join(
-                f"{p} {row[p]['why_undefined']}" for p in PRE_POST
-                if row[p]["depth_slope"] is None))
-            per_seed[seed] = row
-            continue
+                "val_loss": c.val_loss, "run_id": name, "step": c.step,
+                "init": drop_cost_profile(curve0["drop_dloss"])}
         per_seed[seed] = row
+        undefined = [p for p in PRE_POST if row[p]["deep_cost"] is None]
+        if undefined:
+            left_out.append(f"seed {seed}: " + "; ".join(
+                f"{p} {row[p]['why_undefined']}" for p in undefined))
+            continue
         for p in PRE_POST:
-            slopes[p].append(row[p]["depth_slope"])
-    decision = decide_c12(slopes)
-    return decision | {"per_seed": per_seed, "left_out": left_out, "slopes": slopes,
-                       "tolerance": tol}
+            costs[p].append(row[p]["deep_cost"])
+            init[p].append(row[p]["init"]["deep_cost"])
+    init_ok = all(v is not None for p in PRE_POST for v in init[p])
+    decision = decide_c12(costs, init if init_ok else None)
+    return decision | {"per_seed": per_seed, "left_out": left_out, "deep_costs": costs,
+                       "init_deep_costs": init if init_ok else None, "tolerance": tol}
 
 
 def c12_real_models(ctx: StudyContext) -> dict[str, Any]:
@@ -302,11 +369,12 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
               "validation loss along their training trajectories (each run keeps its weights "
               "at every evaluation; the most trained pair of checkpoints within the tolerance "
               "is compared): each block skipped in turn, its drop cost the "
-              "increase of next-token loss on validation text; per model the depth slope of "
-              "drop cost / median interior drop cost over relative depth, first and last "
-              "block apart. Real checkpoints (MiniLM post-LN, SmolLM2 pre-RMSNorm) shown with "
-              "the same numbers as an illustration only: they differ in far more than the "
-              "placement.")
+              "increase of next-token loss on validation text; per model the deep-half drop "
+              "cost, the mean drop cost in nats of the interior blocks past relative depth "
+              "0.5 (first and last block apart), every seed kept; the same on each run's own "
+              "model at step 0, reported beside it. Real checkpoints (MiniLM post-LN, SmolLM2 "
+              "pre-RMSNorm) shown with the same numbers as an illustration only: they differ "
+              "in far more than the placement.")
     if not own:
         why = ("this profile trains no deep (12-24-block) models; the standard profile does"
                if ctx.profile.deep_blocks == 0
@@ -316,10 +384,11 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
                            method=method, verdict="not run", rule="", numbers=numbers,
                            figures=figures, note=note)
     res = c12_own_models(ctx, own, trained_from=ctx.profile.deep_warmup)
-    numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "slopes",
-                                                   "intervals", "tolerance")},
+    numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "deep_costs",
+                                                   "init_deep_costs", "intervals",
+                                                   "tolerance")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
-                "pairs": len(res["slopes"]["pre"])}
+                "pairs": len(res["deep_costs"]["pre"])}
     wanted = ctx.profile.c12_min_pairs
     outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PRE_POST}
     stalled = [pl for pl, out in outcomes.items()
@@ -327,7 +396,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     if stalled:  # a result to report: no model of that side trained, so nothing is compared
         notes.append(f"{' and '.join(stalled)} stalled or diverged in every seed at its tuned "
                      "lr: no pair to compare")
-    n_pairs = len(res["slopes"]["pre"])
+    n_pairs = len(res["deep_costs"]["pre"])
     if n_pairs < wanted:
         notes.append(f"{n_pairs} matched pair(s) of trained checkpoints along the trajectories, "
                      f"fewer than the {wanted} the design asks for")

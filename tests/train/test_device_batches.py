@@ -1,0 +1,52 @@
+"""A run's token data kept on its device: `BatchSampler.to(device)` gathers each step's windows
+from the array's copy there and gives the batches the host sampler gives (a function of the seed
+and the step alone), for every token width; an array too large for the device stays on the
+host. (CPU stands in for the device here; tests/gpu/test_gpu_device_batches.py runs it on CUDA.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import normlab.data.batches as batches
+from normlab.data.batches import BatchSampler, Span, TokenArray
+
+
+def array(dtype, n: int = 5000) -> TokenArray:
+    high = {np.uint8: 256, np.uint16: 50_000, np.uint32: 4_000_000_000}[dtype]
+    data = np.random.default_rng(0).integers(0, high, size=n, dtype=np.int64).astype(dtype)
+    data.flags.writeable = False
+    return TokenArray(data, [Span("all", 0, n)])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_device_batches_are_the_host_batches(dtype):
+    tokens = array(dtype)
+    host = BatchSampler(tokens, batch_size=6, seq_len=32, seed=3)
+    device = host.to("cpu")
+    assert device is not host and device.device == torch.device("cpu") and host.device is None
+    for step in (0, 1, 7, 1000, 7):  # in any order, the same batch for a step
+        hx, hy = host.batch(step)
+        dx, dy = device.batch(step)
+        assert dx.dtype == dy.dtype == torch.int64 and dx.is_contiguous() and dy.is_contiguous()
+        assert torch.equal(dx, hx) and torch.equal(dy, hy)
+    assert int(device.batch(5)[0].max()) > 255 or dtype == np.uint8  # wide ids kept whole
+
+
+def test_the_device_copy_is_made_once_for_every_sampler():
+    tokens = array(np.uint16)
+    a = BatchSampler(tokens, 4, 16, seed=0).to("cpu")
+    b = BatchSampler(tokens, 4, 16, seed=1).to("cpu")
+    a.batch(0), b.batch(0)
+    assert tokens.on_device(torch.device("cpu")) is tokens.on_device(torch.device("cpu"))
+    assert len(tokens._on_device) == 1
+    assert tokens.device_bytes() == 4 * len(tokens)  # uint16 ids held as int32
+
+
+def test_an_array_too_large_for_the_device_stays_on_the_host(monkeypatch):
+    tokens = array(np.uint8)
+    monkeypatch.setattr(batches, "DEVICE_TOKENS_MAX_BYTES", len(tokens) - 1)
+    host = BatchSampler(tokens, 4, 16, seed=0)
+    assert host.to("cpu") is host
+    assert tokens._on_device == {}
