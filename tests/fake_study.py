@@ -14,9 +14,10 @@ claim's rule is tested without training or building a model.
   `stalled_khop_<placement>` every seed stalled.
 - **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
   `ang_slope_<pl>` the slope of the angle to the previous block, `merge_<pl>` / `drop_<pl>` the
-  log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap (each drawn only when
-  planted, so a world's draws do not depend on keys it does not plant); the stream's norm from
-  the ladders' world (`Planted`, Curse of Depth's trained growth).
+  log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap through the final norm and
+  `lens_free_gap_<pl>` through a norm without parameters (that gap, unless planted) (each drawn
+  only when planted, so a world's draws do not depend on keys it does not plant); the stream's
+  norm from the ladders' world (`Planted`, Curse of Depth's trained growth).
 - **Ladders at init** (`init_ladder`, `update_ladder`): the theory claims' worlds, from a few
   planted parameters per rung (`Planted`), made for exactly the rungs, placements, depths and
   measurements asked (a claim that asks for the wrong ones reads data that is not there); each
@@ -83,11 +84,12 @@ class FakeStudy:
 
     def __init__(self, tmp: Path, noise: float = 0.01, profile: str = "standard", *,
                  world: Planted | None = None, failing_lrs: tuple[float, ...] = (),
-                 settings: dict[str, Any] | None = None, **numbers: Any) -> None:
+                 settings: dict[str, Any] | None = None, seed: int = 0,
+                 **numbers: Any) -> None:
         self.out, self.p, self.noise = tmp, numbers, noise
         self.world = world if world is not None else Planted()
         self.failing_lrs = failing_lrs
-        self.rng = random.Random(0)
+        self.rng = random.Random(seed)  # another seed: another draw of the same world
         self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
@@ -235,10 +237,13 @@ class FakeStudy:
                 merge = math.exp(self._planted(f"merge_{pl}", 0.0))
                 drop = math.exp(self._planted(f"drop_{pl}", math.log(0.1)))
                 gap = self._planted(f"lens_gap_{pl}", 0.0)
+                # through a norm without parameters: the trained norm's reading unless planted
+                free = self._planted(f"lens_free_gap_{pl}", gap)
                 runs.append(ProbedRun(f"{pl}-{s}", {
                     "ang_prev": ang, "merge_kl": [merge] * (L - 1), "drop_kl": [drop] * L,
                     "drop_dloss": [drop] * L, "lens_raw": [3.0 + gap] * L,
-                    "lens_normed": [3.0] * L, "norm": self._norm(pl, trained=True)},
+                    "lens_normed": [3.0] * L, "lens_free": [3.0 + gap - free] * L,
+                    "norm": self._norm(pl, trained=True)},
                     {"effective_depth_kl": 3.0, "n_blocks": L}))
             seeds[pl] = tuple(runs)
         return ProbedPair(self._pair(), seeds)
@@ -273,10 +278,15 @@ class FakeStudy:
                     stats: bool = True) -> dict[str, Any]:
         self.requests.append({"kind": "init", "name": name, "rungs": list(rungs),
                               "placements": list(placements), "depths": list(depths),
-                              "perturb": perturb, "stats": stats})
+                              "perturb": perturb, "stats": stats,
+                              "seeds": self.profile.init_seeds})
         if name.startswith("ladder_admin"):
             return self._admin(rungs, placements, depths, perturb, stats)
-        return self._xiong(rungs, placements, depths, stats)
+        # a ladder asked at a seed count other than the profile's (C5's `c5_seeds`) has that
+        # many seeds; at the profile's own, LADDER_SEEDS
+        own = self.profile.init_seeds == PROFILES[self.profile.name].init_seeds
+        return self._xiong(rungs, placements, depths, stats,
+                           LADDER_SEEDS if own else self.profile.init_seeds)
 
     def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
                       ) -> dict[str, Any]:
@@ -347,10 +357,11 @@ class FakeStudy:
                 "summary": {"embed_sq": d, "final_in_sq": per_block["sq_norm"][-1],
                             "last_fc_out_grad": w.jitter(grad), "d_model": 64, "n_blocks": L}}
 
-    def _xiong(self, rungs, placements, depths, stats: bool) -> dict[str, Any]:
+    def _xiong(self, rungs, placements, depths, stats: bool, seeds: int = LADDER_SEEDS
+               ) -> dict[str, Any]:
         return {r.key: {pl: [{"n_blocks": L, "seed": s}
                              | ({"stats": self._stats(r.key, pl, L)} if stats else {})
-                             for s in range(LADDER_SEEDS) for L in depths]
+                             for s in range(seeds) for L in depths]
                         for pl in placements} for r in rungs}
 
     def _admin_stats(self, law: str, L: int) -> dict[str, Any]:

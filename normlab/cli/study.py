@@ -19,6 +19,16 @@ def study(
                                               "measured wall times: docs/study.md")] = "quick",
     claims: Annotated[str | None, typer.Option(
         help="comma separated, e.g. C1,C4 (default all; C6 means C6a and C6b)")] = None,
+    part: Annotated[str | None, typer.Option(
+        help="run one part of the study (its claims, into --out: parts run into one folder "
+             "accumulate) and export it to OUT/parts/NAME; --list-parts names them")] = None,
+    list_parts: Annotated[bool, typer.Option(
+        "--list-parts", help="print the parts of the study and their claims, and exit")] = False,
+    merge: Annotated[list[Path] | None, typer.Option(
+        metavar="PART_DIR",
+        help="merge parts' exports (OUT/parts/NAME, or a study folder for all of its parts; "
+             "repeat the option for each) into --out and write its report; nothing is "
+             "trained")] = None,
     out: Annotated[Path, typer.Option(
         callback=output_folder,
         help="study folder (runs, cache, figures, study.json, report.html)")] = Path("study"),
@@ -46,6 +56,17 @@ def study(
     from normlab.study.context import EX_TEMPFAIL, TimeLimit
     from normlab.study.runner import run_study
 
+    if list_parts:
+        console.print(parts_table())
+        return
+    if merge:
+        others = [o for o, given in (("--part", part), ("--claims", claims),
+                                     ("--time-limit", time_limit)) if given is not None]
+        if others:
+            fail(f"--merge with {', '.join(others)}: a merge trains nothing; give --merge and "
+                 "--out only")
+        _merge(merge, out, report)
+        return
     t0 = time.perf_counter()
 
     def log(message: str) -> None:
@@ -60,9 +81,10 @@ def study(
     try:
         result = run_study(out, profile, claims.split(",") if claims else None, log=log,
                            executor=executor, address=address, device=device,
-                           time_limit=limit)
+                           time_limit=limit, part=part)
     except KeyboardInterrupt:
         options = [f"--profile {profile}", f"--claims {claims}" if claims else "",
+                   f"--part {part}" if part else "",
                    f"--out {out}", f"--device {device}" if device != "auto" else "",
                    f"--executor {executor}" if executor != "local" else "",
                    f"--address {address}" if address else "",
@@ -90,6 +112,41 @@ def study(
 
         path = render(out)
         console.print(f"report: {path}", highlight=False)
+
+
+def parts_table():
+    """The parts of the study (`normlab.study.parts`): name, claims, what each measures."""
+    from rich.table import Table
+
+    from normlab.study.parts import STUDY_PARTS
+
+    table = Table(title="the parts of the study (normlab study --part NAME)")
+    for col in ("part", "claims", "what it measures"):
+        table.add_column(col, overflow="fold")
+    for p in STUDY_PARTS:
+        table.add_row(p.name, ", ".join(p.claims), p.description)
+    return table
+
+
+def _merge(sources: list[Path], out: Path, report: bool) -> None:
+    """`normlab study --merge`: the parts' exports into the study folder `out`, its report."""
+    from normlab.study.parts import MergeError, merge_parts
+
+    try:
+        result = merge_parts(out, sources, log=lambda m: console.print(m, highlight=False))
+    except MergeError as e:
+        fail(str(e))
+    missing = result["parts_not_merged"]
+    console.print(summary_table(result, f"normlab study, profile {result.get('profile')}, "
+                                        f"merged from {len(result['merged_from'])} part(s)"))
+    if missing:
+        console.print(f"not merged, so their claims are not run: {', '.join(missing)}",
+                      highlight=False)
+    console.print(f"every number: {out / 'study.json'}", highlight=False)
+    if report:
+        from normlab.report.html import render
+
+        console.print(f"report: {render(out)}", highlight=False)
 
 
 VERDICT_STYLE = {"supported": "green", "not supported": "red", "inconclusive": "yellow",

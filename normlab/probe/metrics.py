@@ -236,6 +236,13 @@ METRICS: tuple[Metric, ...] = (
            caption="Logit lens: the loss of the LM head read at each block's stream, without a "
                    "norm",
            doc="next-token loss of `head(x_{l+1})`, no norm at the extraction point"),
+    Metric("lens_free", PER_BLOCK, **_IN_LENS, column="lens free",
+           label="logit-lens loss through a norm without parameters (nats/byte)",
+           caption="Logit lens: the loss of the LM head read at each block's stream through a "
+                   "norm without parameters",
+           doc="next-token loss of `head(Norm(x_{l+1}))`, `Norm` without parameters on the "
+               "stream's own statistics (RMSNorm for `norm: rmsnorm`, else LayerNorm; gain 1, "
+               "bias 0): a norm at the extraction point with nothing trained in it (C13)"),
     # -- per block, real checkpoints only
     Metric("norm_first", PER_BLOCK, "stream", "stream", real=HF_NORMS, unit="L2 norm",
            column="pos 0",

@@ -460,9 +460,11 @@ class StudyFolder(StudyContext):
 
     def trained_probes(self) -> ProbedPair:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints
-        (`probe_pair`)."""
+        (`probe_pair`); cached under a name of its own since the lens gained `lens_free`, so
+        probes cached before are measured again."""
         return self._probe_matched(
-            "trained_probes", lambda run_dir, step: load_trained_model(run_dir, step=step)[1],
+            "trained_probes_lens_free",
+            lambda run_dir, step: load_trained_model(run_dir, step=step)[1],
             ("stream", "merge", "drop", "lens"))
 
     def init_probes(self) -> ProbedPair:

@@ -115,6 +115,10 @@ class Profile:
     theory: bool = True
     finetune_probe: bool = False
     finetune_probe_lrs: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
+    # C5's 6-block models at init, seeds of their own: one seed's gradient trend spreads by
+    # about 0.27, and pre's flatness is an equivalence at margin 0.25, so the interval must be
+    # narrower than a seed's spread (a model at init takes a fraction of a second)
+    c5_seeds: int = 60
 
     @property
     def warmup(self) -> int:
@@ -151,7 +155,8 @@ PROFILES: dict[str, Profile] = {
         finetune_lrs=(1e-3,), finetune_lr_extensions=0, real_passages=1, deep_blocks=4,
         deep_evals=2, khop_depths=(1, 2), khop_placements=("pre", "post"), khop_width=16,
         khop_heads=2, khop_seq_len=12, khop_max_hops=2, khop_steps=8, khop_batch_size=8,
-        khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2, khop_eval_batches=1),
+        khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2, khop_eval_batches=1,
+        c5_seeds=2),
     "quick": Profile(
         name="quick", width=64, heads=2, init_depths=(3, 6, 12, 24), init_seeds=3,
         probe_batches=2, probe_batch_size=8, probe_seq_len=64, update_steps=24,

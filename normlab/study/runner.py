@@ -25,6 +25,7 @@ from normlab.config import ConfigError, RunConfig
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
 from normlab.study.context import StudyContext, TimeLimit
 from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
+from normlab.study.parts import PartFolder, export_dir, study_part, write_export
 from normlab.study.profiles import PROFILES, Profile
 from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.sweep.executors import keep_local_workers
@@ -96,12 +97,17 @@ def claim_functions() -> dict[str, Callable[[StudyContext], ClaimResult]]:
 def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = None,
               log: Callable[[str], None] = print, *, executor: str = "local",
               address: str | None = None, device: str = "cpu",
-              time_limit: TimeLimit | float | None = None) -> dict[str, Any]:
+              time_limit: TimeLimit | float | None = None, part: str | None = None
+              ) -> dict[str, Any]:
     """Run the selected claims; the training runs go to local workers or, with
     `executor="ray"`, to the Ray cluster at `address` (a local instance when None), on `device`
     (`study_device`; `normlab study` asks for auto). With `time_limit` (seconds, or a
     `TimeLimit`) the study stops at a unit of work with `TimeLimitReached` or, interrupted in
-    one, KeyboardInterrupt (`limit.reached` set), what finished kept: a re-run continues."""
+    one, KeyboardInterrupt (`limit.reached` set), what finished kept: a re-run continues.
+
+    With `part` (`normlab.study.parts`, instead of `claims`) the part's claims run; the claims
+    of the same profile that study.json already holds are kept beside them (the parts run into
+    one folder accumulate), and the part's export is written once its claims are decided."""
     if profile not in PROFILES:
         raise ConfigError(f"--profile: {profile!r} is not one of {', '.join(PROFILES)}")
     if executor not in ("local", "ray"):
@@ -109,12 +115,17 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
     if executor == "local" and address:
         raise ConfigError(f"--address {address}: only with --executor ray (the address of a "
                           "Ray cluster); add --executor ray or drop --address")
-    selected = parse_claims(claims)
+    if part is not None and claims is not None:
+        raise ConfigError(f"--part {part} with --claims: a part names its claims "
+                          "(`normlab study --list-parts`); give one of them")
+    chosen = study_part(part) if part is not None else None
+    selected = list(chosen.claims) if chosen is not None else parse_claims(claims)
+    _refuse_a_merge(out / "study.json")
     device = study_device(device)
     limit = TimeLimit(time_limit) if isinstance(time_limit, (int, float)) else time_limit
     out.mkdir(parents=True, exist_ok=True)
-    ctx = StudyFolder(out, PROFILES[profile], log, executor=executor, address=address,
-                       claims=selected, device=device, limit=limit)
+    ctx = PartFolder(out, PROFILES[profile], log, executor=executor, address=address,
+                     claims=selected, device=device, limit=limit)
     timer = _StepTimer(ctx.profile.workers, device)
     if limit is not None:
         limit.runs_seconds = timer.round_seconds
@@ -127,18 +138,27 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         "torch": str(torch.__version__), **{k: v for k, v in on.items() if k != "numerics"},
         "created": time.strftime("%Y-%m-%d %H:%M"), "profile": profile,
         "profile_settings": ctx.profile.to_dict(), "machine": _machine(),
-        "numerics": on["numerics"], "claims": []}
+        "numerics": on["numerics"],
+        "claims": _earlier_claims(out / "study.json", profile) if chosen else []}
     parts = _earlier_parts(out / "study.json", profile)
-    part = {"started": study["created"], "git_commit": study["git_commit"], "elapsed_s": 0.0,
-            "claims": selected, "device": device, "device_name": on["device_name"]}
-    study["parts"] = [*parts, part]
+    invocation = {"started": study["created"], "git_commit": study["git_commit"],
+                  "elapsed_s": 0.0, "claims": selected, "device": device,
+                  "device_name": on["device_name"]}
+    if chosen is not None:
+        invocation["study_part"] = chosen.name
+    study["parts"] = [*parts, invocation]
     t0 = time.perf_counter()
     with keep_local_workers():  # one pool of worker processes for every claim's runs
         if limit is None:
-            _run_claims(ctx, selected, funcs, study, part, out, log, t0)
+            _run_claims(ctx, selected, funcs, study, invocation, out, log, t0)
         else:
             with limit.armed():
-                _run_claims(ctx, selected, funcs, study, part, out, log, t0)
+                _run_claims(ctx, selected, funcs, study, invocation, out, log, t0)
+    if chosen is not None:
+        for warning in write_export(out, chosen, study, ctx.runs_read):
+            log(f"warning: {warning}")
+        log(f"{chosen.name}: exported to {export_dir(out, chosen.name)} (merge it with "
+            "`normlab study --merge`)")
     return study
 
 
@@ -164,7 +184,8 @@ def _run_claims(ctx: StudyFolder, selected: Sequence[str], funcs: dict[str, Any]
                 numbers={"traceback": traceback.format_exc()})
         result.elapsed_s = time.perf_counter() - t
         log(f"{cid}: {result.verdict} ({result.elapsed_s:.0f} s)")
-        study["claims"].append(result.to_dict())
+        study["claims"] = sorted([*(c for c in study["claims"] if c["id"] != cid),
+                                  result.to_dict()], key=lambda c: ALL_CLAIMS.index(c["id"]))
         study["elapsed_s"] = part["elapsed_s"] = time.perf_counter() - t0
         study["elapsed_total_s"] = sum(p["elapsed_s"] for p in study["parts"])
         study["runs_by_device"] = runs_by_device(ctx.runs_root)
@@ -182,16 +203,38 @@ def theory_left_out(cid: str, profile: str) -> ClaimResult:
              "size (docs/results/study_standard).")
 
 
-def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
-    """The parts an earlier run of the same profile in this folder recorded (a resumed study
-    is recorded part by part, with its total); none for a new folder or another profile."""
+def _read_study(path: Path) -> dict[str, Any] | None:
     import json
 
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
+        return None
+    return old if isinstance(old, dict) else None
+
+
+def _refuse_a_merge(path: Path) -> None:
+    """ConfigError when `path` is a merged study's: its runs carry no weights to go on from."""
+    old = _read_study(path)
+    if old is not None and "merged_from" in old:
+        raise ConfigError(f"--out {path.parent}: a merge of the study's parts (its runs carry "
+                          "no weights); run the study into another folder")
+
+
+def _earlier_claims(path: Path, profile: str) -> list[dict[str, Any]]:
+    """The claims an earlier run of the same profile in this folder decided: the parts of a
+    study run into one folder accumulate, each claim replaced only once decided again."""
+    old = _read_study(path)
+    if old is None or old.get("profile") != profile or not isinstance(old.get("claims"), list):
         return []
-    if not isinstance(old, dict) or old.get("profile") != profile:
+    return [c for c in old["claims"] if isinstance(c, dict) and c.get("id") in ALL_CLAIMS]
+
+
+def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
+    """The parts an earlier run of the same profile in this folder recorded (a resumed study
+    is recorded part by part, with its total); none for a new folder or another profile."""
+    old = _read_study(path)
+    if old is None or old.get("profile") != profile:
         return []
     parts = old.get("parts")
     if isinstance(parts, list):

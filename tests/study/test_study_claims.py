@@ -306,12 +306,15 @@ class _Lens(FakeStudy):
             for s in out.seeds[p]:
                 s.per_block["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
                 s.per_block["lens_normed"] = [3.0] * 6
+                s.per_block["lens_free"] = [3.5] * 6
         return out
 
 
 def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
     result = CLAIMS["C13"](_Lens(tmp_path, 0.0, "quick", **_fill({})))
     assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
+    assert result.numbers["lens_gap_free"]["pre"]["mean"] == pytest.approx(
+        (0.5 + 1.5 + 2.5 + 3.5 + 4.5) / 5)
 
 
 class _Init(FakeStudy):
@@ -336,12 +339,14 @@ class _OneBlock(FakeStudy):
         for p in ("pre", "post"):
             for s in out.seeds[p]:
                 s.per_block["lens_raw"], s.per_block["lens_normed"] = [5.0], [3.0]
+                s.per_block["lens_free"] = [4.0]
         return out
 
 
 def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
-    gap = CLAIMS["C13"](_OneBlock(tmp_path, 0.0, "quick", **_fill({}))).numbers["lens_gap"]
-    assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
+    numbers = CLAIMS["C13"](_OneBlock(tmp_path, 0.0, "quick", **_fill({}))).numbers
+    for gap in (numbers["lens_gap"], numbers["lens_gap_free"]):
+        assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
 
 
 def _direction(subject: str, values: list[float], role: str = "claim", scale: bool = False):

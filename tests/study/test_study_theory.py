@@ -60,7 +60,9 @@ BREAKS: dict[str, dict[str, dict[str, Any]]] = {
     "C4": {"post": {"post_slope": 0.35, "pre_mech": 0.2},
            "pre": {"pre_mech": 0.3, "post_slope": 0.2},
            "pre vs post": {"post_slope": -0.2, "pre_mech": 0.2}},
-    "C5": {"post vs pre": {"pre_trend": 3.0}, "post": {"post_trend": -0.5, "pre_trend": -1.0}},
+    # post: falling, above a pre that falls more but stays within the flat margin (0.25);
+    # pre flat: pre falling by 0.6 over the model, which post's rise still clears
+    "C5": {"post": {"post_trend": -0.1, "pre_trend": -0.2}, "pre flat": {"pre_trend": -0.6}},
     "C7": {"post vs deepnorm": {"deepnorm": 2.0},
            "post: depth": {"post_depth": -1.0, "deepnorm_depth": -1.5},
            "deepnorm: depth": {"deepnorm_depth": 0.7},
@@ -74,6 +76,8 @@ BREAKS: dict[str, dict[str, dict[str, Any]]] = {
 # Per claim, each diagnostic's subject and the planted change (per rung key) that breaks it.
 DIAGNOSTICS: dict[str, dict[str, dict[str, dict[str, Any]]]] = {
     "C1": {"pre trained grows faster": {"trained": {"pre_growth": -0.5}}},
+    # post rising by 0.1, pre by 0.2 (inside the flat margin): post below pre
+    "C5": {"post vs pre": {"init": {"post_trend": 0.1, "pre_trend": 0.2}}},
     "C8": {"admin": {"init": {"admin": "const"}},
            "admin O(1)": {"init": {"admin_o1": "log"}}},
 }
@@ -315,8 +319,11 @@ def test_c1_c4_and_c5_share_one_sweep_of_xiong_s_ladder(tmp_path):
              "rungs": xiong_ladder(p.width, p.heads),
              "placements": ["pre", "post"],
              "depths": sorted(set(p.init_depths) | {ladder.FIG3_DEPTH}),
-             "perturb": False, "stats": True}
-    assert asked == [sweep] * 3
+             "perturb": False, "stats": True, "seeds": p.init_seeds}
+    # C5 adds the figure's depth alone at its own seed count, on the same rungs
+    fig3 = sweep | {"name": f"ladder_xiong_fig3_{ladder.CACHE_VERSION}_{p.c5_seeds}seeds",
+                    "depths": [ladder.FIG3_DEPTH], "seeds": p.c5_seeds}
+    assert asked == [sweep] * 3 + [fig3]
 
 
 def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp_path):
@@ -326,7 +333,8 @@ def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp
     assert ctx.requests == [{"kind": "init", "name": f"ladder_admin_{ladder.CACHE_VERSION}",
                              "rungs": fairseq_ladder(p.width, p.heads),
                              "placements": ["post", "pre", "admin", "admin_o1"],
-                             "depths": list(p.init_depths), "perturb": True, "stats": True}]
+                             "depths": list(p.init_depths), "perturb": True, "stats": True,
+                             "seeds": p.init_seeds}]
 
 
 def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
@@ -587,7 +595,8 @@ def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_pa
     result = c05.measure(planted_study(tmp_path, world))
     # the verdict is read at the figure's depth, where post's trend still rises
     assert result.calibration == "passed" and result.verdict == "supported"
-    assert _verdicts(result) == {"post": "supported", "post vs pre": "supported"}
+    assert _verdicts(result) == {"post": "supported", "pre flat": "supported",
+                                 "post vs pre": "supported"}
     by_rung = {r["key"]: {p["subject"]: p["verdict"] for p in r["predictions"]}
                for r in result.ladder}
     assert all(v["post"] == "supported" for k, v in by_rung.items() if k != "deep"), by_rung
@@ -604,9 +613,11 @@ def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_pa
         "post": ("trend of log ||grad W^2|| over relative depth",
                  "Fig. 3: 'the scale of the expected gradients grows along with the layer index "
                  "for the Post-LN Transformer'"),
+        "pre flat": ("trend of log ||grad W^2|| over relative depth",
+                     "Fig. 3: 'the scale almost keeps the same for different layers in the "
+                     "Pre-LN Transformer'"),
         "post vs pre": ("trend(post) - trend(pre)",
-                        "Fig. 3: 'the scale almost keeps the same for different layers in the "
-                        "Pre-LN Transformer'")}
+                        "Fig. 3: post's gradients grow toward the output, pre's do not")}
 
 
 def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_path):
@@ -620,7 +631,8 @@ def test_c5_s_verdict_is_read_at_the_figure_s_depth_not_on_the_deep_rung(tmp_pat
     *_, block, deep = result.ladder
     assert (block["key"], deep["key"]) == ("init", "deep")
     assert _rung_verdicts(block)["post"] == "not supported"
-    assert _rung_verdicts(deep) == {"post": "supported", "post vs pre": "supported"}
+    assert _rung_verdicts(deep) == {"post": "supported", "pre flat": "supported",
+                                    "post vs pre": "supported"}
     assert deep["verdict"] == "supported"
     assert result.predictions == block["predictions"]
     assert result.verdict == "not supported" and result.calibration == "passed"

@@ -47,6 +47,15 @@ CLAIM = Claim(
                        "rates from the start.'",
                        Rule("non_inferiority", ">", margin=COMPARABLE,
                             origin=_LESSON + "'not required', " + COMPARABLE_WHY)),
+        PredictionSpec("pre at its best lr", "val loss without warmup - with warmup, both at "
+                       "pre's own best lr with warmup",
+                       "lesson: Pre-LN 'Can train with large learning rates from the start': "
+                       "the lr it trains best at with warmup, with no warmup at all",
+                       Rule("non_inferiority", ">", margin=COMPARABLE,
+                            origin=_LESSON + "'can train with large learning rates from the "
+                                             "start': the large lr is pre's own best with "
+                                             "warmup; 'can train' is a comparable loss, "
+                                             + COMPARABLE_WHY)),
         PredictionSpec("post vs pre", "cost(post) - cost(pre) of dropping warmup, each at its "
                        "best lr", "lesson: warmup is required for Post-LN, not for Pre-LN",
                        Rule("direction", ">", 0.0, origin=_LESSON + NO_SIZE)),
@@ -66,9 +75,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
     cost = {pl: _per_seed(no_w[pl].best, tuned[pl].best) for pl in tuned}
     best = tuned["post"].best_lr
     at_best = ctx.runs("post", [best], 0)[best]  # without warmup at post's own best lr
+    pre_best = tuned["pre"].best_lr
+    pre_at_best = ctx.runs("pre", [pre_best], 0)[pre_best]
+    pre_cost_at_best = _per_seed(pre_at_best, tuned["pre"].cell(pre_best))
     predictions = [
         CLAIM.predict("post diverges", [r.failed for r in at_best]),
         CLAIM.predict("pre", cost["pre"]),
+        CLAIM.predict("pre at its best lr", pre_cost_at_best,
+                      subject=f"pre at its best lr ({pre_best:g})"),
         CLAIM.predict("post vs pre", [a - b for a, b in zip(cost["post"], cost["pre"],
                                                             strict=True)]),
         CLAIM.predict("post", cost["post"])]
@@ -86,11 +100,16 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "failed; then the least bad, scored ln 256 when diverged). Post's 'diverges' is the "
         "share of seeds that diverged or stalled without warmup at post's own best lr (with "
         f"warmup), above 1/2 on its Wilson interval; pre's cost is non-inferior at {COMPARABLE:g} "
-        "nats; post's cost exceeds pre's, per seed.",
+        "nats, both best over lr ('not required') and at pre's own best lr with warmup, trained "
+        "there without warmup ('can train with large learning rates from the start'); post's "
+        "cost exceeds pre's, per seed.",
         predictions,
         {"cost": {pl: mean_ci(v) for pl, v in cost.items()},
          "post_without_warmup_at_its_best_lr": {
              "lr": best, "outcomes": [r.outcome for r in at_best]},
+         "pre_without_warmup_at_its_best_lr": {
+             "lr": pre_best, "cost": mean_ci(pre_cost_at_best),
+             "outcomes": [r.outcome for r in pre_at_best]},
          "tuning_with_warmup": {pl: t.numbers() for pl, t in tuned.items()},
          "tuning_without_warmup": {pl: t.numbers() for pl, t in no_w.items()}},
         _rel(ctx, fig), stalled=stalled, note=_bracket_note(*tuned.values(), *no_w.values()))

@@ -1,5 +1,10 @@
-"""C9: with warmup and a tuned lr, a shallow Post-LN model ends at least as good as Pre-LN (the
-seed argument; Takase et al. 2022, B2T)."""
+"""C9: with warmup and a tuned lr, a shallow Post-LN model ends better than Pre-LN (the seed
+argument; Takase et al. 2022, B2T).
+
+Both sources say *better*: B2T's "Post-LN outperforms Pre-LN" in 6-layer encoder-decoders
+(27.4 against 26.9 BLEU), the seed's "once properly trained, ends better". The claim is that
+strict direction, post's loss below pre's; a tie does not support it. "At least as good"
+(non-inferiority at the comparable-loss margin, which a tie passes) is reported beside it."""
 
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ DESIGN = {"blocks": 6, "width": 64, "steps": 16_000, "lrs": 3, "seeds": 4, "runs
 CLAIM = Claim(
     id="C9", title="Post-LN ends better when it trains (shallow models)",
     statement="With warmup and a tuned learning rate, a shallow (6-layer, B2T's depth) Post-LN "
-              "model reaches a validation loss at least as good as Pre-LN's.",
+              "model reaches a lower validation loss than Pre-LN's.",
     source="Seed argument; Takase et al. 2022, B2T (2206.00330)",
     quote="Post-LN ... once properly trained, ends better (the seed); Post-LN outperforms "
           "Pre-LN in shallow (6-layer) encoder-decoders (B2T)",
@@ -73,16 +78,19 @@ CLAIM = Claim(
                         f"falls by {COMPARABLE:g} nats (the comparison's margin) over the last "
                         "quarter"), role="premise", scale=True),
         PredictionSpec(
-            "post vs pre (both Xavier)", "val loss(post, tuned) - val loss(pre_xavier, tuned)",
-            "B2T: post at least as good as pre at <= 6 layers under fairseq's Xavier init; the "
-            "seed: once properly trained",
-            Rule("non_inferiority", ">", margin=COMPARABLE,
-                 origin="Takase et al. (B2T), the source's own pairing (fairseq: Xavier for "
-                        "both): 'at least as good', " + COMPARABLE_WHY)),
-        PredictionSpec(
             "post better (both Xavier)", "val loss(pre_xavier, tuned) - val loss(post, tuned)",
-            "the folklore: post ends strictly better", Rule("direction", ">", 0.0,
-                                                            origin=NO_SIZE),
+            "B2T: Post-LN outperforms Pre-LN at 6 layers under fairseq's Xavier init (27.4 vs "
+            "26.9 BLEU); the seed: once properly trained, ends better",
+            Rule("direction", ">", 0.0,
+                 origin="Takase et al. (B2T), the source's own pairing (fairseq: Xavier for "
+                        "both): 'outperforms', in BLEU, no size in loss: " + NO_SIZE)),
+        PredictionSpec(
+            "post vs pre (both Xavier)", "val loss(post, tuned) - val loss(pre_xavier, tuned)",
+            "the weaker reading 'at least as good', which a tie passes: reported, never "
+            "deciding",
+            Rule("non_inferiority", ">", margin=COMPARABLE,
+                 origin="Takase et al. (B2T), the source's own pairing: 'at least as good' as a "
+                        "secondary reading, " + COMPARABLE_WHY),
             role="diagnostic"),
         PredictionSpec(
             "post vs pre (both GPT-2 scaled)",
@@ -108,8 +116,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
                                           ctx.late_improvement(post_x), strict=True)]
         predictions += [
             CLAIM.predict("trained near convergence", late),
-            CLAIM.predict("post vs pre (both Xavier)", _per_seed(post_x, pre_x)),
-            CLAIM.predict("post better (both Xavier)", _per_seed(pre_x, post_x))]
+            CLAIM.predict("post better (both Xavier)", _per_seed(pre_x, post_x)),
+            CLAIM.predict("post vs pre (both Xavier)", _per_seed(post_x, pre_x))]
     if "gpt2_scaled" in p.same_inits:
         predictions.append(CLAIM.predict("post vs pre (both GPT-2 scaled)",
                                          _per_seed(tuned["post_gpt2"].best, tuned["pre"].best)))
@@ -130,11 +138,11 @@ def measure(ctx: StudyContext) -> ClaimResult:
         f"{p.warmup_frac:g} of the run; pre and post compared under one init ("
         + ", ".join(q[0] for q in pairs) + "), every family tuned on its own lr grid extended "
         f"until it brackets the best; paired seeds ({p.seeds}). The claim: under the source's "
-        f"own pairing (both Xavier, as in fairseq), post - pre is non-inferior at {COMPARABLE:g} "
-        "nats, decided only where the runs are near convergence (the loss fell by less than "
-        f"{COMPARABLE:g} over the last quarter; otherwise not tested at this scale). Reported: "
-        "post strictly better, the GPT-2-scaled pairing, and the paper inits (post Xavier, pre "
-        "GPT-2 scaled).",
+        "own pairing (both Xavier, as in fairseq), post ends strictly better, pre - post > 0 "
+        "per seed, decided only where the runs are near convergence (the loss fell by less "
+        f"than {COMPARABLE:g} over the last quarter; otherwise not tested at this scale). "
+        f"Reported: post at least as good (non-inferior at {COMPARABLE:g} nats), the "
+        "GPT-2-scaled pairing, and the paper inits (post Xavier, pre GPT-2 scaled).",
         predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned.values()),
         note=_bracket_note(*tuned.values()))
 
