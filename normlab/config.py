@@ -25,6 +25,14 @@ from pydantic import (
 )
 
 from normlab import placements
+from normlab.placements import InitScheme
+from normlab.userinput import (
+    ConfigError,
+    did_you_mean,
+    parse_yaml_text,
+    read_yaml,
+    read_yaml_file,
+)
 
 NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
 # The allowed placements are the registry's names (normlab.placements), in its order; those that
@@ -36,15 +44,10 @@ if TYPE_CHECKING:
 else:
     Placement = Literal[placements.PLACEMENTS]
     BlockPlacement = Literal[placements.BLOCK_PLACEMENTS]
-InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
 DeepNormArch = Literal["encoder", "decoder", "encdec_encoder", "encdec_decoder"]
 
 MAX_BLOCKS = 4096
 PLACEMENTS: tuple[str, ...] = placements.PLACEMENTS
-
-
-class ConfigError(ValueError):
-    """A config that cannot be built; the message names each offending field."""
 
 
 class _Frozen(BaseModel):
@@ -281,134 +284,6 @@ class ModelConfig(_Frozen):
         return json.loads(self.model_dump_json())
 
 
-class YamlLoader(yaml.SafeLoader):
-    """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a
-    learning rate written that way means, and that a key given twice in one mapping is an error
-    (PyYAML would keep the last value silently, so `lr` set twice would hide one setting)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first_seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = first_seen.setdefault(key, key_node)
-            except TypeError:  # an unhashable key: the safe loader reports it
-                continue
-            if first is not key_node:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping (lines "
-                    f"{first.start_mark.line + 1} and {key_node.start_mark.line + 1}); keep one",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def read_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
-
-
-def read_yaml_file(path: Path, what: str = "config file",
-                   error: type[ConfigError] = ConfigError) -> Any:
-    """The YAML document in a file. `error` (a `ConfigError`) names the file and says why when
-    it is missing, a folder, unreadable, not UTF-8 text, or not valid YAML."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{what} {path}: not found") from None
-    except IsADirectoryError:
-        if (path / "config.yaml").is_file():
-            raise error(f"{what} {path}: is a run folder, not a config file; give its "
-                        f"config.yaml ({path / 'config.yaml'})") from None
-        raise error(f"{what} {path}: is a folder; give a YAML file") from None
-    except PermissionError:
-        raise error(f"{what} {path}: cannot be read (permission denied)") from None
-    except UnicodeDecodeError as e:
-        raise error(f"{what} {path}: not a text file (byte {e.start} is not UTF-8); give a "
-                    "YAML file") from None
-    except OSError as e:
-        raise error(f"{what} {path}: cannot be read ({e.strerror or e})") from None
-    return parse_yaml_text(text, f"{what} {path}", error)
-
-
-def parse_yaml_text(text: str, source: str, error: type[ConfigError] = ConfigError) -> Any:
-    """The YAML document in `text`; `error` starts with `source` and gives the line and column
-    of a problem, and what is wrong in plain words (`yaml_problem`)."""
-    try:
-        return read_yaml(text)
-    except yaml.MarkedYAMLError as e:
-        mark, problem = yaml_problem(e, text)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise error(f"{source}: not valid YAML: {where}{problem}") from None
-    except yaml.YAMLError as e:
-        raise error(f"{source}: not valid YAML: {e}") from None
-    except RecursionError:
-        raise error(f"{source}: nested too deeply to read") from None
-
-
-def _quoted_line(text: str, mark: Any) -> str:
-    lines = text.splitlines()
-    if mark is None or not 0 <= mark.line < len(lines) or not lines[mark.line].strip():
-        return ""
-    line = lines[mark.line].rstrip()
-    return f" (line {mark.line + 1} reads {line[:60] + ('...' if len(line) > 60 else '')!r})"
-
-
-def yaml_problem(e: yaml.MarkedYAMLError, text: str = "") -> tuple[Any, str]:
-    """Where a YAML error is (the mark to report: where the mistake is, which is often where
-    the parser started what it could not finish, not where it gave up) and what is wrong, in
-    plain words with the fix; the parser's own words for a problem not recognised here."""
-    problem, context = e.problem or "", e.context or ""
-    at, start = e.problem_mark, e.context_mark or e.problem_mark
-    if "given twice" in problem:  # normlab's own words (YamlLoader)
-        return at, problem
-    if "could not find expected ':'" in problem:
-        return start, ("a key without ':' after it; write `key: value`, with a space after the "
-                       "':'" + _quoted_line(text, start))
-    if "found character '\\t'" in problem:
-        return at, ("a tab character; YAML indents with spaces only, so replace the tab with "
-                    "spaces")
-    flow = re.match(r"expected ',' or '([\]}])'", problem)
-    if flow:
-        opened = "[" if flow.group(1) == "]" else "{"
-        return start, (f"a {'list' if opened == '[' else 'mapping'} opened with '{opened}' here "
-                       f"is not closed: add the '{flow.group(1)}' (or the ',' between two of "
-                       f"its items)" + _quoted_line(text, start))
-    if "while scanning a quoted scalar" in context:
-        return start, ("a quoted string opened here is never closed; add its closing quote"
-                       + _quoted_line(text, start))
-    if problem.startswith(("expected <block end>", "did not find expected key")):
-        return at, ("this line is not indented like the lines of its mapping above it; indent "
-                    "the keys of one mapping by the same number of spaces"
-                    + _quoted_line(text, at))
-    if "did not find expected '-' indicator" in problem:
-        return at, ("this line is not indented like the '- ' items of its list above it"
-                    + _quoted_line(text, at))
-    if "mapping values are not allowed here" in problem:
-        return at, ("a ':' where a value was expected: a key goes on a line of its own, and a "
-                    "value that holds ': ' must be quoted" + _quoted_line(text, at))
-    if "found undefined alias" in problem:
-        return at, "an alias (*name) with no anchor (&name) before it; define the anchor first"
-    if "unknown escape character" in problem:
-        return at, ("an unknown backslash escape in a double-quoted string; use single quotes, "
-                    "or write the backslash twice")
-    if "could not determine a constructor" in problem:
-        return at, (f"{problem.split('for the tag', 1)[-1].strip()} is a tag normlab does not "
-                    "read; give plain values (numbers, strings, lists, mappings)")
-    found = re.match(r"found character '(.)' that cannot start any token", problem)
-    if found:
-        return at, (f"a value cannot start with {found.group(1)!r}; put the value in quotes"
-                    + _quoted_line(text, at))
-    return at, problem + (f" ({context})" if context else "")
-
-
 def load_yaml(text_or_path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from a path or a string; errors name the file."""
     is_text = isinstance(text_or_path, str) and "\n" in text_or_path
@@ -467,21 +342,6 @@ def format_validation_error(cls: type[BaseModel], err: ValidationError) -> str:
     lines = [f"{loc}: {'; or '.join(dict.fromkeys(msgs))}" if loc else "; ".join(msgs)
              for loc, msgs in by_loc.items()]
     return f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)
-
-
-def did_you_mean(word: str, choices: list[str], shown: list[str] | None = None) -> str:
-    """`" (did you mean 'placement'?)"` for the choice closest to a mistyped `word` (one that
-    starts with it or it starts with, else difflib's closest match), or "" when none is close.
-    `shown`: how each choice is named in the message (its full path), when not as matched."""
-    lowered = word.lower()
-    near = [c for c in choices if c != word and (
-        c.lower().startswith(lowered) or lowered.startswith(c.lower()))]
-    near = sorted(near, key=lambda c: abs(len(c) - len(word)))[:1] or difflib.get_close_matches(
-        word, choices, n=1, cutoff=0.6)
-    if not (near and word):
-        return ""
-    named = dict(zip(choices, shown or choices, strict=True))[near[0]]
-    return f" (did you mean {named!r}?)"
 
 
 def _in_a_section(cls: type[BaseModel], name: str) -> str:

@@ -28,7 +28,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -39,6 +39,11 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+
+from normlab.userinput import ConfigError, YamlLoader, did_you_mean, read_yaml_file
+
+# The init schemes (`model.init`); each placement's default is one of them (ENTRIES).
+InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
 
 
 @dataclass(frozen=True)
@@ -220,8 +225,6 @@ class PlacementDef(_Sublayers):
     @field_validator("init")
     @classmethod
     def _init(cls, value: str) -> str:
-        from normlab.config import InitScheme, did_you_mean
-
         schemes = typing.get_args(InitScheme)
         if value not in schemes:
             raise ValueError(f"{value!r} is not an init scheme{did_you_mean(value, list(schemes))}"
@@ -299,8 +302,6 @@ def parse_definition(raw: Any, where: str,
     """`raw` (a mapping of definition fields) as a `PlacementDef`, or `PlacementError` naming
     each problem by its field under `where` (and its line, where `line_of` knows it) with the
     valid choices."""
-    from normlab.config import did_you_mean
-
     if isinstance(raw, PlacementDef):
         return raw
     if not isinstance(raw, Mapping):
@@ -352,8 +353,6 @@ def read_placements_file(path: str | Path) -> dict[str, PlacementDef]:
     name that is not lower-case letters, digits and `_`, a built-in placement's name, a field
     outside the definition's."""
     import yaml
-
-    from normlab.config import ConfigError, YamlLoader, did_you_mean, read_yaml_file
 
     source = f"placements file {path}"
     data = read_yaml_file(Path(path), "placements file")
@@ -416,8 +415,6 @@ def register_placement(name: str, *, replace: bool = False, **fields: Any) -> Pl
         normlab.register_placement("mypre", attn={"in_norm": True}, mlp={"in_norm": True},
                                    init="gpt2_scaled", doc="Pre-Norm, re-declared")
     """
-    from normlab.config import ConfigError
-
     if not isinstance(name, str) or not USER_NAME.match(name):
         raise ConfigError(f"register_placement: name {name!r}: use lower-case letters, digits "
                           "and _, starting with a letter")
@@ -471,8 +468,6 @@ def resolve_user_placement(data: Any) -> Any:
     elif name in USER:
         definition = USER[name].definition
     elif file is not None:
-        from normlab.config import did_you_mean
-
         defined = sorted(read_placements_file(file))
         raise PlacementError(f"placement: {name!r} is not built in and not defined in "
                              f"placement_file {file}{did_you_mean(name, defined)}; it defines "
@@ -492,8 +487,6 @@ def check_placement_name(value: Any, handler: Callable[[Any], Any]) -> Any:
     except ValidationError:
         if not isinstance(value, str):
             raise
-        from normlab.config import did_you_mean
-
         yours = f" (registered: {', '.join(USER)})" if USER else ""
         raise ValueError(
             f"got {value!r}{did_you_mean(value, [*PLACEMENTS, *USER])}; a placement is a "

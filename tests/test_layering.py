@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "normlab"
 
 # Bottom to top. "config" is the top-level modules of normlab/ (config.py, placements.py,
-# warnings.py and the package's own __init__.py); every other layer is a package.
+# userinput.py, warnings.py and the package's own __init__.py); every other layer is a package.
 LAYERS = ("data", "config", "nn", "train", "finetune", "sweep", "probe", "interop", "study",
           "report", "cli")
 CONFIG = "config"
@@ -179,3 +179,55 @@ def test_normlab_itself_holds_few_modules():
         f"normlab/ holds {len(top)} modules besides __init__.py and __main__.py "
         f"({', '.join(top)}); at most {MAX_TOP_MODULES}: put the new one in the package of its "
         "layer")
+
+
+def module_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """The normlab modules (dotted, package `__init__`s left out: they gather their package's
+    names) each module file imports, anywhere in the file; `from a.b import c` counts as `a.b.c`
+    where that is a module."""
+    files = {".".join(p.relative_to(root.parent).with_suffix("").parts): p
+             for p in sorted(root.rglob("*.py"))
+             if "__pycache__" not in p.parts and p.name != "__init__.py"}
+    edges: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+        edges[name] = {t for t in targets if t in files and t != name}
+    return edges
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each cycle of imports among modules (a module that, through the modules it imports,
+    imports itself), as the path around it."""
+    cycles, done = [], set()
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in sorted(edges.get(node, ())):
+            if nxt in path:
+                cycle = path[path.index(nxt):]
+                if frozenset(cycle) not in done:
+                    done.add(frozenset(cycle))
+                    cycles.append([*cycle, nxt])
+            elif len(path) < 12:  # longer cycles than this are not how modules go wrong
+                visit(nxt, [*path, nxt])
+
+    for start in sorted(edges):
+        visit(start, [start])
+    return cycles
+
+
+def test_no_two_modules_import_each_other():
+    """A module that imports one which imports it back (directly or around a few modules) is
+    a layering fault even inside one layer: the lower one must not need the higher."""
+    cycles = import_cycles(module_imports())
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_an_import_cycle_is_found():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(edges) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

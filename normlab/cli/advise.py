@@ -39,7 +39,7 @@ def advise(
     """Placement guidance for your shape. Each rule is shown with what normlab measures
     there, or without measuring with what its recorded studies found there."""
     from normlab.study.advise import advise as run_advise
-    from normlab.study.runner import study_device
+    from normlab.study.devices import study_device
     from normlab.train.memory import check_fits, estimate
 
     if heads is not None and width % heads:

@@ -86,7 +86,7 @@ class StudyFolder(StudyContext):
                  device: str = "cpu", limit: TimeLimit | None = None) -> None:
         self.out, self.profile, self.log = out, profile, log
         self.executor, self.address = executor, address
-        self.device = device  # "cpu" or "cuda" (`normlab.study.runner.study_device`)
+        self.device = device  # "cpu" or "cuda" (`normlab.study.devices.study_device`)
         self.limit = limit
         self._placed_runs: dict[str, RunConfig] = {}
         self.claims = list(claims) if claims is not None else None  # None: every claim

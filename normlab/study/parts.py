@@ -25,6 +25,7 @@ from typing import Any
 
 from normlab.config import ConfigError, did_you_mean
 from normlab.study.claims import ALL_CLAIMS, REGISTRY
+from normlab.study.devices import runs_by_device
 from normlab.study.experiments import StudyFolder
 from normlab.study.schema import ClaimResult
 from normlab.train.logging import write_json_atomic
@@ -262,7 +263,6 @@ def merge_parts(out: Path, sources: Sequence[Path], log: Callable[[str], None] =
             f"copy kept): {', '.join(differing[:5])}{' ...' if len(differing) > 5 else ''}")
     invocations = sorted((p for e in exports for p in e.study.get("parts", [])),
                          key=lambda p: str(p.get("started")))
-    from normlab.study.runner import runs_by_device
 
     header = {k: v for k, v in first.study.items()
               if k not in ("claims", "study_part", "runs", "parts")}

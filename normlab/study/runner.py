@@ -4,7 +4,7 @@ The study folder holds everything: `runs/` (ordinary run folders), `cache/` (sha
 results), `figures/`, `study.json`. Re-running reuses all of it; an interrupted study resumes.
 `study.json` is rewritten after every claim, so what finished is never lost. What it records
 names no folder of the machine that ran it, so a study folder can be moved to another machine
-(and another device: `study_device`) and continued there.
+(and another device: `normlab.study.devices`) and continued there.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import normlab
 from normlab.config import ConfigError, RunConfig
 from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
 from normlab.study.context import StudyContext, TimeLimit
+from normlab.study.devices import device_record, runs_by_device, study_device
 from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
 from normlab.study.parts import PartFolder, export_dir, study_part, write_export
 from normlab.study.profiles import PROFILES, Profile
@@ -31,48 +32,6 @@ from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import cpu_model, default_threads, git_commit
-from normlab.train.numerics import numerics_in_force
-
-DEVICES = ("auto", "cpu", "cuda")  # `normlab study --device`
-
-
-def study_device(asked: str) -> str:
-    """Where a study trains, from `--device`: `cpu`, `cuda` (a CUDA GPU; ConfigError when
-    there is none), or `auto`: the GPU where there is one, else the CPU."""
-    if asked not in DEVICES:
-        raise ConfigError(f"--device: {asked!r} is not one of {', '.join(DEVICES)}")
-    available = torch.cuda.is_available()
-    if asked == "cuda" and not available:
-        build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-        raise ConfigError(f"--device cuda: no CUDA GPU is available here (torch "
-                          f"{torch.__version__}, {build}); use --device auto or --device cpu")
-    return "cuda" if asked == "cuda" or (asked == "auto" and available) else "cpu"
-
-
-def device_record(device: str) -> dict[str, Any]:
-    """What study.json records of the device a study (or a part of it) ran on: the device, its
-    name, the CUDA version torch was built with (None: a CPU-only build) and the numerics flags
-    in force (TF32, deterministic algorithms: `normlab.train.numerics`)."""
-    return {"device": device,
-            "device_name": torch.cuda.get_device_name() if device == "cuda" else cpu_model(),
-            "cuda": torch.version.cuda, "numerics": numerics_in_force()}
-
-
-def runs_by_device(runs_root: Path) -> dict[str, int]:
-    """How many finished runs of the study folder trained on each device (`meta.device` of
-    their config.yaml): a study continued on another device trains on both."""
-    import yaml
-
-    counts: dict[str, int] = {}
-    for cfg in sorted(runs_root.glob("*/config.yaml")):
-        if not _finished(cfg.parent):
-            continue
-        try:
-            device = str((yaml.safe_load(cfg.read_text()) or {}).get("meta", {}).get("device"))
-        except (OSError, ValueError, AttributeError, yaml.YAMLError):
-            continue
-        counts[device] = counts.get(device, 0) + 1
-    return counts
 
 
 def parse_claims(text: str | Sequence[str] | None) -> list[str]:

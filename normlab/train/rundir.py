@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from normlab.config import ConfigError, RunConfig, parse_config, read_yaml
+from normlab.config import ConfigError, RunConfig, parse_config
+from normlab.userinput import read_yaml
 from normlab.warnings import NormlabWarning
 
 try:

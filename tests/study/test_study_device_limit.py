@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from normlab.cli import app
 from normlab.config import ConfigError
 from normlab.study.context import EX_TEMPFAIL, TimeLimit, TimeLimitReached
+from normlab.study.devices import study_device
 from normlab.study.experiments import StudyFolder
 from normlab.study.profiles import PROFILES
-from normlab.study.runner import _StepTimer, run_study, study_device
+from normlab.study.runner import _StepTimer, run_study
 
 TINY = PROFILES["tiny"]
 CLAIMS = ["C11"]
