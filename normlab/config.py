@@ -34,7 +34,7 @@ from normlab.userinput import (
     read_yaml_file,
 )
 
-NormKind = Literal["layernorm", "rmsnorm", "dyt", "identity", "batchnorm"]
+NormKind = Literal["layernorm", "rmsnorm", "dyt", "derf", "identity", "batchnorm"]
 # The allowed placements are the registry's names (normlab.placements), in its order; those that
 # describe one block on their own are usable in a per-block list (`custom`). The Literals are
 # built from the registry, which type checkers cannot follow: to them the fields are strings.
@@ -103,7 +103,8 @@ class ModelConfig(_Frozen):
     norm_eps: float = Field(1e-5, gt=0.0, description="epsilon of LayerNorm and RMSNorm")
     dyt_alpha: float = Field(0.5, gt=0.0, description="initial alpha of DyT")
     out_norm: NormKind | None = Field(
-        None, description="kind of the branch-output norm of sandwich/peri (default: norm)"
+        None, description="kind of the branch-output norm of sandwich/peri, olmo2 and "
+        "normformer's attention (default: norm)"
     )
 
     placement: Placement = Field(
@@ -129,6 +130,10 @@ class ModelConfig(_Frozen):
         None, description="norm on the embedding output "
         f"({', '.join(f'{p}: on' for p in placements.EMBED_NORM)})")
     residual_attention: bool = Field(False, description="RealFormer residual attention scores")
+    qk_norm: bool = Field(
+        False, description="Q and K each normalized over the full width d after their "
+        "projection, before the split into heads and RoPE, by a norm of the norm kind (OLMo 2; "
+        "with any placement)")
 
     init: InitScheme | None = Field(
         None, description="init scheme; null: the placement's paper's "
@@ -156,6 +161,16 @@ class ModelConfig(_Frozen):
     gate_init: float | None = Field(
         None, ge=0.0, description="ReZero/SkipInit gate init (rezero: 0, skipinit: 1/sqrt(L))"
     )
+    depth_param: Literal["standard", "completep"] = Field(
+        "standard", description="depth parameterization: standard, or completep (Dey et al. "
+        "2025, arXiv 2505.01618): every residual branch times (depth_base/n_blocks)^depth_alpha, "
+        "the lr of every block parameter times (n_blocks/depth_base)^(depth_alpha-1) and AdamW's "
+        "eps times (n_blocks/depth_base)^-depth_alpha")
+    depth_base: int = Field(
+        1, ge=1, description="completep: the base depth L_base the multipliers are relative to")
+    depth_alpha: float = Field(
+        1.0, ge=0.5, le=1.0, description="completep: the depth exponent alpha (1: CompleteP; "
+        "0.5: the 1/sqrt(L) branch scaling it is compared with)")
 
     @model_validator(mode="before")
     @classmethod
@@ -186,9 +201,13 @@ class ModelConfig(_Frozen):
         if self.kind == "decoder" and "batchnorm" in (self.norm, self.out_norm):
             problems.append(
                 "norm: batchnorm is rejected for kind=decoder (batch statistics leak future "
-                "tokens); use it with kind=encoder, or pick layernorm|rmsnorm|dyt|identity"
+                "tokens); use it with kind=encoder, or pick layernorm|rmsnorm|dyt|derf|identity"
             )
-        if self.placement in ("hybrid", "hybrid_star") and self.norm in ("dyt", "batchnorm"):
+        if self.qk_norm and self.norm not in ("layernorm", "rmsnorm", "identity"):
+            problems.append(f"qk_norm: normalizes Q and K (OLMo 2), which {self.norm} does not "
+                            "support; use layernorm or rmsnorm")
+        if self.placement in ("hybrid", "hybrid_star") and self.norm in ("dyt", "derf",
+                                                                          "batchnorm"):
             problems.append(
                 f"norm: {self.placement} normalizes Q, K and V per head (HybridNorm), which "
                 f"{self.norm} does not support; use layernorm or rmsnorm"
@@ -208,6 +227,17 @@ class ModelConfig(_Frozen):
                                                             self.attention)
             blocks = self.placement_def.count_problem(self.n_blocks)
             problems += [f"placement_def.{blocks}"] if blocks else []
+        if self.depth_param == "standard" and (self.depth_base != 1 or self.depth_alpha != 1.0):
+            problems.append("depth_base, depth_alpha: used with depth_param: completep only; "
+                            "set depth_param: completep or remove them")
+        if self.placement == "ngpt":
+            if self.qk_norm:
+                problems.append("qk_norm: ngpt normalizes Q and K itself (scaled by s_qk); "
+                                "remove qk_norm")
+            if self.depth_param != "standard":
+                problems.append("depth_param: ngpt's eigen learning rates set each sublayer's "
+                                "step on the sphere, not a residual sum that CompleteP could "
+                                "scale; use depth_param: standard")
         if self.placement == "resi_dual" and self.final_norm == "off":
             problems.append(
                 "final_norm: resi_dual's output is a_L + Norm(d_L), so its final norm cannot "
@@ -243,6 +273,10 @@ class ModelConfig(_Frozen):
             if self.placement in ("hybrid", "hybrid_star"):
                 problems.append(f"attention: {self.placement} normalizes Q and K inside softmax "
                                 "attention; use attention: softmax")
+            if self.qk_norm:
+                problems.append(f"qk_norm: normalizes Q and K inside softmax attention, which "
+                                f"attention={self.attention} does not compute; use attention: "
+                                "softmax")
             if self.positions == "rope":
                 problems.append(f"positions: rope rotates queries and keys, which "
                                 f"attention={self.attention} does not use; use positions: "
@@ -414,10 +448,12 @@ TASKS = ("khop",)
 # The fields of the synthetic tasks (`task` and its settings), and those that only text reads.
 KHOP_FIELDS = ("khop_alphabet", "khop_min_hops", "khop_max_hops")
 DATA_TASK_FIELDS = ("task", *KHOP_FIELDS)
+# Task fields added after the task's run ids were first issued (hashed only when set, below).
+KHOP_OPTIONS = ("khop_unanswered",)
 TEXT_FIELDS = ("source", "val_fraction", "split_seed", "tokenizer", "text_field")
-# Text fields added after run ids were first issued: hashed only when set away from their
-# default, so every run recorded before they existed keeps its id (and its folder).
-DATA_HASHED_WHEN_SET = ("tokenizer", "text_field")
+# Fields added after run ids were first issued: hashed only when set away from their default,
+# so every run recorded before they existed keeps its id (and its folder).
+DATA_HASHED_WHEN_SET = ("tokenizer", "text_field", *KHOP_OPTIONS)
 
 
 class DataConfig(_Frozen):
@@ -449,6 +485,11 @@ class DataConfig(_Frozen):
     khop_max_hops: int = Field(
         4, ge=1, description="khop: the most hops k; each training sequence draws k uniformly "
         "from khop_min_hops..khop_max_hops and starts with a token naming it")
+    khop_unanswered: Literal["ignore", "token"] = Field(
+        "ignore", description="khop: a position without an answer (and the hop token's) is left "
+        "out of the loss (ignore), or has a target token of its own, as in Sanford et al.'s "
+        "generator (token: 'does not exist' and 'blank', two more tokens); the accuracy counts "
+        "the answered positions either way")
 
     @field_validator("tokenizer")
     @classmethod
@@ -467,7 +508,7 @@ class DataConfig(_Frozen):
         problems: list[str] = []
         fields = type(self).model_fields
         if self.task is None:
-            for name in KHOP_FIELDS:
+            for name in (*KHOP_FIELDS, *KHOP_OPTIONS):
                 if getattr(self, name) != fields[name].default:
                     problems.append(f"{name}: only used with task=khop; set task: khop, or "
                                     "remove it")
@@ -496,7 +537,8 @@ class DataConfig(_Frozen):
         text (bytes: `normlab.data.tokens.VOCAB_SIZE`)."""
         if self.task is None:
             return None
-        return self.khop_alphabet + self.khop_max_hops - self.khop_min_hops + 1
+        targets = 2 if self.khop_unanswered == "token" else 0  # 'does not exist', 'blank'
+        return self.khop_alphabet + self.khop_max_hops - self.khop_min_hops + 1 + targets
 
 
 MAX_NAME = 80
@@ -520,11 +562,16 @@ class TrainConfig(_Frozen):
     batch_size: int = Field(16, ge=1, description="sequences per step (all processes together)")
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per step")
     lr: float = Field(1e-3, gt=0.0, description="peak AdamW learning rate")
-    schedule: Literal["constant", "cosine", "linear", "inv_sqrt"] = Field(
+    schedule: Literal["constant", "cosine", "linear", "inv_sqrt", "wsd"] = Field(
         "cosine", description="lr after warmup: constant, cosine or linear decay to the floor, "
-        "or lr * sqrt(warmup/step)")
+        "lr * sqrt(warmup/step), or wsd (warmup-stable-decay: constant at lr, then a linear "
+        "decay to 0 over the last decay_frac of the steps)")
     warmup: int = Field(0, ge=0, description="linear warmup steps (0 allowed)")
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0, description="decay floor, as a share of lr")
+    decay_frac: float = Field(
+        0.2, gt=0.0, le=1.0, description="wsd: the share of the steps over which the lr decays "
+        "linearly to 0 at the end (10-20% in the literature: Hu et al. 2024, MiniCPM; Hagele et "
+        "al. 2024)")
     weight_decay: float = Field(
         0.1, ge=0.0, description="AdamW decay of weight matrices (not norms, biases, embeddings)")
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1")
@@ -574,6 +621,10 @@ class TrainConfig(_Frozen):
     tags: tuple[str, ...] = Field(
         (), description="labels for the run (letters, digits and - _ . : /), shown with its name; "
         "not part of the run id")
+    prores_steps: int = Field(
+        0, ge=0, description="ProRes residual warmup (Chen et al. 2026, arXiv 2603.05369): "
+        "block l's residual branches times min(t/T_l, 1) at step t, T_l = linspace(floor(T/L), T, "
+        "L)[l] with T this many steps (deeper blocks warm up longer); 0: off")
     extends: RunExtension | None = Field(
         None, description="set by `normlab train --resume RUN --set train.steps=N`: {run: the "
         "finished run's id, step: its last step}; this run starts from that run's final "
@@ -618,9 +669,11 @@ EXECUTION_OPTIONS = ("compile", "activation_checkpointing", "deterministic")
 LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
-HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints", "extends")
+HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints", "extends", "decay_frac",
+                   "prores_steps")
 # The same for model fields added later (the analysed settings of the theory claims).
-MODEL_HASHED_WHEN_SET = ("attention", "embedding", "placement_def")
+MODEL_HASHED_WHEN_SET = ("attention", "embedding", "placement_def", "qk_norm", "depth_param",
+                         "depth_base", "depth_alpha")
 
 
 def byte_vocab_problem(model: ModelConfig, field: str = "vocab_size") -> str | None:
@@ -669,7 +722,8 @@ def task_model_problems(model: ModelConfig, data: DataConfig) -> list[str]:
         problems.append(
             f"model.vocab_size: {model.vocab_size} does not match data.task={data.task}, which "
             f"has {vocab} tokens ({data.khop_alphabet} letters and {hops} hop-count token"
-            f"{'s' if hops > 1 else ''} for k = {data.khop_min_hops}..{data.khop_max_hops}); "
+            f"{'s' if hops > 1 else ''} for k = {data.khop_min_hops}..{data.khop_max_hops}"
+            f"{', and 2 target tokens' if data.khop_unanswered == 'token' else ''}); "
             f"set model.vocab_size: {vocab}")
     return problems
 

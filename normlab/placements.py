@@ -43,7 +43,8 @@ from pydantic import (
 from normlab.userinput import ConfigError, YamlLoader, did_you_mean, read_yaml_file
 
 # The init schemes (`model.init`); each placement's default is one of them (ENTRIES).
-InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init"]
+InitScheme = Literal["normal", "gpt2_scaled", "xavier", "deepnorm", "admin", "ds_init",
+                     "subln"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,21 @@ ENTRIES: tuple[PlacementEntry, ...] = (
     PlacementEntry("skipinit", "xavier", final_norm=False, per_block=True,
                    paper="De and Smith 2020, Batch Normalization Biases Residual Blocks Towards "
                    "the Identity Function in Deep Networks", arxiv="2002.10444"),
+    PlacementEntry("olmo2", "normal", final_norm=True, per_block=True,  # OLMo 2's init:
+                   # every weight from N(0, 0.02)
+                   paper="Team OLMo 2024, 2 OLMo 2 Furious", arxiv="2501.00656"),
+    PlacementEntry("keel", "normal", final_norm=False, per_block=True,  # no init of its own
+                   paper="Chen and Wei 2026, Post-LayerNorm Is Back: Stable, ExpressivE, and "
+                   "Deep", arxiv="2601.19895"),
+    PlacementEntry("subln", "subln", final_norm=True, per_block=True,  # torchscale (Magneto)
+                   paper="Wang et al. 2022, Foundation Transformers", arxiv="2210.06423"),
+    PlacementEntry("normformer", "xavier", final_norm=True, per_block=True,  # fairseq-based
+                   paper="Shleifer et al. 2021, NormFormer: Improved Transformer Pretraining "
+                   "with Extra Normalization", arxiv="2110.09456"),
+    PlacementEntry("ngpt", "normal", final_norm=False, per_block=False,  # on the unit sphere:
+                   # its stream is normalized by every sublayer, its matrices after every step
+                   paper="Loshchilov et al. 2024, nGPT: Normalized Transformer with "
+                   "Representation Learning on the Hypersphere", arxiv="2410.01131"),
     PlacementEntry("custom", "normal", final_norm=False, per_block=False,  # block by block:
                    # the final norm follows from its blocks
                    paper=""),
@@ -171,6 +187,13 @@ class SublayerDef(_Def):
     add_block_input: bool = Field(False, description="mlp only: the block input joins the sum")
     qkv_norm: bool = Field(False, description="attn only: Q, K, V normalized per head")
     skip_normed: bool = Field(False, description="the residual is taken after in_norm")
+    inner_norm: bool = Field(False, description="a norm inside the branch, before its output "
+                             "map: attn before the output projection, mlp after the activation "
+                             "(Sub-LN; NormFormer's mlp)")
+    head_scale: bool = Field(False, description="attn only: a learned scale per head on the "
+                             "attention output, starting at 1 (NormFormer)")
+    qk_norm: bool = Field(False, description="attn only: Q and K normalized over the full width "
+                          "after projection (OLMo 2)")
 
 
 class _Sublayers(_Def):
@@ -192,6 +215,10 @@ class _Sublayers(_Def):
     def _mlp(cls, value: SublayerDef) -> SublayerDef:
         if value.qkv_norm:
             raise ValueError("qkv_norm: Q, K and V are the attention's; set it under attn")
+        if value.qk_norm:
+            raise ValueError("qk_norm: Q and K are the attention's; set it under attn")
+        if value.head_scale:
+            raise ValueError("head_scale: the heads are the attention's; set it under attn")
         return _sublayer_check(value)
 
 
@@ -280,12 +307,19 @@ class PlacementDef(_Sublayers):
         problems = []
         subs = [s for b in (self.blocks or (self,)) for s in (b.attn, b.mlp)]
         if any(s.qkv_norm for s in subs):
-            if norm in ("dyt", "batchnorm"):
+            if norm in ("dyt", "derf", "batchnorm"):
                 problems.append(f"norm: placement_def normalizes Q, K and V per head (qkv_norm), "
                                 f"which {norm} does not support; use layernorm or rmsnorm")
             if attention != "softmax":
                 problems.append("attention: placement_def normalizes Q and K inside softmax "
                                 "attention (qkv_norm); use attention: softmax")
+        if any(s.qk_norm for s in subs):
+            if norm not in ("layernorm", "rmsnorm", "identity"):
+                problems.append(f"norm: placement_def normalizes Q and K (qk_norm), which {norm} "
+                                "does not support; use layernorm or rmsnorm")
+            if attention != "softmax":
+                problems.append("attention: placement_def normalizes Q and K inside softmax "
+                                "attention (qk_norm); use attention: softmax")
         if attention == "none" and any(s.add_block_input for s in subs):
             problems.append("attention: placement_def's add_block_input is a skip around the "
                             "attention sublayer; use attention: softmax or uniform")

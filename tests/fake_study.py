@@ -7,11 +7,16 @@ claim's rule is tested without training or building a model.
   [_nowarmup][@<lr>]` how many seeds (the first ones) diverge there (scored ln 256, as the study
   scores a diverged run); `best_lr_<family>[_nowarmup]` a grid's best lr, whatever the losses
   say; `late_<family>` how much a run's loss still fell over its last quarter (spread 0.001 of
-  its own); `stalled_<family>` every seed stalled; `unbracketed_<family>` its best at an edge;
-  `fn<blocks>` the cost of dropping the final norm; `deep_seeds` the deep runs' seeds.
+  its own), `stable_<family>` the same over the quarter before a wsd run's decay (C9's premise,
+  `late_improvement(..., end=...)`); `stalled_<family>` every seed stalled;
+  `unbracketed_<family>` its best at an edge;
+  `fn<blocks>` the cost of dropping the final norm (`rms<blocks>`, `rms<blocks>_init` the raw
+  final stream's RMS); `deep_seeds` the deep runs' seeds.
 - **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
   per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
-  `stalled_khop_<placement>` every seed stalled.
+  `stalled_khop_<placement>` every seed stalled. C14's calibration rung (`khop_calibration`):
+  `khopcal@<blocks>` pre's accuracy per hop count 1..16 in the source's setting (default: one
+  minus Sanford et al.'s released errors, the world where the rung passes) plus noise.
 - **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
   `ang_slope_<pl>` the slope of the angle to the previous block, `merge_<pl>` / `drop_<pl>` the
   log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap through the final norm and
@@ -55,6 +60,10 @@ LAWS = {"n": float, "log": lambda n: math.log(n) if n > 0 else 0.0,
         "const": lambda n: 1.0 if n > 0 else 0.0, "sqrt": math.sqrt,
         "n1.5": lambda n: float(n) ** 1.5}
 DEEPNET = {"post": 1.0, "deepnorm": 0.05, "pre": 0.1, "post_depth": 1.0, "deepnorm_depth": 0.0}
+# C7's linear regime: a first update of size * (L / 24)^slope * lr * (1 + lr / nonlinear_lr), so
+# per unit lr it departs from linear by lr / nonlinear_lr: with 5e-4, 10% at lr 5e-5 (outside
+# the 5% tolerance) and 1% at 5e-6, the lr the world is read at.
+NONLINEAR_LR = 5e-4
 FIG3_DEPTH = 6
 # The k-hop world where the sources hold (C14): accuracy per hop count 1..3 by (placement, depth);
 # deeper solves more (Sanford et al.), post solves more than pre at each depth (the seed).
@@ -91,6 +100,8 @@ class FakeStudy:
         self.failing_lrs = failing_lrs
         self.rng = random.Random(seed)  # another seed: another draw of the same world
         self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
+        self.stable_rng = random.Random(2)  # C9's stable-phase fall: its own draws too
+        self._stable: dict[int, float] = {}  # per record: its planted stable-phase fall
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
@@ -141,6 +152,9 @@ class FakeStudy:
                                  val_loss=None if diverged else score, lr=lr, warmup=warmup,
                                  step=None))
             self._late[id(out[-1])] = math.nan if failed else late
+            stable = self.p.get(f"stable_{family}", 0.0) + 0.001 * self.stable_rng.gauss(0.0,
+                                                                                       1.0)
+            self._stable[id(out[-1])] = math.nan if failed else stable
         return out
 
     def tuned(self, family: str, warmup: int | None = None, blocks: int | None = None
@@ -162,8 +176,11 @@ class FakeStudy:
                               "warmup": warmup})
         return {lr: self._records(family, lr, warmup) for lr in lrs}
 
-    def late_improvement(self, records) -> list[float]:
-        return [self._late.get(id(r), math.nan) for r in records]
+    def late_improvement(self, records, frac: float = 0.25, end: int | None = None
+                         ) -> list[float]:
+        self.requests.append({"kind": "late", "frac": frac, "end": end})
+        table = self._late if end is None else self._stable
+        return [table.get(id(r), math.nan) for r in records]
 
     def prefetch(self, specs: list) -> None:
         self.prefetched.append(specs)
@@ -180,9 +197,14 @@ class FakeStudy:
                      for s in range(seeds))
         return TunedGrid(placement, self.profile.warmup, (2e-3,), {2e-3: recs}, 2e-3, True)
 
-    def final_norm_costs(self, records) -> list[float]:
-        key = "fn12" if records and records[0].run_id.startswith("deep") else "fn6"
-        return [self.draw(key) for _ in records]
+    def final_norm_measures(self, records) -> list[dict[str, float]]:
+        """`fn<blocks>` the cost of dropping the final norm; the raw final stream's RMS
+        `rms<blocks>` trained and `rms<blocks>_init` at init (default 1: no growth)."""
+        blocks = 12 if records and records[0].run_id.startswith("deep") else 6
+        return [{"cost": self.draw(f"fn{blocks}"),
+                 # planted without noise: a draw here would move every later draw
+                 "stream_rms": self.p.get(f"rms{blocks}", 1.0),
+                 "stream_rms_init": self.p.get(f"rms{blocks}_init", 1.0)} for _ in records]
 
     # -- the k-hop task (C14) ------------------------------------------------------------------
     def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
@@ -194,14 +216,27 @@ class FakeStudy:
         return TunedGrid(f"khop {placement}", self.profile.khop_warmup, (3e-3,), {3e-3: recs},
                          3e-3, True)
 
-    def khop_accuracy(self, records) -> list[dict[int, float]]:
+    def khop_calibration(self) -> dict[int, list[RunRecord]]:
+        self.requests.append({"kind": "khop calibration"})
+        return {d: [RunRecord(f"khopcal-pre-{d}-{s}", s, "completed", 0.3, False, val_loss=0.3)
+                    for s in range(SEEDS)] for d in range(2, 7)}
+
+    def khop_accuracy(self, records, hops=None) -> list[dict[int, float]]:
         """Per run, `khop_<placement>@<blocks>` (one accuracy per hop count) plus noise, capped
-        at 1; unplanted: KHOP's world."""
+        at 1; unplanted: KHOP's world. Calibration runs: `khopcal@<blocks>`."""
+        from normlab.study.khop_source import WIDTH, load_table
+
         out = []
         for r in records:
-            _, pl, blocks, _seed = r.run_id.split("-")
-            base = self.p.get(f"khop_{pl}@{blocks}", KHOP.get((pl, int(blocks)), [0.5, 0.4, 0.3]))
-            out.append({k + 1: min(1.0, a + self.noise * self.rng.gauss(0.0, 1.0))
+            kind, pl, blocks, _seed = r.run_id.split("-")
+            if kind == "khopcal":
+                source = load_table().errors[WIDTH][int(blocks)][1:]
+                base = self.p.get(f"khopcal@{blocks}", [1.0 - e for e in source])
+            else:
+                base = self.p.get(f"khop_{pl}@{blocks}",
+                                  KHOP.get((pl, int(blocks)), [0.5, 0.4, 0.3]))
+            out.append({k + 1: a if math.isnan(a) else  # nan: not measured
+                        min(1.0, a + self.noise * self.rng.gauss(0.0, 1.0))
                         for k, a in enumerate(base)})
         return out
 
@@ -288,11 +323,15 @@ class FakeStudy:
         return self._xiong(rungs, placements, depths, stats,
                            LADDER_SEEDS if own else self.profile.init_seeds)
 
-    def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int
-                      ) -> dict[str, Any]:
+    def update_ladder(self, name: str, rungs, depths, steps: int, warmup: int,
+                      variants=None, distance: bool = True) -> dict[str, Any]:
         self.requests.append({"kind": "update", "name": name,
                               "rungs": [(r.key, r.fields, lr) for r, lr in rungs],
-                              "depths": list(depths), "steps": steps, "warmup": warmup})
+                              "depths": list(depths), "steps": steps, "warmup": warmup}
+                             | ({"variants": list(variants)} if variants is not None else {})
+                             | ({} if distance else {"distance": False}))
+        if name.startswith("ladder_deepnet_linear"):
+            return self._deepnet_linear(rungs, depths, variants)
         return self._deepnet([r.key for r, _ in rungs], depths)
 
     def depths(self) -> list[int]:
@@ -412,4 +451,30 @@ class FakeStudy:
                 "init_distance": [{"n_blocks": L, "seed": s,
                                    "distance": w.param(key, f"distance@{L}", 10.0)}
                                   for L in depths for s in range(LADDER_SEEDS)]}
+        return out
+
+    def _deepnet_linear(self, rungs, depths, variants) -> dict[str, Any]:
+        """C7's linear regime (`NONLINEAR_LR`), per rung key (`<key>@<lr>`: the rung `<key>` at
+        that lr) from the same planted sizes and depth slopes as `_deepnet`; `<name>_linear` a
+        size for the linear regime only, `nonlinear_lr` the rung's own departure scale."""
+        w = self.world
+        names = {"post, no warmup": ("post", "post_depth"),
+                 "deepnorm, no warmup": ("deepnorm", "deepnorm_depth")}
+        out = {}
+        for rung, lr in rungs:
+            key = rung.key.split("@")[0]
+            bend = w.param(key, "nonlinear_lr", NONLINEAR_LR)
+
+            def series(name: str, depth_key: str, key=key, lr=lr, bend=bend
+                       ) -> list[dict[str, Any]]:
+                size = w.param(key, f"{name}_linear", w.param(key, name, DEEPNET[name]))
+                slope = w.param(key, f"{depth_key}_linear",
+                                w.param(key, depth_key, DEEPNET[depth_key]))
+                return [{"n_blocks": L, "seed": s,
+                         "update": [0.0, w.jitter(size * (L / 24) ** slope * lr
+                                                  * (1 + lr / bend))]}
+                        for L in depths for s in range(LADDER_SEEDS)]
+            out[rung.key] = {"lr": lr, "series": {label: series(*names[label])
+                                                  for label in variants},
+                             "init_distance": []}
         return out

@@ -189,10 +189,10 @@ def test_a_bad_placements_file_names_each_problem_by_line_and_field(tmp_path):
         "  placements.Bad-Name (line 4): the name 'Bad-Name' is not lower-case letters, digits "
         "and _, starting with a letter; rename it",
         "  placements.mine.init (line 6): 'gpt3' is not an init scheme; choose from normal, "
-        "gpt2_scaled, xavier, deepnorm, admin, ds_init",
+        "gpt2_scaled, xavier, deepnorm, admin, ds_init, subln",
         "  placements.mine.attn.in_nrom (line 8): unknown key (did you mean 'in_norm'?); valid "
         "keys are: in_norm, in_scale, out_norm, post_norm, skip_scale, skip_learned, gate_init, "
-        "add_block_input, qkv_norm, skip_normed",
+        "add_block_input, qkv_norm, skip_normed, inner_norm, head_scale, qk_norm",
         "  placements.mine.mlp (line 9): qkv_norm: Q, K and V are the attention's; set it under "
         "attn",
         "  placements.both (line 10): attn, mlp and blocks: give the block at every depth (attn, "

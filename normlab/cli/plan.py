@@ -22,7 +22,7 @@ def plan(
         "definition}` (model.placement_file)")] = None,
     blocks: Annotated[int | None, typer.Option(min=1, max=MAX_BLOCKS, help="number of blocks L")
                       ] = None,
-    norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
+    norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|derf|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,

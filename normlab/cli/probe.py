@@ -170,7 +170,7 @@ def probe(
         help="number of blocks L, or a comma separated list for a depth sweep (6,12,24)")] = None,
     width: Annotated[int | None, typer.Option(min=2, help="d_model")] = None,
     heads: Annotated[int | None, typer.Option(min=1, help="attention heads")] = None,
-    norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|identity|batchnorm")
+    norm: Annotated[str | None, typer.Option(help="layernorm|rmsnorm|dyt|derf|identity|batchnorm")
                     ] = None,
     kind: Annotated[str | None, typer.Option(help="decoder|encoder")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with model fields")] = None,
@@ -178,7 +178,8 @@ def probe(
     seeds: Annotated[int, typer.Option(
         min=1, help="models per placement and depth (seeds 0..n-1)")] = 1,
     probes: Annotated[str | None, typer.Option(
-        help=f"comma separated, from {','.join(PROBES)}; 'all'; default: all but update")
+        help=f"comma separated, from {','.join(PROBES)}; 'all'; default: all but skip and "
+             "update")
     ] = None,
     batches: Annotated[int, typer.Option(min=1, help="held-out batches per model")] = 4,
     batch_size: Annotated[int, typer.Option(min=1, help="sequences per batch")] = 8,

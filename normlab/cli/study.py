@@ -15,8 +15,9 @@ from normlab.cli.names import did_you_mean
 
 @app.command()
 def study(
-    profile: Annotated[str, typer.Option(help="tiny | quick | standard | long | full (GPU); "
-                                              "measured wall times: docs/study.md")] = "quick",
+    profile: Annotated[str, typer.Option(
+        help="tiny | quick | standard | long | gpu | full (gpu and full: sized for a GPU); "
+             "measured wall times: docs/study.md")] = "quick",
     claims: Annotated[str | None, typer.Option(
         help="comma separated, e.g. C1,C4 (default all; C6 means C6a and C6b)")] = None,
     part: Annotated[str | None, typer.Option(

@@ -42,9 +42,21 @@ without an answer (null) and the hop token's position have target -100, the `ign
 model's cross-entropy: the loss and the accuracy count answered positions only, and a step's loss is
 their mean over its whole batch however it is split into micro-batches and process shards
 (`normlab.train.step.accumulate_gradients`, `token_weighted`). (The authors' generator instead asks
-for a "does not exist" token there; normlab leaves those positions out, so that the accuracy
-measures the hops and nothing else.) A sequence with no answered position at all is drawn again, so
-no batch is without a target.
+for a "does not exist" token there; normlab leaves those positions out by default, so that the
+accuracy measures the hops and nothing else.) A sequence with no answered position at all is drawn
+again, so no batch is without a target.
+
+The authors' targets (`data.khop_unanswered: token`, C14's calibration rung). Their generator
+(`src/tasks.py`, `InductionHopsFullSequenceTask`) trains on every position: a position without an
+answer has the target "does not exist" and the hop token's position the target "blank", two
+tokens of their own after the hop tokens (NONE_TOKEN = A + H, BLANK_TOKEN = A + H + 1 for H hop
+counts; the vocabulary is A + H + 2, their `num_tokens`), and the loss is the mean over all
+positions. The sequences are theirs too: no sequence is drawn again for want of an answer (every
+position has a target). Their released errors count the letter targets only (`local/errors.json`,
+`output < blank_token_min`), and so does `HopAccuracy` in both modes. Their layout differs from
+this one by a relabelling of tokens only (their hop tokens come first, then the letters, then
+"does not exist" and "blank"): their `seq_len` of 100 is a sequence of 99 tokens here
+(`data.seq_len: 99`), the hop token and the first 98 letters, since they drop the last two.
 
 Streams. Training and validation batches are functions of (seed, step) alone, from separate
 random streams, and the two never share a sequence: a hash of its letters puts every possible
@@ -87,6 +99,7 @@ _STREAM = {"train": 0, "val": 1}
 _TASK_KEY = 0x6B686F70  # "khop": keeps the task's random streams apart from any other use
 _PRIME = 2**31 - 1      # the modulus of the split hash
 _MAX_DRAWS = 1000       # draws of one row before the sampler gives up (see `KhopTask.draw`)
+UNANSWERED = ("ignore", "token")  # `data.khop_unanswered`: what a position without an answer asks
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -151,18 +164,42 @@ class KhopTask:
     alphabet: int = 4
     min_hops: int = 1
     max_hops: int = 4
+    # positions without an answer: "ignore" (target -100) or "token" (the authors' "does not
+    # exist" and "blank" targets: module docstring)
+    unanswered: str = "ignore"
+
+    def __post_init__(self) -> None:
+        if self.unanswered not in UNANSWERED:
+            raise ValueError(f"unanswered: {self.unanswered!r} is not one of "
+                             f"{', '.join(UNANSWERED)}")
 
     @classmethod
     def from_config(cls, data: Any) -> KhopTask:
-        return cls(data.khop_alphabet, data.khop_min_hops, data.khop_max_hops)
+        return cls(data.khop_alphabet, data.khop_min_hops, data.khop_max_hops,
+                   getattr(data, "khop_unanswered", "ignore"))
 
     @property
     def hops(self) -> tuple[int, ...]:
         return tuple(range(self.min_hops, self.max_hops + 1))
 
     @property
-    def vocab_size(self) -> int:
+    def tokens_targets(self) -> bool:
+        """Positions without an answer have a target token (the authors' targets)."""
+        return self.unanswered == "token"
+
+    @property
+    def none_token(self) -> int:
+        """The target "does not exist" (`unanswered: token`)."""
         return self.alphabet + len(self.hops)
+
+    @property
+    def blank_token(self) -> int:
+        """The target of the hop token's position (`unanswered: token`)."""
+        return self.none_token + 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self.alphabet + len(self.hops) + (2 if self.tokens_targets else 0)
 
     def hop_token(self, k: Any) -> Any:
         """The token naming hop count `k` (or an array of them)."""
@@ -187,9 +224,10 @@ class KhopTask:
     def draw(self, rng: np.random.Generator, ks: np.ndarray, n: int, held_out: bool
              ) -> tuple[np.ndarray, np.ndarray]:
         """Sequences of `n` letters, one per hop count of `ks`, each with at least one answer
-        and on the `held_out` side of the split; returns (letters, answers), answers `NULL`
-        where undefined. A row is drawn again until it qualifies (twice on average when answers
-        are common); `DataError` when one never does."""
+        (unless positions without one have a target token) and on the `held_out` side of the
+        split; returns (letters, answers), answers `NULL` where undefined. A row is drawn again
+        until it qualifies (twice on average when answers are common); `DataError` when one
+        never does."""
         rows = len(ks)
         letters = np.empty((rows, n), dtype=np.int64)
         answers = np.empty((rows, n), dtype=np.int64)
@@ -197,7 +235,9 @@ class KhopTask:
         for _ in range(_MAX_DRAWS):
             cand = self.letters(rng, len(todo), n)
             ans = hop(cand, ks[todo])
-            ok = (self.held_out(cand) == held_out) & (ans != NULL).any(axis=1)
+            ok = self.held_out(cand) == held_out
+            if not self.tokens_targets:
+                ok &= (ans != NULL).any(axis=1)
             letters[todo[ok]], answers[todo[ok]] = cand[ok], ans[ok]
             todo = todo[~ok]
             if not len(todo):
@@ -211,8 +251,10 @@ class KhopTask:
         """(x, y) int64 tensors [rows, seq_len] in the layout of the module docstring."""
         letters, answers = self.draw(rng, ks, seq_len - 1, held_out)
         x = np.concatenate([self.hop_token(ks)[:, None], letters], axis=1)
-        y = np.concatenate([np.full((len(ks), 1), IGNORE), np.where(
-            answers == NULL, IGNORE, answers)], axis=1)
+        first, none = ((self.blank_token, self.none_token) if self.tokens_targets
+                       else (IGNORE, IGNORE))
+        y = np.concatenate([np.full((len(ks), 1), first), np.where(
+            answers == NULL, none, answers)], axis=1)
         return torch.from_numpy(x).long(), torch.from_numpy(y).long()
 
 
@@ -267,7 +309,7 @@ class HopAccuracy:
             x, y, logits = x[None], y[None], logits[None]
         hop_index = (x[..., 0] - self.task.alphabet).long()            # [M, B]
         which = torch.nn.functional.one_hot(hop_index, len(self.task.hops)).double()
-        answered = y != IGNORE
+        answered = (y >= 0) & (y < self.task.alphabet)  # letters: never -100 or a token
         correct = (logits.argmax(-1) == y) & answered
         per_row = torch.stack([correct.sum(-1), answered.sum(-1)], dim=-1).double()  # [M, B, 2]
         counts = torch.einsum("mbh,mbc->mhc", which, per_row)
@@ -309,7 +351,11 @@ class KhopData:
     @property
     def unigram_entropy(self) -> float:
         """The loss of the best predictor that ignores the context: the answers are uniform over
-        the letters (the generator treats the letters alike), so ln(alphabet)."""
+        the letters (the generator treats the letters alike), so ln(alphabet). With target
+        tokens for the positions without an answer (`unanswered: token`) the same number is
+        kept: the loss then also counts the "blank" and "does not exist" targets, which are
+        easier than the letters, so the stall rule (`normlab.train.diagnostics.stalled`) asks
+        less of such a run; C14's calibration reads the accuracy per hop count, not the rule."""
         return math.log(self.task.alphabet)
 
     def accuracy(self) -> HopAccuracy:
@@ -328,8 +374,9 @@ class KhopData:
     @property
     def masked_targets(self) -> bool:
         """Positions without an answer have target -100: the trainers weight losses by the
-        answered positions (`normlab.train.step.accumulate_gradients`)."""
-        return True
+        answered positions (`normlab.train.step.accumulate_gradients`); with target tokens there
+        (`unanswered: token`) every position counts, as in the authors' mean loss."""
+        return not self.task.tokens_targets
 
     @property
     def fingerprint(self) -> None:
@@ -339,5 +386,8 @@ class KhopData:
     def meta(self) -> dict[str, Any]:
         """What config.yaml's `meta` records about the data."""
         t = self.task
-        return {"task": "khop", "letters": f"tokens 0..{t.alphabet - 1}",
-                "hop_tokens": {k: int(t.hop_token(k)) for k in t.hops}}
+        out = {"task": "khop", "letters": f"tokens 0..{t.alphabet - 1}",
+               "hop_tokens": {k: int(t.hop_token(k)) for k in t.hops}}
+        if t.tokens_targets:
+            out.update(none_token=t.none_token, blank_token=t.blank_token)
+        return out

@@ -17,30 +17,51 @@ standardizes the pooled features with statistics of the training passages, and a
 ``Linear(d, classes)``. All parameters are trained (only the head with
 ``freeze=True``) with AdamW, linear warmup then cosine decay (``normlab.train.schedules.lr_at``),
 gradient clipping, and batches drawn from a seeded per-epoch permutation of the training
-passages, so a run is a function of its settings: on CPU the same seed gives identical numbers.
+passages, so a run is a function of its settings: on CPU the same seed gives identical numbers
+(alone; in a stacked group, the same within float rounding).
 
 A run folder's results go to ``run_dir/finetune/<task>-<hash>.json`` (``<task>-init-<hash>``
 from init), the hash (`FinetuneConfig.cache_hash`) covering every setting and the checkpoint's
 step; an existing file is returned as it is (with ``cached: True``), so a study that is re-run
 does no finished work again.
 
-`config.py` holds the settings; `loop.py` the classifier and the training loop (nothing cached);
-`runs.py` fine-tunes a run folder, caches its results there, and runs many on worker processes.
+Fine-tunings that differ only in per-member settings (lr, seed, ...) of models of one shape train
+as one stacked group on the stacked engine (`finetune_models`, `finetune_lrs`, `finetune_many`),
+each within float rounding of its fine-tuning alone.
+
+`config.py` holds the settings; `loop.py` the classifier and the training loop, alone and stacked
+(nothing cached); `runs.py` fine-tunes a run folder, caches its results there, and runs many,
+grouped, on worker processes.
 """
 
 from normlab.finetune.config import FINETUNE_VERSION, FinetuneConfig, FinetuneError
-from normlab.finetune.loop import SequenceClassifier, finetune_model, finetune_model_lrs
-from normlab.finetune.runs import finetune, finetune_lrs, finetune_many, finetune_path
+from normlab.finetune.loop import (
+    SequenceClassifier,
+    StackedClassifier,
+    finetune_model,
+    finetune_model_lrs,
+    finetune_models,
+)
+from normlab.finetune.runs import (
+    finetune,
+    finetune_lrs,
+    finetune_many,
+    finetune_path,
+    plan_finetunes,
+)
 
 __all__ = [
     "FINETUNE_VERSION",
     "FinetuneConfig",
     "FinetuneError",
     "SequenceClassifier",
+    "StackedClassifier",
     "finetune",
     "finetune_lrs",
     "finetune_many",
     "finetune_model",
     "finetune_model_lrs",
+    "finetune_models",
     "finetune_path",
+    "plan_finetunes",
 ]

@@ -32,14 +32,14 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from normlab.nn.norms import layernorm_scale, rmsnorm_scale
+from normlab.nn.norms import POINTWISE_KINDS, layernorm_scale, rmsnorm_scale
 
 
 @dataclass(frozen=True)
 class NormSpec:
     """A norm as the analysis applies it: its kind, affine parameters, eps and tap prefix."""
 
-    kind: str  # layernorm | rmsnorm | dyt
+    kind: str  # layernorm | rmsnorm | dyt | derf
     module: nn.Module
     tap: str  # e.g. "final.norm"; its scale tap is f"{tap}.scale"
 
@@ -61,8 +61,8 @@ class NormSpec:
 
     def apply(self, x: torch.Tensor, scale: torch.Tensor | None, add_bias: bool) -> torch.Tensor:
         """`centre(x) * scale * weight (+ bias)`; `scale=None` recomputes it from `x` itself
-        (for DyT, the module itself, without its bias unless `add_bias`)."""
-        if self.kind == "dyt":
+        (for DyT and Derf, the module itself, without its bias unless `add_bias`)."""
+        if self.kind in POINTWISE_KINDS:
             y = self.module(x)
             return y if add_bias or self.bias is None else y - self.bias
         if scale is None:
@@ -79,7 +79,7 @@ class NormSpec:
         return y
 
 
-STACKABLE_NORM_KINDS = ("layernorm", "rmsnorm", "dyt")
+STACKABLE_NORM_KINDS = ("layernorm", "rmsnorm", *POINTWISE_KINDS)
 
 
 def norm_spec(module: nn.Module | None, kind: str | None, tap: str) -> NormSpec | None:
@@ -100,6 +100,8 @@ def residual_sum_problem(plan: Any) -> str | None:
     for b in plan.blocks:
         for s in b.sublayers:
             where = f"blocks.{b.index}.{s.kind} ({b.placement})"
+            if s.hypersphere:
+                return f"{where} moves the stream along the unit sphere (nGPT), not by a sum"
             if s.post_norm:
                 return f"{where} re-normalizes the stream after its add"
             if s.skip_learned or s.skip_scale != 1.0:
@@ -246,8 +248,10 @@ class ResidualAnalysis:
             return stack
         scale = None
         if freeze_scale:
-            if spec.kind == "dyt":
-                raise ValueError(f"apply_ln_to_stack: {spec.tap} is DyT, tanh(alpha x) per "
+            if spec.kind in POINTWISE_KINDS:
+                what = ("DyT, tanh(alpha x)" if spec.kind == "dyt"
+                        else "Derf, erf(alpha x + s)")
+                raise ValueError(f"apply_ln_to_stack: {spec.tap} is {what} per "
                                  "feature with no per-token scale to freeze; pass "
                                  "freeze_scale=False to apply it to each element")
             scale = self._need(f"{spec.tap}.scale", "apply_ln_to_stack(freeze_scale=True)")

@@ -16,6 +16,11 @@ they differ in the block's linear maps:
 - `ds_init`: `xavier` divided by sqrt(l), l the 1-based block index (DS-Init, Zhang et al. 2019,
   "Improving Deep Transformer with Depth-Scaled Initialization and Merged Attention",
   arXiv 1908.11365).
+- `subln`: `xavier`, then V, `proj` and both MLP maps multiplied by the gain sqrt(log(2L));
+  Q and K are not scaled (Sub-LN of Magneto, "Foundation Transformers", arXiv 2210.06423, as
+  torchscale's `subln` branch of `Decoder.__init__` multiplies `v_proj`, `out_proj`, `fc1` and
+  `fc2`; torchscale draws them first from PyTorch's default `nn.Linear` init, normlab from
+  `xavier`, as for `deepnorm`).
 """
 
 from __future__ import annotations
@@ -92,16 +97,17 @@ def init_weights(model: nn.Module, scheme: str, plan: ModelPlan, std: float = 0.
             if scheme == "gpt2_scaled":  # std / sqrt(number of residual sublayers)
                 for w in outputs:
                     w.normal_(0.0, std / math.sqrt(len(outputs) * n_blocks))
-        elif scheme in ("xavier", "deepnorm", "admin", "ds_init"):
+        elif scheme in ("xavier", "deepnorm", "admin", "ds_init", "subln"):
             for w, k in maps:
                 _xavier_slices(w, k)
-            if scheme == "deepnorm":
+            if scheme in ("deepnorm", "subln"):  # DeepNet's beta; Sub-LN's gain
+                factor = beta if scheme == "deepnorm" else plan.constants["subln_gain"]
                 if hasattr(attn, "qkv"):
                     d = attn.proj.weight.shape[0]
-                    attn.qkv.weight[2 * d:].mul_(beta)  # V only; Q and K keep their xavier scale
-                    attn.proj.weight.mul_(beta)
+                    attn.qkv.weight[2 * d:].mul_(factor)  # V only; Q and K keep their xavier scale
+                    attn.proj.weight.mul_(factor)
                 for w in (mlp.fc_in.weight, mlp.fc_out.weight):
-                    w.mul_(beta)
+                    w.mul_(factor)
             elif scheme == "ds_init":
                 for w, _ in maps:
                     w.div_(math.sqrt(i + 1))

@@ -29,6 +29,7 @@ from normlab.nn.init import init_weights
 from normlab.nn.layers import Context, rope_tables
 from normlab.nn.norms import normed
 from normlab.nn.plan import HARMFUL_INIT, ModelPlan, build_plan
+from normlab.nn.sphere import SphereScale, base_scale, renormalize_matrices
 from normlab.nn.taps import Tap, capture
 from normlab.warnings import NormlabWarning
 
@@ -63,9 +64,13 @@ class NormTransformer(HookedMixin, nn.Module):
                 self.lm_head.weight = self.tok_emb.weight
         else:
             self.classifier = nn.Linear(d, cfg.n_classes, bias=True)
+        # nGPT's logit scale s_z (the authors' `sz`: init 1, scale 1/sqrt(d)), a decoder's
+        self.logit_scale = (SphereScale(cfg.vocab_size, 1.0, base_scale(d))
+                            if self.plan.hypersphere and cfg.kind == "decoder" else None)
 
         init_weights(self, self.plan.init, self.plan, std=cfg.init_std,
                      embedding=cfg.embedding)
+        renormalize_matrices(self)  # nGPT's matrices start on the sphere (nothing otherwise)
         reason = HARMFUL_INIT.get((cfg.placement, self.plan.init))
         if reason:
             warnings.warn(
@@ -121,6 +126,8 @@ class NormTransformer(HookedMixin, nn.Module):
         x = self.stream(idx, attention_mask)
         if self.cfg.kind == "decoder":
             logits = self.lm_head(x)
+            if self.logit_scale is not None:  # nGPT: `logits = sz * logits`
+                logits = self.logit_scale() * logits
             loss = None
             if targets is not None:
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),

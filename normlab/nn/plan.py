@@ -9,6 +9,18 @@ which scales apply; the one `Block` executes it. The sublayer computes
     x = post_norm(skip_scale * r + y [+ x_block])  (x_block: B2T's skip from the block input)
     d = d + y                                       (ResiDual's second stream, when `dual`)
 
+nGPT's sublayer (`hypersphere`, Loshchilov et al. 2024, arXiv 2410.01131) replaces the sum: the
+stream stays on the unit sphere, `x = L2(x + a*(L2(F(x)) - L2(x)))` with `L2(v) = v/||v||` and
+`a` a learned vector per channel (its eigen learning rate), and its branch F scales Q, K (`s_qk`)
+and the MLP's `u`, `v` (`s_uv`) (`normlab.nn.sphere`). `branch_scale` multiplies the branch as
+added, `y` above: CompleteP's depth multiplier (`ModelConfig.depth_param`, `completep_multiplier`).
+
+and inside the branch F (`normlab.nn.layers`): `qkv_norm` (Q, K, V each normalized per head,
+HybridNorm) and `qk_norm` (Q and K each normalized over the full width, OLMo 2) after the QKV
+projection; `inner_norm` before the branch's output map (attention: on the concatenated heads
+before the output projection; MLP: on the activation before `fc_out`; Sub-LN, NormFormer);
+`head_scale` a learned scale per head on the attention output (NormFormer).
+
 Every builder below cites its paper; `normlab plan` prints the resolved formulas. The placements
 themselves are listed once, in `normlab.placements` (name, default init, final norm, paper);
 `PLACEMENT_PLANS` below says how each one's blocks are built, keyed by the same names. A
@@ -20,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from normlab.config import ModelConfig, RunConfig
 from normlab.placements import (
@@ -31,8 +43,8 @@ from normlab.placements import (
     user_origin,
 )
 
-NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "identity": "Id",
-               "batchnorm": "BN"}
+NORM_SYMBOL = {"layernorm": "LN", "rmsnorm": "RMS", "dyt": "DyT", "derf": "Derf",
+               "identity": "Id", "batchnorm": "BN"}
 
 
 @dataclass(frozen=True)
@@ -50,19 +62,50 @@ class SublayerPlan:
     qkv_norm: str | None = None  # HybridNorm: Q, K, V normalized per head after projection
     skip_normed: bool = False  # HybridNorm's FFN: the residual is taken after in_norm, not before
     absent: bool = False  # attention: none: the sublayer adds nothing and has no norms
+    # Inside the branch (normlab.nn.layers); a placement of your own sets them too (SublayerDef).
+    inner_norm: str | None = None  # Sub-LN / NormFormer: norm before the branch's output map
+    head_scale: bool = False  # NormFormer: a learned scale per head on the attention output
+    qk_norm: str | None = None  # OLMo 2: Q and K normalized over the full width after projection
+    # nGPT: the stream on the unit sphere, x = L2(x + a*(L2(F(x)) - L2(x))), with F's own scales
+    hypersphere: bool = False
+    branch_scale: float = 1.0  # CompleteP: (L_base/L)^alpha on the branch as added
 
     def __post_init__(self) -> None:
         if self.skip_normed and (self.in_norm is None or self.dual):
             raise ValueError("skip_normed takes the residual after in_norm: it needs an in_norm "
                              "and no second stream (dual)")
+        if self.kind != "attn" and (self.qkv_norm or self.qk_norm or self.head_scale):
+            raise ValueError("qkv_norm, qk_norm and head_scale act on the attention's queries, "
+                             "keys, values and heads: an attn sublayer's only")
+        if self.hypersphere and (self.in_norm or self.out_norm or self.post_norm or self.dual
+                                 or self.skip_learned or self.skip_scale != 1.0
+                                 or self.gate_init is not None or self.add_block_input
+                                 or self.skip_normed or self.qkv_norm or self.qk_norm
+                                 or self.inner_norm or self.head_scale):
+            raise ValueError("hypersphere (nGPT) normalizes the stream and the branch itself: "
+                             "it takes no other norm, skip, gate or second stream")
 
     def formula(self) -> str:
         """The sublayer as a readable formula, e.g. `x = LN(1.861*x + Attn(x))`, or with the
         residual taken after the input norm `h = LN(x);  x = h + MLP(h)`."""
         v = "a" if self.dual else "x"
         sub = "Attn" if self.kind == "attn" else "MLP"
+        inside = []
         if self.qkv_norm:
-            sub += f"[QKV-{NORM_SYMBOL[self.qkv_norm]}]"
+            inside.append(f"QKV-{NORM_SYMBOL[self.qkv_norm]}")
+        if self.qk_norm:
+            inside.append(f"QK-{NORM_SYMBOL[self.qk_norm]}")
+        if self.inner_norm:
+            inside.append(f"inner-{NORM_SYMBOL[self.inner_norm]}")
+        if self.head_scale:
+            inside.append("head-scale")
+        if self.hypersphere:
+            inside.append("s_qk*L2(Q), s_qk*L2(K)" if self.kind == "attn" else "s_uv")
+        if inside:
+            sub += f"[{', '.join(inside)}]"
+        if self.hypersphere:
+            return (f"x = L2(x + a*(L2({sub}(x)) - L2(x)))   [a learned per dim, "
+                    f"a0={NGPT_ALPHA_INIT:.4g}]")
         h = f"{NORM_SYMBOL[self.in_norm]}({v})" if self.in_norm else v
         if self.in_scale != 1.0:
             h = f"{h}*{self.in_scale:.4g}"
@@ -74,6 +117,8 @@ class SublayerPlan:
             y = f"{NORM_SYMBOL[self.out_norm]}({y})"
         if self.gate_init is not None:
             y = f"g*{y}"
+        if self.branch_scale != 1.0:
+            y = f"{self.branch_scale:.4g}*{y}"
         r = h if self.skip_normed else v
         if self.skip_learned:
             skip = f"w*{r}"
@@ -121,6 +166,11 @@ class ModelPlan:
     setting: tuple[str, ...] = ()  # non-default attention, MLP and embedding, in words
     origin: str = ""  # a placement of your own: where it is defined, and its doc
 
+    @property
+    def hypersphere(self) -> bool:
+        """Whether the model is nGPT's: its stream and matrices kept on the unit sphere."""
+        return any(s.hypersphere for b in self.blocks for s in b.sublayers)
+
     def __str__(self) -> str:
         """`print(plan)` shows the readable `describe()`; `repr(plan)` keeps the fields."""
         return self.describe()
@@ -148,6 +198,9 @@ class ModelPlan:
             lines.append(f"out = {NORM_SYMBOL[self.final_norm]}(x)")
         else:
             lines.append("out = x")
+        if self.hypersphere:
+            lines.append("logits = s_z * head(out); L2(v) = v/||v||; after every step the "
+                         "embedding, head and block matrices are renormalized along d")
         return "\n".join(lines)
 
 
@@ -181,6 +234,52 @@ def admin_closed_form_omega(n_residual_sublayers: int) -> float:
     return math.sqrt((n + 1) / math.log(n + 1) - 1)
 
 
+def keel_alpha(n_residual_sublayers: int) -> float:
+    """Keel's skip factor, the number of residual sublayers of the whole model (`2L`; `L` with
+    `attention: none`): Chen and Wei 2026, "Post-LayerNorm Is Back" (arXiv 2601.19895), alpha
+    "= L (the total number of sub-layers)", as normlab reads it (`_keel`, unconfirmed)."""
+    return float(n_residual_sublayers)
+
+
+def subln_gain(n_blocks: int) -> float:
+    """Sub-LN's init gain `sqrt(log(2L))` on V, the attention output projection and both MLP
+    maps of an encoder-only or decoder-only model of `L` blocks: Wang et al. 2022, "Foundation
+    Transformers" (arXiv 2210.06423), as torchscale computes it (`torchscale/architecture/
+    decoder.py`, `Decoder.__init__`, the `if args.subln:` branch: `init_scale =
+    math.sqrt(math.log(args.decoder_layers * 2))`, multiplied into every parameter named
+    `fc1`, `fc2`, `out_proj` or `v_proj`; `encoder.py` the same with `encoder_layers`)."""
+    return math.sqrt(math.log(2 * n_blocks))
+
+
+# nGPT's eigen learning rates start at 0.05 (the authors' `attn_alpha_init_value`,
+# `mlp_alpha_init_value` in model.py's `Block.__init__`; normlab.nn.sphere has the other scales).
+NGPT_ALPHA_INIT = 0.05
+
+
+def completep_multiplier(n_blocks: int, base_blocks: int, alpha: float) -> float:
+    """CompleteP's branch multiplier `m_L^-alpha`, `m_L = L / L_base`: Dey et al. 2025, "Don't be
+    lazy: CompleteP enables compute-efficient deep transformers" (arXiv 2505.01618), Table 1, as
+    the authors' code computes it (github EleutherAI/nanoGPT-mup, branch completep, model.py,
+    `Block.__init__`: `self.residual_scaling = 1/(config.depth_multiplier **
+    config.depth_alpha_exp)`, `depth_multiplier = depth / base_depth`). alpha = 1 is CompleteP,
+    `L_base / L`."""
+    return 1 / ((n_blocks / base_blocks) ** alpha)
+
+
+def completep_lr_scale(n_blocks: int, base_blocks: int, alpha: float) -> float:
+    """The factor on the learning rate of every parameter inside the blocks (hidden weights,
+    their biases, the blocks' norms), `m_L^(alpha-1)`: 1 for CompleteP (alpha = 1); the authors'
+    `configure_optimizers` (`depth_lr_scaling`), same file."""
+    return (n_blocks / base_blocks) ** (alpha - 1)
+
+
+def completep_eps_scale(n_blocks: int, base_blocks: int, alpha: float) -> float:
+    """The factor on AdamW's epsilon, `m_L^-alpha`: the authors' `configure_optimizers`,
+    `adam_eps *= (1 / mup_width_multiplier) * (depth_multiplier ** (-1 * depth_alpha_exp))`
+    (normlab has no width multiplier: 1), applied to every parameter group."""
+    return (n_blocks / base_blocks) ** (-alpha)
+
+
 def admin_o1_omega(n_residual_sublayers: int) -> float:
     """Admin's omega for an O(1) output change, `sqrt(n)` (admin-torch's
     `output_change_scale='O(1)'`; Liu et al. 2020, arXiv 2004.08249)."""
@@ -206,6 +305,7 @@ class BlockSettings:
     omega: float  # Admin's initial skip scale
     rezero_gate: float
     skipinit_gate: float
+    keel_alpha: float = 1.0  # Keel's skip factor (`keel_alpha`)
 
 
 def _post(n: str) -> Sublayers:
@@ -284,6 +384,100 @@ def _hybrid_star_first(n: str) -> Sublayers:
     return SublayerPlan("attn", in_norm=n, qkv_norm=n), SublayerPlan("mlp", in_norm=n)
 
 
+def _olmo2(n: str, out: str) -> Sublayers:
+    """OLMo 2's output-only norm, `h = x + Norm(Attn(x))`, `x = h + Norm(MLP(h))`: Team OLMo
+    2024, "2 OLMo 2 Furious" (arXiv 2501.00656), Sec. 3.2 ("reordered norm"), wired as Hugging
+    Face transformers' `Olmo2DecoderLayer.forward` (`post_attention_layernorm` on the attention
+    output, `post_feedforward_layernorm` on the MLP output, each before the residual add; no
+    input norm) with the model's final `norm` before the head. OLMo 2 also normalizes Q and K
+    (`Olmo2Attention.q_norm`/`k_norm`), which normlab leaves to the `qk_norm` switch of every
+    placement; tests/nn/test_placements_2025.py copies a random `transformers` Olmo2 model into
+    `olmo2` with `qk_norm`, RMSNorm, SwiGLU, RoPE and no biases and matches its logits."""
+    return SublayerPlan("attn", out_norm=out), SublayerPlan("mlp", out_norm=out)
+
+
+def _keel(n: str, alpha: float) -> Sublayers:
+    """Keel, `x_{l+1} = Norm(alpha*x_l + F(Norm(x_l)))`: Chen and Wei 2026, "Post-LayerNorm Is
+    Back: Stable, ExpressivE, and Deep" (arXiv 2601.19895), a Post-LN whose skip is scaled
+    ("Highway-style") and whose branch reads a normalized input. Published summaries of the paper
+    give its alpha as "alpha = L (the total number of sub-layers)", others as "the total number of
+    layers L"; normlab takes the residual sublayers of the whole model, 2 per block
+    (`keel_alpha`). No code was found released with the paper: **unconfirmed**
+    (docs/reference.md section 1). Another alpha is a placement of your own: `in_norm`,
+    `post_norm` and `skip_scale` in each sublayer."""
+    return (SublayerPlan("attn", in_norm=n, post_norm=n, skip_scale=alpha),
+            SublayerPlan("mlp", in_norm=n, post_norm=n, skip_scale=alpha))
+
+
+def _subln(n: str) -> Sublayers:
+    """Sub-LN (Magneto), Wang et al. 2022, "Foundation Transformers" (arXiv 2210.06423): Pre-LN
+    with a second norm inside each sublayer, before its output map, wired as torchscale's
+    `subln=True` (github microsoft/torchscale):
+
+        x = x + Attn[inner-Norm](Norm(x))  `DecoderLayer.forward` (decoder.py) normalizes the
+                                           input (`self_attn_layer_norm`, normalize_before is
+                                           forced on by subln in config.py); `MultiheadAttention
+                                           .forward` (component/multihead_attention.py) applies
+                                           `inner_attn_ln` to the concatenated heads before
+                                           `out_proj`
+        x = x + MLP[inner-Norm](Norm(x))   `final_layer_norm` on the input; `FeedForwardNetwork
+                                           .forward` (component/feedforward_network.py) applies
+                                           `ffn_layernorm` after the activation, before `fc2`
+        ... out = Norm(x)                  the decoder's `layer_norm` (normalize_before)
+
+    Default init `subln` (`normlab.nn.init`): the gain `subln_gain` on V, the output projection
+    and both MLP maps."""
+    return (SublayerPlan("attn", in_norm=n, inner_norm=n),
+            SublayerPlan("mlp", in_norm=n, inner_norm=n))
+
+
+def _normformer(n: str, out: str) -> Sublayers:
+    """NormFormer, Shleifer et al. 2021, "NormFormer: Improved Transformer Pretraining with Extra
+    Normalization" (arXiv 2110.09456): Pre-LN plus a norm on the attention output, a learned
+    scale per head, and a norm after the MLP's activation, wired as fairseq's
+    `TransformerDecoderLayerBase` (fairseq/modules/transformer_layer.py) with the flags of the
+    paper's NormFormer (`--scale-attn --scale-fc --scale-heads`, examples/normformer/README.md;
+    not `--scale-resids`):
+
+        x = x + Norm(c * Attn(Norm(x)))    `c_attn`, ones of size heads, multiplies the output of
+                                           `self_attn` viewed as [heads, head_dim]
+                                           (`torch.einsum("tbhd,h->tbhd", x, self.c_attn)`), then
+                                           `attn_ln`, before dropout and the residual add
+        x = x + MLP[inner-Norm](Norm(x))   `ffn_layernorm` after `activation_fn(fc1(x))`, before
+                                           `fc2`
+        ... out = Norm(x)                  the decoder's final `layer_norm` (normalize_before)
+
+    The paper's HeadScaleMHA scales each head before W^O; fairseq's `self_attn` returns the output
+    after its `out_proj`, so `c` scales the projected output in head_dim-wide slices (the end of
+    the paper's Sec. 2 notes the move, fairseq issue #3973). normlab computes fairseq's."""
+    return (SublayerPlan("attn", in_norm=n, out_norm=out, head_scale=True),
+            SublayerPlan("mlp", in_norm=n, inner_norm=n))
+
+
+def _ngpt() -> Sublayers:
+    """nGPT, Loshchilov et al. 2024, "nGPT: Normalized Transformer with Representation Learning on
+    the Hypersphere" (arXiv 2410.01131), wired as the authors' code (github NVIDIA/ngpt,
+    model.py, `Block.forward` and `GPT.forward` with `use_nGPT == 1`):
+
+        x = L2(x + a_A*(L2(Attn(x)) - L2(x)))   `res = A_norm + lr * (B_norm - A_norm)`,
+                                               `h = justnorm(res)`, `lr = |attn_alpha * (0.05 /
+                                               base_scale)|` (a per-channel eigen learning rate)
+          Attn: after RoPE, q = s_qk*L2(q), k = s_qk*L2(k) per head, softmax scale
+                sqrt(d_head) (`sqk`, `softmax_scale = sqrt_head_dim`)
+        x = L2(x + a_M*(L2(MLP(x)) - L2(x)))   the same with `mlp_alpha`
+          MLP: its first map's output times s_uv*sqrt(d) (`suv`) before the activation
+        logits = s_z * (x W_head^T)            `sz`; no final norm
+
+    where L2(v) = v/||v|| over the width and every learned scale `s` is stored as in the authors'
+    code, a parameter starting at `s_scale` and used as `param * (s_init/s_scale)`
+    (`normlab.nn.sphere`). After every optimizer step the embedding, the head and every matrix of
+    the blocks are renormalized along the width d (`train.py`, `normalize_matrices`):
+    `normlab.train.optim.adamw` adds it as a post-step hook. The authors' recipe trains without
+    weight decay and without warmup (`train.py`: `weight_decay = 0.0`, `warmup_iters = 0`); set
+    `train.weight_decay: 0` to follow it (normlab's warmup is 0 by default)."""
+    return SublayerPlan("attn", hypersphere=True), SublayerPlan("mlp", hypersphere=True)
+
+
 def _gated(gate: float) -> Sublayers:
     """`x = x + g*F(x)`, no norm. ReZero (Bachlechner et al. 2020, arXiv 2003.04887) starts g at 0;
     SkipInit (De & Smith 2020, arXiv 2002.10444) at a small value, 1/sqrt(L) by default."""
@@ -347,6 +541,11 @@ PLACEMENT_PLANS: dict[str, PlacementPlans] = {
                                   blocks=_hybrid_star_blocks),
     "rezero": PlacementPlans(lambda s, i: _gated(s.rezero_gate)),
     "skipinit": PlacementPlans(lambda s, i: _gated(s.skipinit_gate)),
+    "olmo2": PlacementPlans(lambda s, i: _olmo2(s.norm, s.out_norm)),
+    "keel": PlacementPlans(lambda s, i: _keel(s.norm, s.keel_alpha)),
+    "subln": PlacementPlans(lambda s, i: _subln(s.norm)),
+    "normformer": PlacementPlans(lambda s, i: _normformer(s.norm, s.out_norm)),
+    "ngpt": PlacementPlans(lambda s, i: _ngpt()),
     "custom": PlacementPlans(blocks=_custom_blocks),
 }
 
@@ -362,7 +561,8 @@ def _user_sublayer(kind: str, d: SublayerDef, s: BlockSettings, gate_init: float
         skip_scale=d.skip_scale, skip_learned=d.skip_learned,
         gate_init=gate_init if gate_init is not None and d.gate_init is not None else d.gate_init,
         add_block_input=d.add_block_input, qkv_norm=s.norm if d.qkv_norm else None,
-        skip_normed=d.skip_normed)
+        skip_normed=d.skip_normed, inner_norm=s.norm if d.inner_norm else None,
+        head_scale=d.head_scale, qk_norm=s.norm if d.qk_norm else None)
 
 
 def _user_blocks(cfg: ModelConfig, s: BlockSettings) -> list[Sublayers]:
@@ -421,10 +621,23 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         elif isinstance(cfg.admin_omega, float):
             omega = cfg.admin_omega
         constants["admin_omega"] = omega  # "profile": 1.0 until the profiling pass sets it
+    alpha_keel = keel_alpha(n_residual)
+    if "keel" in names:
+        constants["keel_alpha"] = alpha_keel
+    if init == "subln":
+        constants["subln_gain"] = subln_gain(L)
+    if "ngpt" in names:
+        constants["ngpt_alpha_init"] = NGPT_ALPHA_INIT
+    branch_scale = 1.0
+    if cfg.depth_param == "completep":
+        branch_scale = completep_multiplier(L, cfg.depth_base, cfg.depth_alpha)
+        constants["completep_multiplier"] = branch_scale
+        constants["completep_lr_scale"] = completep_lr_scale(L, cfg.depth_base, cfg.depth_alpha)
     settings = BlockSettings(
         norm=n, out_norm=cfg.out_norm or n, alpha=alpha, omega=omega,
         rezero_gate=cfg.gate_init if cfg.gate_init is not None else 0.0,
-        skipinit_gate=cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L))
+        skipinit_gate=cfg.gate_init if cfg.gate_init is not None else 1.0 / math.sqrt(L),
+        keel_alpha=alpha_keel)
 
     blocks = []
     own = _user_blocks(cfg, settings) if user is not None else None
@@ -432,6 +645,10 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         subs = own[i] if own is not None else _block_builder(name)(settings, i)
         if cfg.attention == "none":
             subs = (SublayerPlan("attn", absent=True), subs[1])
+        elif cfg.qk_norm:  # OLMo 2's QK-norm, with any placement (a norm of the model's kind)
+            subs = (replace(subs[0], qk_norm=n), subs[1])
+        if branch_scale != 1.0:  # CompleteP: every branch as added times (L_base/L)^alpha
+            subs = tuple(replace(s, branch_scale=branch_scale) for s in subs)  # type: ignore
         blocks.append(BlockPlan(i, name, *subs))
 
     if cfg.final_norm == "on":

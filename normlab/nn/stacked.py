@@ -6,8 +6,10 @@ swapping only the leaves for stacked versions whose parameters are `torch.stack`
 
     Linear      weight [M, out, in] (member i's slice is its nn.Linear weight), bias [M, out];
                 over [M, B*T, in]: one GEMM per member on CPU (`_MemberGemms`), one baddbmm else
-    LayerNorm / RMSNorm / DyT   weight, bias [M, d] (DyT's alpha [M]), broadcast as [M, 1, d]
+    LayerNorm / RMSNorm / DyT / Derf   weight, bias [M, d] (DyT's and Derf's alpha and Derf's
+                shift [M]), broadcast as [M, 1, d]
     Embedding   weight [M, V, d]; a tied LM head shares it, as in the members
+    HeadScale   weight [M, heads] (NormFormer), against the attention's [M*B, T, d]
     gate, skip  (Sublayer parameters) [M, 1, 1, 1] and [M, 1, 1, d], against the stream
 
 The residual stream is [M, B, T, d]; attention sees [M*B, T, d] (members folded into the batch),
@@ -26,9 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.config import ModelConfig
-from normlab.nn.layers import Attention
+from normlab.nn.layers import Attention, HeadScale
 from normlab.nn.model import ModelOutput, NormTransformer
-from normlab.nn.norms import DyT
+from normlab.nn.norms import Derf, DyT
 from normlab.nn.taps import Tap
 
 
@@ -40,6 +42,9 @@ def unstackable_reason(cfg: ModelConfig) -> str | None:
         return f"dropout={cfg.dropout} (members would need their own dropout masks)"
     if "batchnorm" in (cfg.norm, cfg.out_norm):
         return "batchnorm (running statistics are not stacked)"
+    if cfg.placement == "ngpt":
+        return ("placement=ngpt (its scales s_qk, s_uv, s_z and eigen learning rates are not "
+                "stacked, nor is its renormalization of the matrices after each step)")
     return None
 
 
@@ -96,14 +101,16 @@ class StackedLinear(nn.Module):
 
 
 class StackedNorm(nn.Module):
-    """LayerNorm, RMSNorm or DyT with per-member affine parameters; inputs are member-major
-    ([M, ...] or [M*B, ...]) and normalized over the last dimension."""
+    """LayerNorm, RMSNorm, DyT or Derf with per-member affine parameters; inputs are
+    member-major ([M, ...] or [M*B, ...]) and normalized over the last dimension."""
 
     def __init__(self, kind: str, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                 eps: float | None = None, alpha: torch.Tensor | None = None) -> None:
+                 eps: float | None = None, alpha: torch.Tensor | None = None,
+                 shift: torch.Tensor | None = None) -> None:
         super().__init__()
         self.kind, self.eps = kind, eps
         self.alpha = nn.Parameter(alpha) if alpha is not None else None
+        self.shift = nn.Parameter(shift) if shift is not None else None
         self.weight = nn.Parameter(weight) if weight is not None else None
         self.bias = nn.Parameter(bias) if bias is not None else None
 
@@ -114,6 +121,8 @@ class StackedNorm(nn.Module):
             h = F.layer_norm(h, (d,), eps=self.eps)
         elif self.kind == "rmsnorm":
             h = F.rms_norm(h, (d,), eps=self.eps)
+        elif self.kind == "derf":
+            h = torch.erf(self.alpha.view(-1, 1, 1) * h + self.shift.view(-1, 1, 1))
         else:
             h = torch.tanh(self.alpha.view(-1, 1, 1) * h)
         if self.weight is not None:
@@ -138,6 +147,20 @@ class StackedEmbedding(nn.Module):
         return F.embedding(idx + offsets, self.weight.reshape(m * v, d))
 
 
+class StackedHeadScale(nn.Module):
+    """NormFormer's head scale with per-member factors [M, heads]; inputs are member-major
+    ([M*B, T, d], as attention sees them) and viewed as [..., heads, d/heads]."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m, h = self.weight.shape
+        y = x.reshape(m, -1, h, x.shape[-1] // h) * self.weight[:, None, :, None]
+        return y.view(x.shape)
+
+
 def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.detach() for t in tensors])
 
@@ -157,10 +180,17 @@ def _stacked_leaf(mods: Sequence[nn.Module], tied: dict[int, nn.Parameter]) -> n
         bias = (_stack([m.bias for m in mods]) if getattr(first, "bias", None) is not None
                 else None)
         out = StackedNorm(kind, weight, bias, eps=first.eps)
+    elif isinstance(first, HeadScale):
+        out = StackedHeadScale(_stack([m.weight for m in mods]))
     elif isinstance(first, DyT):
         out = StackedNorm("dyt", _stack([m.weight for m in mods]),
                           _stack([m.bias for m in mods]) if first.bias is not None else None,
                           alpha=_stack([m.alpha for m in mods]))
+    elif isinstance(first, Derf):
+        out = StackedNorm("derf", _stack([m.weight for m in mods]),
+                          _stack([m.bias for m in mods]) if first.bias is not None else None,
+                          alpha=_stack([m.alpha for m in mods]),
+                          shift=_stack([m.shift for m in mods]))
     elif any(True for _ in first.parameters(recurse=False)):
         raise TypeError(f"cannot stack a {type(first).__name__}")
     else:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from normlab.probe.grads import grad_stats, stream_and_grad_stats
     from normlab.probe.hooks import eval_mode, hooked, hooks_left
     from normlab.probe.inputs import synthetic_labels, text_batches
-    from normlab.probe.interventions import layer_drop, merge_test
+    from normlab.probe.interventions import layer_drop, merge_test, skip_effect
     from normlab.probe.lens import logit_lens
     from normlab.probe.measures import angular_distance, kl_divergence, mean_token_norm
     from normlab.probe.sensitivity import perturbation_sensitivity, update_size
@@ -37,7 +37,7 @@ _FROM = {
     "grads": ("grad_stats", "stream_and_grad_stats"),
     "hooks": ("eval_mode", "hooked", "hooks_left"),
     "inputs": ("synthetic_labels", "text_batches"),
-    "interventions": ("layer_drop", "merge_test"),
+    "interventions": ("layer_drop", "merge_test", "skip_effect"),
     "lens": ("logit_lens",),
     "measures": ("angular_distance", "kl_divergence", "mean_token_norm"),
     "sensitivity": ("perturbation_sensitivity", "update_size"),
@@ -52,8 +52,8 @@ __all__ = [
     "eval_mode", "grad_stats", "growth_exponent", "hooked", "hooks_left", "kl_divergence",
     "layer_drop", "logit_lens", "loglog_fit", "mean_ci", "mean_token_norm", "merge_test",
     "n_costly", "parse_probes", "participation_ratio", "perturbation_sensitivity", "probe_model",
-    "stream_and_grad_stats", "stream_stats", "synthetic_labels", "t_quantile", "text_batches",
-    "update_size", "welch_ci",
+    "skip_effect", "stream_and_grad_stats", "stream_stats", "synthetic_labels", "t_quantile",
+    "text_batches", "update_size", "welch_ci",
 ]
 
 

@@ -6,6 +6,9 @@ canvas, no pyplot; the format follows the file suffix, .svg or .png).
     depth_<metric>.png   metric against depth on log-log axes: one point per seed, the fitted
                          line per placement, slopes with 95% intervals in the legend
     update_size.png      output change against optimizer step (when the update probe ran)
+    matrix_<metric>.png  a per-block metric with a row per block (the skip effect): a heatmap
+                         per placement and depth (mean over seeds), skipped block against the
+                         block measured
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
 
-from normlab.probe.metrics import figure_captions, figure_labels, log_scale
+from normlab.probe.metrics import figure_captions, figure_labels, log_scale, matrices
 from normlab.sweep.plotting import (
     BLOCK_AXIS,
     SAME_TEXT,
@@ -40,6 +43,7 @@ from normlab.sweep.plotting import (
 LABELS = figure_labels()
 WHAT = figure_captions()
 LOG_Y = log_scale()
+MATRICES = matrices()
 
 
 def axis_label(metric: str, width: int = 40) -> str:
@@ -181,6 +185,43 @@ def plot_update(series: Mapping[str, Sequence[Any]], path: Path) -> Path | None:
     return save_figure(fig, path, alt=alt, caption=caption)
 
 
+def plot_matrix(runs: Sequence[Mapping], metric: str, path: Path) -> Path | None:
+    """A metric with one row per block (row `i`: block `i` changed, one value per block `j`) as
+    heatmaps, one panel per placement and depth, each the mean over that model's seeds."""
+    groups: dict[tuple[str, int], list[list[list[float]]]] = {}
+    for r in runs:
+        rows = r["result"].get("per_block", {}).get(metric)
+        if rows:
+            groups.setdefault((r["placement"], int(r["n_blocks"])), []).append(rows)
+    if not groups:
+        return None
+    keys = sorted(groups, key=lambda k: (placement_order(k[0]), k[1]))
+    fig = new_figure(3.4 * len(keys) + 1.2, 3.6)
+    axes = fig.subplots(1, len(keys), squeeze=False)[0]
+    means = {}
+    for key in keys:
+        seeds = groups[key]
+        n = len(seeds[0])
+        means[key] = [[sum(s[i][j] for s in seeds) / len(seeds) for j in range(n)]
+                      for i in range(n)]
+    top = max(1.0, *(v for m in means.values() for row in m for v in row if math.isfinite(v)))
+    image = None
+    for ax, key in zip(axes, keys, strict=True):  # one colour scale for every panel
+        image = ax.imshow(means[key], origin="lower", vmin=0.0, vmax=top, cmap="viridis",
+                          interpolation="nearest")
+        ax.set_title(f"{key[0]}, L = {key[1]}", fontsize=10)
+        ax.set_xlabel("block measured", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("block skipped", fontsize=9)
+    fig.colorbar(image, ax=list(axes), label="\n".join(textwrap.wrap(label(metric), 30)))
+    what = WHAT.get(metric, label(metric)[:1].upper() + label(metric)[1:])
+    names = ", ".join(f"{p} (L = {L})" for p, L in keys)
+    caption = f"{what}, for {names}; mean over each model's seeds."
+    alt = f"Heatmaps, one per model ({names}): {label(metric)}, skipped block against block."
+    return save_figure(fig, path, alt=alt, caption=caption)
+
+
 def per_seed_block_curves(runs: Sequence[Mapping]) -> dict[str, dict[str, dict[str, list]]]:
     """`{placement: {depth: {metric: [per-seed list, ...]}}}` from a list of probe runs."""
     out: dict[str, dict[str, dict[str, list]]] = {}
@@ -203,7 +244,10 @@ def write_figures(runs: Sequence[Mapping], out: Path,
         curves = dict(per_block_mean)
     metrics = list(dict.fromkeys(k for by_L in curves.values() for pb in by_L.values()
                                  for k in pb))
-    written = [plot_per_block(curves, m, out / f"block_{m}{suffix}") for m in metrics]
+    written = [plot_per_block(curves, m, out / f"block_{m}{suffix}") for m in metrics
+               if m not in MATRICES]
+    written += [plot_matrix(runs, m, out / f"matrix_{m}{suffix}") for m in metrics
+                if m in MATRICES]
     if fits and len({r["n_blocks"] for r in runs}) >= 2:
         for metric in dict.fromkeys(m for f in fits.values() for m in f):
             written.append(plot_vs_depth(runs, fits, metric, out / f"depth_{metric}{suffix}"))

@@ -13,6 +13,33 @@ dropped block leaves no trace (B2T's block input never leaves the block). Report
 `drop_dloss[t]`, `drop_kl[t]`.
 
 The per-batch rows (`*_per_batch`) are kept: the effective-depth summary needs their spread.
+
+Skip effects (Csordás, Manning and Potts 2025, "Do Language Models Use Their Depth
+Efficiently?", arXiv 2505.13898, Sec. 3 and Figs. 2a, 3), with block l's contribution
+`c_l = a_l + m_l`, the sum of its two sublayers' branches as added (taps
+`blocks.{l}.{attn,mlp}.branch_added`; the paper's attention and MLP outputs of a pre-norm
+`h_{l+1} = h_l + a_l + m_l`), and `x_l` the stream entering the block (tap
+`blocks.{l}.attn.stream_in`, the paper's `h_l`):
+
+    rel_contribution[l]   mean over tokens of ||c_l|| / ||x_l||, the paper's relative contribution
+                          ||a_l + m_l|| / ||h_l|| (its Fig. 2a, "mean relative contribution")
+    skip_effect[i][j]     block i skipped (`drop_hooks(i)`, as layer drop): the largest over
+                          tokens of ||c'_j - c_j|| / max(||c_j||, 1e-6), the relative change of
+                          block j's contribution; 0 for j < i (they run as before), 1 at j = i
+                          (its contribution is removed), measured for j > i (the paper's Fig. 3)
+    skip_output[i]        the largest over tokens of ||p' - p||, the L2 norm of the change of the
+                          output distribution (softmax of the logits) when block i is skipped
+
+The paper's code (`analyze_norms.py`, `analyze_future_effects.py` of the authors' repository)
+takes the relative change per token as `(orig - new).norm(-1) / orig.norm(-1).clamp(min=1e-6)`,
+the maximum over positions and then over prompts ("the maximum effect", since a layer may
+matter for a few tokens only), and the output change as the L2 norm of the difference of the
+softmax outputs, also maximised over positions; here the maxima run over every token of every
+batch. Two differences: the paper skips a layer at every position but the first (a BOS token
+normlab's data does not have), normlab at every position; and a contribution here is what the
+sublayers add (after any output norm or gate), which is also what the paper's difference of
+residual streams is wherever the stream is the sum of the contributions (pre-norm). ResiDual's
+blocks add `c_l` to both streams; a skipped block leaves both as they came in.
 """
 
 from __future__ import annotations
@@ -23,7 +50,7 @@ import torch
 from torch import nn
 
 from normlab.probe.hooks import eval_mode, hooked
-from normlab.probe.measures import kl_divergence, model_loss
+from normlab.probe.measures import TINY, kl_divergence, model_loss, token_norms
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -105,3 +132,84 @@ def _rows(prefix: str, dloss: list[list[float]], kl: list[list[float]]) -> dict[
 
     return {f"{prefix}_dloss": mean(dloss), f"{prefix}_kl": mean(kl),
             f"{prefix}_dloss_per_batch": dloss, f"{prefix}_kl_per_batch": kl}
+
+
+SKIP_EPS = 1e-6  # the paper's clamp of a contribution's norm in `skip_effect`
+
+
+def contribution_hooks(n_blocks: int, sink) -> dict[str, object]:
+    """Forward hooks that call `sink(l, c_l, x_l)` for every block as the forward runs: its
+    contribution `c_l` (the attention and MLP branches as added, summed) and the stream `x_l`
+    entering it. Only one block's branch is held between two hooks."""
+    stream: dict[int, torch.Tensor] = {}
+    attn: dict[int, torch.Tensor] = {}
+
+    def keep(where: dict[int, torch.Tensor], i: int):
+        def hook(_m, _inp, h) -> None:
+            where[i] = h
+        return hook
+
+    def done(i: int):
+        def hook(_m, _inp, y_mlp) -> None:
+            sink(i, attn.pop(i) + y_mlp, stream.pop(i))
+        return hook
+
+    table: dict[str, object] = {}
+    for i in range(n_blocks):
+        table[f"blocks.{i}.attn.stream_in"] = keep(stream, i)
+        table[f"blocks.{i}.attn.branch_added"] = keep(attn, i)
+        table[f"blocks.{i}.mlp.branch_added"] = done(i)
+    return table
+
+
+def _probabilities(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(model(idx).logits.float(), dim=-1)
+
+
+@torch.no_grad()
+def skip_effect(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
+    """The skip-effect matrix, the output change and the relative contribution of every block
+    (see the module doc): one forward per batch, then one per skipped block."""
+    L = len(model.blocks)
+    effect = torch.zeros(L, L, dtype=torch.float64)
+    output = torch.zeros(L, dtype=torch.float64)
+    rel = torch.zeros(L, dtype=torch.float64)
+    with eval_mode(model):
+        for idx, _ in batches:
+            e, o, r = _skip_batch(model, idx)
+            effect, output, rel = torch.maximum(effect, e), torch.maximum(output, o), rel + r
+    later = [effect[i, i + 1:].max().item() if i + 1 < L else float("nan") for i in range(L)]
+    return {"skip_effect": effect.tolist(), "skip_effect_later": later,
+            "skip_output": output.tolist(), "rel_contribution": (rel / len(batches)).tolist()}
+
+
+def _skip_batch(model: nn.Module, idx: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch's skip-effect matrix [L, L], output changes [L] and relative contributions
+    [L] (the mean over its tokens), on the CPU; the numbers stay on the model's device until
+    each forward ends."""
+    L = len(model.blocks)
+    device = next(model.parameters()).device
+    base: list[torch.Tensor | None] = [None] * L
+    base_norm: list[torch.Tensor | None] = [None] * L
+    rel = torch.zeros(L, dtype=torch.float64, device=device)
+
+    def record(j: int, c: torch.Tensor, x: torch.Tensor) -> None:
+        base[j], base_norm[j] = c, token_norms(c)
+        rel[j] = (base_norm[j] / token_norms(x).clamp_min(TINY)).mean()
+
+    with hooked(model, contribution_hooks(L, record)):
+        p = _probabilities(model, idx)
+    effect = torch.zeros(L, L, dtype=torch.float64, device=device)
+    output = torch.zeros(L, dtype=torch.float64, device=device)
+    for i in range(L):
+        def compare(j: int, c: torch.Tensor, _x: torch.Tensor, i: int = i) -> None:
+            # the skipped block still runs (its output is then replaced by its input): its
+            # contribution to the stream is removed, c'_i = 0
+            change = base_norm[j] if j == i else token_norms(c - base[j])
+            effect[i, j] = (change / base_norm[j].clamp_min(SKIP_EPS)).max()
+
+        with hooked(model, {**drop_hooks(i), **contribution_hooks(L, compare)}):
+            q = _probabilities(model, idx)
+        output[i] = token_norms(q - p).max()
+    return effect.cpu(), output.cpu(), rel.cpu()

@@ -3,9 +3,11 @@
 For each block l, the head is applied to the block's output stream (tap `blocks.{l}.mlp.stream_out`)
 twice, and the next-token loss of each reading is reported:
 
-    lens_normed[l]   head(FinalNorm(x_{l+1})): the model's final norm (`final.norm`); when the
-                     placement has none (post, deepnorm, admin, b2t, ...), a fresh LayerNorm
-                     without affine parameters, and `lens_norm` says so
+    lens_normed[l]   head(FinalNorm(x_{l+1})): the model's final norm (`final.norm`), its
+                     statistics computed afresh on x_{l+1} (not frozen at the last block's:
+                     that is the cache's `apply_ln_to_stack`); when the placement has none
+                     (post, deepnorm, admin, b2t, ...), a fresh LayerNorm without affine
+                     parameters, and `lens_norm` says so
     lens_raw[l]      head(x_{l+1}): no norm at the extraction point
     lens_free[l]     head(Norm(x_{l+1})) through a norm without parameters, the kind of the
                      model's own (RMSNorm for rmsnorm models, else LayerNorm; gain 1, bias
@@ -50,7 +52,8 @@ def lens_norm(model: nn.Module) -> tuple[nn.Module, str]:
 def free_norm(model: nn.Module):
     """The norm without parameters of `lens_free`: `x` normalized by its own statistics over
     the model dimension, as the model's own norm kind does it (RMS for rmsnorm; mean and
-    variance otherwise, since a DyT, identity or batch norm has no per-token statistics)."""
+    variance otherwise, since a DyT, Derf, identity or batch norm has no per-token
+    statistics)."""
     cfg = model.cfg
     shape, eps = (cfg.d_model,), cfg.norm_eps
     if cfg.norm == "rmsnorm":

@@ -90,6 +90,7 @@ class Metric:
     in_summary: bool = False    # CLI: listed in one model's summary table
     spread: bool = False        # the result also holds `<name>_std`, the std over batches
     per_batch: bool = False     # the result also holds `<name>_per_batch`, every batch's row
+    matrix: bool = False        # per block, a row with one value per block (figures: a heatmap)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -126,6 +127,7 @@ _HF = "normlab.interop.probe_hf"
 STREAM = Fn(f"{_SUITE}:stream_probe")  # the stream and gradient probes share one pass
 MERGE, DROP = Fn(f"{_SUITE}:merge_probe"), Fn(f"{_SUITE}:drop_probe")
 LENS, PERTURB = Fn(f"{_SUITE}:lens_probe"), Fn(f"{_SUITE}:perturb_probe")
+SKIP = Fn(f"{_SUITE}:skip_probe")
 UPDATE = Fn(f"{_SUITE}:update_probe")
 HF_STREAM = Fn("normlab.probe.stream:stream_stats")  # what probe_hf reads a real model with
 HF_NORMS = Fn(f"{_HF}:stream_norms")
@@ -137,6 +139,8 @@ _IN_GRADS = dict(probe="grads", needs="gradients", compute=STREAM)
 _IN_MERGE = dict(probe="merge", needs="interventions", compute=MERGE, unit="nats",
                  per_batch=True)
 _IN_DROP = dict(probe="drop", needs="interventions", compute=DROP)
+_IN_SKIP = dict(probe="skip", needs="interventions", compute=SKIP)
+_CSORDAS = "Csordás, Manning and Potts 2025, arXiv 2505.13898"
 _IN_LENS = dict(probe="lens", needs="stream", compute=LENS, unit="nats")
 _IN_PERTURB = dict(probe="perturb", needs="weights", compute=PERTURB)
 _IN_UPDATE = dict(probe="update", needs="training", compute=UPDATE)
@@ -222,6 +226,36 @@ METRICS: tuple[Metric, ...] = (
            caption="Layer drop: the KL divergence of the output distribution when each block is "
                    "skipped",
            doc="`KL(p_original ‖ p_dropped)` of the output distribution"),
+    # -- per block: skip effects (Csordás et al. 2025; normlab.probe.interventions)
+    Metric("rel_contribution", PER_BLOCK, **_IN_SKIP, unit="ratio",
+           label="block contribution / stream norm", column="contrib", log_scale=True,
+           caption="The norm of each block's contribution relative to the stream it reads",
+           doc="mean over tokens of `‖c_l‖ / ‖x_l‖`, with `c_l` block `l`'s contribution (its "
+               "attention and MLP branches as added, summed; taps `branch_added`): "
+               f"{_CSORDAS}, Fig. 2a's `‖a_l + m_l‖ / ‖h_l‖`; equal to `rel_update` wherever "
+               "the stream is the sum of the contributions (pre-norm)"),
+    Metric("skip_effect", PER_BLOCK, **_IN_SKIP, unit="ratio", matrix=True,
+           label="relative change of the block's contribution",
+           caption="Skip effect: the largest relative change of each block's contribution "
+                   "(columns) when a block (rows) is skipped",
+           doc="row `i`, block `i` skipped (as in `drop`): for each block `j`, the largest over "
+               "tokens and batches of `‖c'_j − c_j‖ / max(‖c_j‖, 1e-6)`, the relative change of "
+               "its contribution; 0 for `j < i`, 1 at `j = i` (its contribution removed) "
+               f"({_CSORDAS}, Fig. 3)"),
+    Metric("skip_effect_later", PER_BLOCK, **_IN_SKIP, unit="ratio",
+           label="largest relative change of a later block's contribution when skipped",
+           column="skip later", log_scale=True,
+           caption="Skip effect: the largest relative change of a later block's contribution "
+                   "when each block is skipped",
+           doc="`max_{j > i} skip_effect[i][j]`: how much the blocks after block `i` change "
+               "when it is skipped (NaN for the last block, which has none)"),
+    Metric("skip_output", PER_BLOCK, **_IN_SKIP, unit="L2 norm",
+           label="largest output change when skipped (L2 of probabilities)", column="skip out",
+           caption="Skip effect: the largest change of the output distribution when each block "
+                   "is skipped",
+           doc="the largest over tokens and batches of `‖p' − p‖`, the L2 norm of the change of "
+               "the output distribution (softmax over the vocabulary, or over an encoder's "
+               f"classes) when block `i` is skipped ({_CSORDAS})"),
     # -- per block: logit lens (C13, C11)
     Metric("lens_normed", PER_BLOCK, **_IN_LENS, column="lens norm",
            label="logit-lens loss through a norm (nats/byte)",
@@ -396,8 +430,13 @@ def _normlab() -> list[Metric]:
 
 
 PROBES: tuple[str, ...] = tuple(dict.fromkeys(m.probe for m in _normlab()))
+# Run only when asked for (`--probes skip`, `all`): `skip` runs one forward per block and batch,
+# as `drop` does, and holds every block's contribution. A probe that trains a copy of the model
+# (`update`) is left out of the defaults by its `needs`.
+OPT_IN_PROBES: tuple[str, ...] = ("skip",)
 DEFAULT_PROBES: tuple[str, ...] = tuple(
-    p for p in PROBES if not any(m.probe == p and m.needs == "training" for m in METRICS))
+    p for p in PROBES if p not in OPT_IN_PROBES
+    and not any(m.probe == p and m.needs == "training" for m in METRICS))
 
 
 def probe_functions(probes: Iterable[str]) -> list[Callable[..., Any]]:
@@ -433,6 +472,11 @@ def figure_captions() -> dict[str, str]:
 
 def log_scale() -> set[str]:
     return {m.name for m in METRICS if m.log_scale}
+
+
+def matrices() -> set[str]:
+    """The per-block metrics whose value per block is a row over blocks."""
+    return {m.name for m in METRICS if m.matrix}
 
 
 def per_block_columns() -> tuple[tuple[str, str], ...]:

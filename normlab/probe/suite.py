@@ -24,14 +24,14 @@ from normlab.config import ConfigError
 from normlab.probe import metrics
 from normlab.probe.depth import effective_depth
 from normlab.probe.grads import stream_and_grad_stats
-from normlab.probe.interventions import layer_drop, merge_test
+from normlab.probe.interventions import layer_drop, merge_test, skip_effect
 from normlab.probe.lens import logit_lens
 from normlab.probe.sensitivity import perturbation_sensitivity, update_size
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
-PROBES: tuple[str, ...] = metrics.PROBES  # stream, grads, merge, drop, lens, perturb, update
-DEFAULT_PROBES: tuple[str, ...] = metrics.DEFAULT_PROBES  # all but update (it trains a copy)
+PROBES: tuple[str, ...] = metrics.PROBES  # stream, grads, merge, drop, skip, lens, perturb, update
+DEFAULT_PROBES: tuple[str, ...] = metrics.DEFAULT_PROBES  # all but skip and update
 
 
 @dataclass
@@ -119,6 +119,12 @@ def drop_probe(run: ProbeRun) -> dict[str, object]:
     out = layer_drop(run.model, run.batches)
     out.update(effective_depth(out, threshold=run.drop_threshold))
     return out
+
+
+def skip_probe(run: ProbeRun) -> dict[str, object]:
+    """Skip effects (Csordás et al. 2025): each block skipped, the change of every later block's
+    contribution and of the output; each block's contribution relative to its stream."""
+    return skip_effect(run.model, run.batches)
 
 
 def lens_probe(run: ProbeRun) -> dict[str, object]:

@@ -131,15 +131,18 @@ class StudyFolder(StudyContext):
         return init_ladder(self, name, rungs, placements, depths, perturb=perturb, stats=stats)
 
     def update_ladder(self, name: str, rungs: Sequence[tuple[Any, float]],
-                      depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]:
+                      depths: Sequence[int], steps: int, warmup: int,
+                      variants: Sequence[str] | None = None, distance: bool = True
+                      ) -> dict[str, Any]:
         from normlab.study.ladder_runs import update_ladder
 
-        return update_ladder(self, name, rungs, depths, steps=steps, warmup=warmup)
+        return update_ladder(self, name, rungs, depths, steps=steps, warmup=warmup,
+                             variants=variants, distance=distance)
 
     # -- training runs ------------------------------------------------------------------------
     def run_config(self, placement: str, lr: float, warmup: int, seed: int,
-                   blocks: int | None = None, trajectory: bool = False, **model: Any
-                   ) -> RunConfig:
+                   blocks: int | None = None, trajectory: bool = False,
+                   train: dict[str, Any] | None = None, **model: Any) -> RunConfig:
         """One study run. A deep run (`blocks=profile.deep_blocks`), or one with `trajectory`,
         is evaluated and keeps its weights `profile.deep_evals` times along the way: the
         trajectory C12's pairs (and C10's, `c10_pairs="trajectories"`) are taken along."""
@@ -159,6 +162,7 @@ class StudyFolder(StudyContext):
         if keep:
             sets.append("train.keep_checkpoints=true")
         sets += [f"model.{k}={v}" for k, v in model.items() if v is not None]
+        sets += [f"train.{k}={v}" for k, v in (train or {}).items()]
         return self.placed(sets)
 
     def placed(self, sets: list[str]) -> RunConfig:
@@ -243,7 +247,8 @@ class StudyFolder(StudyContext):
         """`run_config` of a training family (`TRAINING_FAMILIES`): its placement and model
         fields."""
         placement, model = TRAINING_FAMILIES[family]
-        return self.run_config(placement, lr, warmup, seed, blocks, trajectory, **model)
+        return self.run_config(placement, lr, warmup, seed, blocks, trajectory,
+                               train=FAMILY_TRAIN.get(family), **model)
 
     def runs(self, family: str, lrs: list[float], warmup: int, blocks: int | None = None
              ) -> dict[float, list[RunRecord]]:
@@ -655,50 +660,80 @@ class StudyFolder(StudyContext):
             {f"khop:{pl}:{d}": grid(pl, d) for pl, d in cells}))
         return self._memo[key]
 
-    def khop_accuracy(self, records: Sequence[RunRecord]) -> list[dict[int, float]]:
+    def khop_calibration_config(self, seed: int, blocks: int) -> RunConfig:
+        """One run of C14's calibration rung: pre at `blocks` blocks in Sanford et al.'s setting
+        (`normlab.study.khop_source.calibration_sets`) at the profile's calibration budget."""
+        from normlab.study.khop_source import calibration_sets
+
+        p = self.profile
+        return self.placed(calibration_sets(blocks, seed, p.khop_cal_steps, p.khop_cal_lr,
+                                            p.khop_cal_warmup, p.khop_cal_eval_batches))
+
+    def khop_calibration(self) -> dict[int, list[RunRecord]]:
+        """C14's calibration rung: pre at each depth of Sanford et al.'s table, `khop_cal_seeds`
+        seeds at the fixed lr `khop_cal_lr`, all trained in one go; per depth, the records in
+        the order of the seeds."""
+        from normlab.study.khop_source import WIDTH, load_table
+
+        if "khop_calibration" in self._memo:
+            return self._memo["khop_calibration"]
+        p = self.profile
+        cells = [(d, s) for d in load_table().depths(WIDTH) for s in range(p.khop_cal_seeds)]
+        cfgs = [self.khop_calibration_config(s, d) for d, s in cells]
+        out: dict[int, list[RunRecord]] = {d: [] for d, _s in cells}
+        for (d, s), cfg, summary in zip(cells, cfgs, self.train(cfgs), strict=True):
+            out[d].append(record(cfg, summary, lr=p.khop_cal_lr, warmup=p.khop_cal_warmup,
+                                 seed=s))
+        self._memo["khop_calibration"] = out
+        return out
+
+    def khop_accuracy(self, records: Sequence[RunRecord], hops: Sequence[int] | None = None
+                      ) -> list[dict[int, float]]:
         """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its
-        summary; nan for a hop count it did not record)."""
+        summary; nan for a hop count it did not record), for `hops` (default: 1 to the
+        profile's `khop_max_hops`)."""
         from normlab.train import read_summary
 
-        hops = range(1, self.profile.khop_max_hops + 1)
+        hops = range(1, self.profile.khop_max_hops + 1) if hops is None else hops
         out = []
         for r in records:
             summary = read_summary(self.runs_root / r.run_id) or {}
             out.append({k: float(summary.get(f"val_acc_hop{k}", math.nan)) for k in hops})
         return out
 
-    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25
-                         ) -> list[float]:
+    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25,
+                         end: int | None = None) -> list[float]:
         """Per run (one per seed): how much its validation loss still fell over the last `frac`
         of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
         the final loss); nan for a run that failed or has no such evaluation. A run near
-        convergence has stopped falling."""
+        convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
+        phase), the window of `frac` of the steps ends there instead: the loss at the last
+        evaluation at or before `end - frac * steps` minus the one at or before `end`."""
         from normlab.train.rundir import read_metrics
 
         out = []
-        cut = (1 - frac) * self.profile.steps
+        stop = self.profile.steps if end is None else end
+        cut = stop - frac * self.profile.steps
         for r in records:
             rows = [m for m in read_metrics(self.runs_root / r.run_id / "metrics.jsonl")
                     if isinstance(m.get("val_loss"), float)]
             before = [m["val_loss"] for m in rows if m["step"] <= cut]
-            final = r.val_loss
+            at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
+            final = r.val_loss if end is None else (at_end[-1] if at_end else None)
             ok = before and isinstance(final, float) and not r.failed
             out.append(before[-1] - final if ok else math.nan)
         return out
 
-    def final_norm_costs(self, records: Sequence[RunRecord]) -> list[float]:
-        """Per run (one per seed): validation loss with the final norm replaced by the identity
-        minus the loss with it, on the study's probe batches (C11's mechanism)."""
-        out = []
+    def final_norm_measures(self, records: Sequence[RunRecord]) -> list[dict[str, float]]:
+        """Per run (one per seed), on the study's probe batches (C11): `cost`, the validation loss
+        with the final norm replaced by the identity minus the loss with it; `stream_rms`, the
+        RMS of the raw final stream the norm reads, trained, and `stream_rms_init`, the same on
+        the run's own model at step 0 (`final_norm_measures`)."""
         batches = self.probe_batches(seq_len=min(self.profile.probe_seq_len,
                                                  self.profile.seq_len))
-        for r in records:
-            if r.failed:
-                continue
-            out.append(self.cached(f"final_norm_cost_{r.run_id}",
-                                   lambda r=r: final_norm_cost(self.runs_root / r.run_id,
-                                                               batches)))
-        return [c["cost"] for c in out]
+        return [self.cached(f"final_norm_{r.run_id}",
+                            lambda r=r: final_norm_measures(self.runs_root / r.run_id, batches))
+                for r in records if not r.failed]
 
 
 def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:
@@ -737,9 +772,28 @@ def trajectory_pair(pre: list[tuple[int | None, float]], post: list[tuple[int | 
     return min(pairs, key=lambda q: abs(q[0][1] - q[1][1]))
 
 
-def final_norm_cost(run_dir: Path, batches: list) -> dict[str, float]:
+def final_stream_rms(model: Any, batches: list) -> float:
+    """The RMS of the raw final stream (what the final norm, or the head where there is none,
+    reads) over `batches`' tokens, averaged over the batches."""
+    import torch
+
+    seq = model.cfg.max_seq_len
+    seen: list[float] = []
+    handle = model.final.input.register_forward_hook(
+        lambda _m, _i, out: seen.append(out.float().pow(2).mean().sqrt().item()))
+    try:
+        with torch.no_grad():
+            for x, _y in batches:
+                model(x[:, :seq])
+    finally:
+        handle.remove()
+    return sum(seen) / len(seen)
+
+
+def final_norm_measures(run_dir: Path, batches: list) -> dict[str, float]:
     """Loss of a trained model on `batches` with its final norm, and with that norm replaced by
-    the identity (the head reads the raw stream), and the difference."""
+    the identity (the head reads the raw stream), and the difference (`cost`); the raw final
+    stream's RMS of the trained model and of its model at step 0 (`model_at_init`)."""
     import torch
 
     cfg, model = load_trained_model(run_dir)
@@ -752,9 +806,12 @@ def final_norm_cost(run_dir: Path, batches: list) -> dict[str, float]:
 
     model.eval()
     with_norm = loss()
+    rms = final_stream_rms(model, batches)
     model.final.norm = None  # no norm (as a model without one has)
     without = loss()
-    return {"with": with_norm, "without": without, "cost": without - with_norm}
+    at_init = model_at_init(run_dir).eval()
+    return {"with": with_norm, "without": without, "cost": without - with_norm,
+            "stream_rms": rms, "stream_rms_init": final_stream_rms(at_init, batches)}
 
 
 # Training families: a placement plus model fields; each is tuned over its own lr grid.
@@ -764,11 +821,26 @@ TRAINING_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre_nofinal": ("pre", {"final_norm": "off"}),
     "pre_xavier": ("pre", {"init": "xavier"}),  # C9: pre under post's init...
     "post_gpt2": ("post", {"init": "gpt2_scaled"}),  # ...and post under pre's
+    # C9's runs, each the family above under the wsd schedule (`FAMILY_TRAIN`)
+    "pre_wsd": ("pre", {}),
+    "post_wsd": ("post", {}),
+    "pre_xavier_wsd": ("pre", {"init": "xavier"}),
+    "post_gpt2_wsd": ("post", {"init": "gpt2_scaled"}),
 }
 
 # The init a family shares with the other placement's paper family (C9's same-init pairings:
 # profile.same_inits says which the profile trains).
-SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled"}
+SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled",
+                      # C9's runs, under the wsd schedule (docs/study.md, C9): the Xavier
+                      # pairing (pre_xavier_wsd vs post_wsd) and the GPT-2-scaled one (pre_wsd
+                      # vs post_gpt2_wsd)
+                      "pre_xavier_wsd": "xavier", "post_wsd": "xavier",
+                      "pre_wsd": "gpt2_scaled", "post_gpt2_wsd": "gpt2_scaled"}
+
+# Train fields a family sets beyond the profile's (C9's families: the wsd schedule, whose end of
+# the stable phase is where its convergence premise is read).
+FAMILY_TRAIN: dict[str, dict[str, Any]] = {
+    f: {"schedule": "wsd"} for f in ("pre_wsd", "post_wsd", "pre_xavier_wsd", "post_gpt2_wsd")}
 
 
 

@@ -82,12 +82,17 @@ UPDATE_VARIANTS: dict[str, tuple[str, bool, bool]] = {
 
 
 def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
-                  depths: Sequence[int], steps: int, warmup: int) -> dict[str, Any]:
+                  depths: Sequence[int], steps: int, warmup: int,
+                  variants: Sequence[str] | None = None, distance: bool = True
+                  ) -> dict[str, Any]:
     """DeepNet's model update per (rung, lr) x variant x seed, at every depth for the depth
     law's variants and at the deepest for the others, and the init-to-init distance of post per
     rung and depth: `{rung.key: {"lr", "series": {label: [{"n_blocks", "seed", "update": [..]}]},
     "init_distance": [{"n_blocks", "seed", "distance"}]}}`. Each model (or pair of inits) is
-    one cell (`update_cell`), measured on the study's workers (`map_local`)."""
+    one cell (`update_cell`), measured on the study's workers (`map_local`). `variants` (labels
+    of `UPDATE_VARIANTS`; None: all) and `distance` (False: no init-to-init distance) ask for
+    less: C7's linear regime reads post and DeepNorm only, at lrs where nothing saturates."""
+    labels = list(UPDATE_VARIANTS) if variants is None else list(variants)
     def compute() -> dict[str, Any]:
         from normlab.probe import text_batches
 
@@ -95,13 +100,14 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
         train = text_batches("shakespeare", n_batches=steps, batch_size=p.probe_batch_size,
                              seq_len=p.probe_seq_len, split="train")
         batches = ctx.probe_batches()
-        ctx.log(f"{name}: {len(rungs)} rungs x {len(UPDATE_VARIANTS)} variants x depths "
+        ctx.log(f"{name}: {len(rungs)} rungs x {len(labels)} variants x depths "
                 f"{list(depths)} x {p.init_seeds} seeds, {steps} steps")
         slots: list[tuple[str, str | None]] = []  # (rung key, variant label, or None: distance)
         cells: list[tuple] = []
         for rung, lr in rungs:
             for L in depths:
-                for label, (placement, warm, every_depth) in UPDATE_VARIANTS.items():
+                for label in labels:
+                    placement, warm, every_depth = UPDATE_VARIANTS[label]
                     if not every_depth and max(depths) != L:
                         continue
                     cfg = rung_config(ctx, rung, placement, L)
@@ -110,11 +116,11 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
                         cells.append(("update", cfg, seed, train, batches[0], steps, lr,
                                       warmup if warm else 0))
                 cfg = rung_config(ctx, rung, "post", L)
-                for seed in range(p.init_seeds):
+                for seed in range(p.init_seeds if distance else 0):
                     slots.append((rung.key, None))
                     cells.append(("distance", cfg, seed, batches[0][0]))
         out: dict[str, Any] = {rung.key: {"lr": lr, "series": {label: [] for label in
-                                                               UPDATE_VARIANTS},
+                                                               labels},
                                           "init_distance": []} for rung, lr in rungs}
         for (key, label), row in zip(slots, _on_workers(ctx, update_cell, cells), strict=True):
             if label is None:

@@ -9,6 +9,11 @@
   6-block runs over 4 lrs (C6), warmup 4% of the run (Vaswani et al.: 4000 of 100,000 steps),
   12-block models with their own budget, warmup and grid (C11 decided at 12 blocks, C12, and
   C2/C3/C13 probing their trajectory pairs), 1000-step fine-tuning (C10), k-hop models (C14).
+- `gpu`: sized for one GPU (`sized_for="gpu"`), in parts of at most 8 minutes each: the
+  scale-limited claims (C2, C3, C6, C9-C14) at 8 seeds, 6-block models trained 2000 steps near
+  convergence, 24-block models, 1000-step fine-tuning, k-hop depths 2-6 on 8 hops; designed before
+  any of its runs (docs/study.md, "The gpu profile"), its cost projected from recorded GPU step
+  times until it is measured. Without a GPU `normlab study` says so and asks for `--device cpu`.
 - `full`: sized for a GPU or a Ray cluster (width 256 and up); prints its estimated time first.
 
 Warmup is a fraction of the run (`warmup_frac`), the same for every placement. Learning rates
@@ -58,7 +63,7 @@ class Profile:
     finetune_steps: int = 80
     finetune_batch_size: int = 16
     finetune_test_max: int | None = 768
-    finetune_lrs: tuple[float, ...] = (3e-4, 1e-3, 3e-3)
+    finetune_lrs: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
     finetune_lr_extensions: int = 2
     finetune_passage_bytes: int = 256
     finetune_warmup: int | None = None  # None: a tenth of the fine-tuning steps
@@ -97,6 +102,19 @@ class Profile:
     khop_warmup: int = 100
     khop_seeds: int = 3
     khop_eval_batches: int = 8
+    # C14's calibration rung (docs/study.md, C14): before the placements are compared, pre is
+    # trained in Sanford et al.'s own setting (their released configs: width 128, 4 heads,
+    # depths 2-6, 99 tokens over 4 letters, hops 0-16, batch 32, their targets and optimizer;
+    # normlab.study.khop_source) for `khop_cal_steps` steps at the fixed lr `khop_cal_lr`, and the
+    # smallest depth that solves each hop count is compared with theirs. Off: not run.
+    khop_calibration: bool = False
+    khop_cal_steps: int = 10_000  # a tenth of their 100,000
+    khop_cal_lr: float = 1e-3  # ten times their 1e-4: the same lr x steps
+    khop_cal_warmup: int = 100  # their 1000 of 100,000 steps: 1%
+    # one run per depth, as their table has: their dropout (0.1) keeps runs from being stacked,
+    # so each seed costs a full run per depth
+    khop_cal_seeds: int = 1
+    khop_cal_eval_batches: int = 54  # 1728 sequences: at least 100 per hop count, as theirs
     # C10's pairs: "cells", the tuned cells of pre and post whose mean losses are closest
     # (every seed's pair must then lie within the tolerance); "trajectories", each placement
     # trained again at its own tuned lr keeping its weights `deep_evals` times, paired per seed
@@ -119,6 +137,9 @@ class Profile:
     # about 0.27, and pre's flatness is an equivalence at margin 0.25, so the interval must be
     # narrower than a seed's spread (a model at init takes a fraction of a second)
     c5_seeds: int = 60
+    # where the profile's sizes fit: "gpu" profiles are refused on a CPU unless asked for
+    # explicitly (`normlab study --device cpu`), with their projected GPU cost
+    sized_for: Literal["cpu", "gpu"] = "cpu"
 
     @property
     def warmup(self) -> int:
@@ -175,7 +196,7 @@ PROFILES: dict[str, Profile] = {
         lrs=(1.5e-3, 3e-3, 6e-3), warmup_frac=0.25, seeds=4, eval_batches=16,
         same_inits=("xavier", "gpt2_scaled"), finetune_steps=150, finetune_batch_size=16,
         finetune_test_max=512,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
+        finetune_lrs=(1e-4, 3e-4, 1e-3, 3e-3), finetune_lr_extensions=1, real_passages=8,
         deep_blocks=12),
     "long": Profile(
         name="long", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
@@ -184,11 +205,28 @@ PROFILES: dict[str, Profile] = {
         train_blocks=6, train_width=64, train_heads=2, seq_len=64, batch_size=16, steps=1600,
         lrs=(7.5e-4, 1.5e-3, 3e-3, 6e-3), warmup_frac=0.04, seeds=4, eval_batches=16,
         same_inits=(), finetune_steps=1000, finetune_batch_size=8, finetune_test_max=512,
-        finetune_lrs=(3e-4, 1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8, theory=False,
+        finetune_lrs=(3e-5, 1e-4, 3e-4, 1e-3, 3e-3), finetune_lr_extensions=0, real_passages=8,
+        theory=False,
         deep_blocks=12, deep_steps=800, deep_warmup_frac=0.25,
         deep_lrs=(3.75e-4, 1.5e-3, 6e-3), c11_blocks=12, probe_deep=True,
         finetune_probe=True, khop_depths=(2, 3), c10_pairs="trajectories",
         max_lr_extensions=3),
+    # designed before any of its runs (docs/study.md, "The gpu profile"): every size below is
+    # chosen there from the claims' sources and the recorded GPU step times, not from a result
+    "gpu": Profile(
+        name="gpu", width=64, heads=2, init_depths=(3, 6, 12, 24, 48), init_seeds=5,
+        probe_batches=8, probe_batch_size=16, probe_seq_len=128, update_steps=30,
+        update_blocks=24, update_lr=5e-4,
+        train_blocks=6, train_width=128, train_heads=4, seq_len=128, batch_size=32, steps=2000,
+        lrs=(7.5e-4, 1.5e-3, 3e-3, 6e-3), warmup_frac=0.04, seeds=8, eval_batches=16,
+        max_lr_extensions=2, same_inits=("xavier",), finetune_steps=1000,
+        finetune_batch_size=16, finetune_test_max=512, finetune_lr_extensions=1,
+        real_passages=8, theory=False, deep_blocks=24, deep_steps=1000, deep_warmup_frac=0.1,
+        deep_lrs=(3.75e-4, 7.5e-4, 1.5e-3, 3e-3), c11_blocks=24, probe_deep=True,
+        finetune_probe=True, c10_pairs="trajectories", khop_depths=(2, 3, 4, 6),
+        khop_placements=("pre", "post"), khop_width=128, khop_heads=4, khop_seq_len=64,
+        khop_max_hops=8, khop_steps=3000, khop_batch_size=32, khop_lrs=(1e-3, 3e-3),
+        khop_warmup=150, khop_seeds=4, khop_calibration=True, workers=1, sized_for="gpu"),
     "full": Profile(
         name="full", width=256, heads=4, init_depths=(6, 12, 24, 48, 96, 192), init_seeds=8,
         probe_batches=8, probe_batch_size=16, probe_seq_len=256, update_steps=60,
@@ -198,5 +236,13 @@ PROFILES: dict[str, Profile] = {
         eval_batches=32, same_inits=("xavier", "gpt2_scaled"), finetune_steps=1000,
         finetune_batch_size=64,
         finetune_test_max=None, finetune_lrs=(1e-4, 3e-4, 1e-3), real_passages=64,
-        deep_blocks=24, workers=1),
+        deep_blocks=24, workers=1, sized_for="gpu"),
+}
+
+# What a `sized_for="gpu"` profile would cost on one GPU, said where no GPU is found: the
+# projection of docs/study.md's design, until a recorded run measures it.
+GPU_COST = {
+    "gpu": "projected 15-20 minutes on one H200, at most 8 minutes a part (docs/study.md, "
+           "\"The gpu profile\": from recorded step times, not yet measured)",
+    "full": "hours on one GPU (estimated on the GPU before it starts)",
 }

@@ -27,7 +27,7 @@ from normlab.study.context import StudyContext, TimeLimit
 from normlab.study.devices import device_record, runs_by_device, study_device
 from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
 from normlab.study.parts import PartFolder, export_dir, study_part, write_export
-from normlab.study.profiles import PROFILES, Profile
+from normlab.study.profiles import GPU_COST, PROFILES, Profile
 from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
@@ -80,7 +80,12 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
     chosen = study_part(part) if part is not None else None
     selected = list(chosen.claims) if chosen is not None else parse_claims(claims)
     _refuse_a_merge(out / "study.json")
-    device = study_device(device)
+    asked, device = device, study_device(device)
+    if PROFILES[profile].sized_for == "gpu" and device == "cpu" and asked != "cpu":
+        raise ConfigError(
+            f"--profile {profile} is sized for a GPU ({GPU_COST[profile]}) and this machine has "
+            f"no CUDA GPU (--device {asked}); give --device cpu to run it on the CPU anyway (it "
+            "prints its estimate on this machine first; --time-limit stops it cleanly)")
     limit = TimeLimit(time_limit) if isinstance(time_limit, (int, float)) else time_limit
     out.mkdir(parents=True, exist_ok=True)
     ctx = PartFolder(out, PROFILES[profile], log, executor=executor, address=address,
@@ -345,6 +350,11 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
                 grid(f"khop {pl}, {d} blocks", p.khop_warmup, p.khop_lrs,
                      lambda lr, pl=pl, d=d: [quiet.khop_config(pl, lr, s, d)
                                              for s in range(p.khop_seeds)])
+        if p.khop_calibration:  # C14's calibration rung: pre in Sanford et al.'s setting
+            from normlab.study.khop_source import WIDTH, load_table
+
+            runs([quiet.khop_calibration_config(s, d) for d in load_table().depths(WIDTH)
+                  for s in range(p.khop_cal_seeds)])
     rounds = [r for r in [firsts, *rounds, extensions] if r]
     todo_runs = sum(len(r) for r in rounds)
     work = [Work("training runs", finished + todo_runs, finished,

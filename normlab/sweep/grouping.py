@@ -32,20 +32,16 @@ Engines:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from normlab.config import RunConfig
 from normlab.sweep.spec import PlannedRun
+from normlab.train.machine import AUTO_CPU_WORK_PER_THREAD
 
 MAX_GROUP = 8  # runs in a CPU group (a GPU group: `group_limit`)
-# d_model * batch_size * seq_len of the largest CPU run that auto stacks, per thread a run gets.
-# Measured with benchmarks/bench_batched.py (8 runs stacked vs one after another; results/
-# bench_batched*.md). 2 threads: 1.86x at 32*8*32 and 1.65x at 64*8*32 (2 blocks); 1.20x at
-# 32*16*64, 1.08x at 64*16*64, 1.01x at 128*16*64, 0.99x at 64*16*128 (6 blocks). 1 thread:
-# 1.46x at 32*8*32, 1.24x at 64*8*32 (2 blocks); 0.95x at 32*16*64, 0.88x at 64*16*128.
-AUTO_CPU_WORK_PER_THREAD = 64 * 8 * 32
+# AUTO_CPU_WORK_PER_THREAD (`normlab.train.machine`, where fine-tuning's plan reads it too): the
+# largest CPU run that auto stacks, per thread a run gets
 
 
 @dataclass(frozen=True)
@@ -102,15 +98,9 @@ def group_limit(cfg: RunConfig, cuda_available: bool) -> int:
 
 
 def _split(runs: list[PlannedRun], workers: int, limit: int) -> list[list[PlannedRun]]:
-    size = min(limit, max(2, math.ceil(len(runs) / max(1, workers))))
-    n = math.ceil(len(runs) / size)
-    base, extra = divmod(len(runs), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + base + (1 if i < extra else 0)
-        out.append(runs[start:end])
-        start = end
-    return out
+    from normlab.train.group import split_evenly  # (the rule fine-tuning's groups follow too)
+
+    return split_evenly(runs, workers, limit)
 
 
 def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int, threads: int = 1,

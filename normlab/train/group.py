@@ -28,16 +28,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from normlab.config import RunConfig
+from normlab.config import ModelConfig, RunConfig
 from normlab.data import BatchSampler, RunData, load_run_data
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
@@ -75,6 +77,8 @@ from normlab.train.trainer import (
     write_run_config,
 )
 
+T = TypeVar("T")
+
 # What the stacked engine does with each setting of a run. Every field of `TrainConfig` and
 # `ModelConfig` is in exactly one list (tests/train/test_stacked_optim.py); a field in none, or
 # an unstackable one away from its default, makes a run unstackable (`run_unstackable_reason`),
@@ -82,7 +86,7 @@ from normlab.train.trainer import (
 # Applied to each member on its own (they may differ within a group):
 PER_MEMBER_TRAIN = frozenset({
     *OPTIMIZER_FIELDS,  # `StackedAdamW`, from `adamw_hyper`
-    "steps", "schedule", "warmup", "min_lr_ratio",  # each member's lr schedule
+    "steps", "schedule", "warmup", "min_lr_ratio", "decay_frac",  # each member's lr schedule
     "grad_clip",  # `StackedAdamW.clip_`
     "seed",  # each member's init, batches and validation batches
     "spike_factor", "spike_patience", "stall_margin",  # each member's detector and outcome
@@ -100,17 +104,59 @@ SHARED_MODEL = frozenset({
     "norm", "norm_bias", "norm_eps", "dyt_alpha", "out_norm",  # (batchnorm: `unstackable_reason`)
     "placement", "placement_file", "placement_def", "block_placements", "final_norm",
     "embed_norm", "residual_attention", "init", "init_std", "deepnorm_arch", "deepnorm_alpha",
-    "deepnorm_beta", "deepnorm_other_blocks", "admin_omega", "mix_switch", "gate_init"})
+    "deepnorm_beta", "deepnorm_other_blocks", "admin_omega", "mix_switch", "gate_init",
+    "qk_norm"})  # (the stacked norms take Q and K folded member-major, as the QKV norms)
 # Not implemented by the stacked engine: a run that sets one away from its default trains alone.
 UNSTACKABLE_TRAIN = {"grad_accum": "gradient accumulation",
                      "activation_checkpointing": "activation checkpointing",
                      "deterministic": "deterministic algorithms",
-                     "extends": "continuing another run's checkpoint"}
-UNSTACKABLE_MODEL = {"kind": "encoders", "dropout": "dropout"}  # (`unstackable_reason` says why)
+                     "extends": "continuing another run's checkpoint",
+                     # (each member's branch factors would need their own [M] ramp per block)
+                     "prores_steps": "ProRes residual warmup"}
+UNSTACKABLE_MODEL = {"kind": "encoders", "dropout": "dropout",  # (`unstackable_reason` says why)
+                     # (`StackedAdamW` takes one lr and eps per member, not CompleteP's groups)
+                     "depth_param": "CompleteP's per-group learning rates and AdamW eps",
+                     "depth_base": "CompleteP's per-group learning rates and AdamW eps",
+                     "depth_alpha": "CompleteP's per-group learning rates and AdamW eps"}
+
+# A fine-tuning (`normlab.finetune.FinetuneConfig`) stacks the same way (`normlab.finetune.loop`):
+# its members are classifiers on models of one `ModelConfig`, classified as above, each member
+# from its own weights (a run's checkpoint, or its architecture at init). Every field of
+# `FinetuneConfig` is in exactly one of these lists (tests/train/test_stacked_optim.py).
+# Applied to each member on its own:
+PER_MEMBER_FINETUNE = frozenset({
+    *OPTIMIZER_FIELDS,  # `StackedAdamW`, from `adamw_hyper` of the member's `train_config()`
+    "steps", "warmup", "min_lr_ratio",  # its lr schedule
+    "grad_clip",  # `StackedAdamW.clip_`
+    "seed",  # its head's init and its batches
+    "standardize",  # its features' statistics, from its own body before it joins the stack
+    "log_every"})  # its loss curve
+# Shared by a group (`finetune_stack_key`): the passages and how a passage is read, the batch
+# (the stack's input is [members, batch, bytes]) and the passages evaluated (one forward of the
+# stack scores every member).
+SHARED_FINETUNE = ("task", "passage_bytes", "gap", "val_fraction", "window", "pooling",
+                   "batch_size", "train_eval_max", "test_max", "val_max", "eval_batch_size")
+# Not implemented by the stacked engine: a fine-tuning that sets one trains alone.
+UNSTACKABLE_FINETUNE = {"freeze": "a frozen body (a linear probe: its features are computed once "
+                                  "for all its lrs, and each head trains on them alone)"}
 
 
 class GroupError(ValueError):
     """Runs that cannot be trained as one stacked group."""
+
+
+def _unhonoured(section: str, settings: Any, honoured: set[str] | frozenset[str],
+                unstackable: dict[str, str], who: str) -> str | None:
+    """The first field of `settings` set away from its default that the stacked engine does not
+    honour, as the reason `who` (a run, a fine-tuning) trains alone; None when there is none."""
+    for name, field in type(settings).model_fields.items():
+        value = getattr(settings, name)
+        if name in honoured or value == field.default:
+            continue
+        what = f"{unstackable[name]} is " if name in unstackable else ""
+        return (f"{section}.{name}={value} ({what}not implemented by the stacked engine: "
+                f"the {who} trains alone)")
+    return None
 
 
 def run_unstackable_reason(cfg: RunConfig) -> str | None:
@@ -118,18 +164,9 @@ def run_unstackable_reason(cfg: RunConfig) -> str | None:
     reason = unstackable_reason(cfg.model)
     if reason:
         return f"model: {reason}"
-    for section, honoured, unstackable in (
-            ("model", SHARED_MODEL, UNSTACKABLE_MODEL),
-            ("train", PER_MEMBER_TRAIN | set(SHARED_TRAIN), UNSTACKABLE_TRAIN)):
-        settings = getattr(cfg, section)
-        for name, field in type(settings).model_fields.items():
-            value = getattr(settings, name)
-            if name in honoured or value == field.default:
-                continue
-            what = f"{unstackable[name]} is " if name in unstackable else ""
-            return (f"{section}.{name}={value} ({what}not implemented by the stacked engine: "
-                    "the run trains alone)")
-    return None
+    return (_unhonoured("model", cfg.model, SHARED_MODEL, UNSTACKABLE_MODEL, "run")
+            or _unhonoured("train", cfg.train, PER_MEMBER_TRAIN | set(SHARED_TRAIN),
+                           UNSTACKABLE_TRAIN, "run"))
 
 
 def stack_key(cfg: RunConfig) -> str:
@@ -141,6 +178,46 @@ def stack_key(cfg: RunConfig) -> str:
                                       and getattr(cfg.train, k) != field.default)}
     return json.dumps({"model": d["model"], "data": d["data"], "train": train},
                       sort_keys=True, default=str)
+
+
+def finetune_unstackable_reason(cfg: Any, model: ModelConfig) -> str | None:
+    """Why a fine-tuning with settings `cfg` (a `normlab.finetune.FinetuneConfig`) of a model of
+    `model` cannot join a stacked group, or None when it can."""
+    reason = unstackable_reason(model)
+    if reason:
+        return f"model: {reason}"
+    return (_unhonoured("model", model, SHARED_MODEL, UNSTACKABLE_MODEL, "fine-tuning")
+            or _unhonoured("finetune", cfg, PER_MEMBER_FINETUNE | set(SHARED_FINETUNE),
+                           UNSTACKABLE_FINETUNE, "fine-tuning"))
+
+
+def finetune_stack_key(cfg: Any, model: ModelConfig, device: str) -> str:
+    """Fine-tunings with equal keys can train as one stacked group: models of one `ModelConfig`
+    on one device, and every setting the engine does not apply per member
+    (`PER_MEMBER_FINETUNE`) equal."""
+    settings = {k: getattr(cfg, k) for k, field in type(cfg).model_fields.items()
+                if k in SHARED_FINETUNE or (k not in PER_MEMBER_FINETUNE
+                                            and getattr(cfg, k) != field.default)}
+    return json.dumps({"model": model.to_dict(), "finetune": settings, "device": device},
+                      sort_keys=True, default=str)
+
+
+def split_evenly(items: Sequence[T], workers: int, limit: int) -> list[list[T]]:
+    """`items` (of one stack key, in order) as near-equal consecutive groups of at most `limit`,
+    enough of them to give each of `workers` one where there are items for it (8 on 2 workers:
+    two groups of 4); a group has at least 2 items unless only one is left."""
+    items = list(items)
+    if not items:
+        return []
+    size = min(limit, max(2, math.ceil(len(items) / max(1, workers))))
+    n = math.ceil(len(items) / size)
+    base, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + base + (1 if i < extra else 0)
+        out.append(items[start:end])
+        start = end
+    return out
 
 
 @dataclass(kw_only=True)

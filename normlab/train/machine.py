@@ -11,6 +11,15 @@ import platform
 import sys
 from pathlib import Path
 
+# d_model * batch_size * seq_len (a fine-tuning's: passages * bytes) of the largest CPU run that
+# the sweep's `auto` rule stacks, per thread a run gets (`normlab.sweep.grouping.stacking_pays`,
+# `normlab.finetune.runs.stacking_pays_here`). Measured with benchmarks/bench_batched.py (8 runs
+# stacked vs one after another; results/bench_batched*.md). 2 threads: 1.86x at 32*8*32 and
+# 1.65x at 64*8*32 (2 blocks); 1.20x at 32*16*64, 1.08x at 64*16*64, 1.01x at 128*16*64, 0.99x
+# at 64*16*128 (6 blocks). 1 thread: 1.46x at 32*8*32, 1.24x at 64*8*32 (2 blocks); 0.95x at
+# 32*16*64, 0.88x at 64*16*128.
+AUTO_CPU_WORK_PER_THREAD = 64 * 8 * 32
+
 
 def cpu_model() -> str:
     try:

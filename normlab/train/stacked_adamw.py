@@ -1,4 +1,6 @@
-"""AdamW for a `StackedTransformer`: the members' weights and moments in one buffer each.
+"""AdamW for a `StackedTransformer` (or a module built on one, as fine-tuning's stacked
+classifier, `normlab.finetune.loop`: any module with `members` and the member-shaped `shapes` of
+its parameters): the members' weights and moments in one buffer each.
 
 All parameters live in one `[M, P]` buffer (member i's row holds its P weights; decayed weight
 matrices first), and each stacked parameter is a view into it. Gradients are gathered into the
@@ -13,7 +15,8 @@ GPU each call is one multi-tensor launch. Clipping is `torch.nn.utils.clip_grads
 a member trains as it would alone.
 
 Members can be dropped (`keep`): a diverged or finished member leaves the stack and the others
-continue without it.
+continue without it. `set_weights` puts rows of weights back (members that left at different
+steps, gathered again to be evaluated together).
 """
 
 from __future__ import annotations
@@ -23,12 +26,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-
-from normlab.nn.stacked import StackedTransformer
+from torch import nn
 
 
 class StackedAdamW:
-    def __init__(self, model: StackedTransformer, decayed: set[str],
+    def __init__(self, model: nn.Module, decayed: set[str],
                  states: Sequence[dict[str, dict[str, torch.Tensor]]] | None = None) -> None:
         """`decayed`: names of the parameters with weight decay (the trainer's `param_groups`
         rule). `states`: each member's AdamW state by parameter name (`exp_avg`, `exp_avg_sq`,
@@ -114,6 +116,16 @@ class StackedAdamW:
         self.exp_avg = self.exp_avg.index_select(0, index)
         self.exp_avg_sq = self.exp_avg_sq.index_select(0, index)
         self.steps = [self.steps[r] for r in rows]
+        self.zero_grad()
+        self._repoint()
+
+    def set_weights(self, flat: torch.Tensor) -> None:
+        """Make the model hold these members' weights (`flat`: [members, P], rows laid out as
+        `flat`'s, e.g. rows saved as members left), with fresh moments and step counts."""
+        self.flat = flat.to(self.flat)
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.steps = [0] * flat.shape[0]
         self.zero_grad()
         self._repoint()
 

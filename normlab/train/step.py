@@ -28,8 +28,10 @@ class Accumulated:
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every group's lr to `lr`, times the group's `lr_scale` where it has one (CompleteP's
+    groups inside the blocks, `normlab.train.optim.param_groups`)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group["lr_scale"] if "lr_scale" in group else lr
 
 
 def accumulate_gradients(net: torch.nn.Module, sampler: BatchSampler, step: int, grad_accum: int,

@@ -37,12 +37,13 @@ import torch
 import yaml
 
 import normlab
-from normlab.config import ConfigError, RunConfig, parse_config
+from normlab.config import ConfigError, RunConfig, TrainConfig, parse_config
 from normlab.data import load_run_data
 from normlab.data.batches import BatchSampler
 from normlab.data.fingerprint import changes as data_changes
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
+from normlab.nn.block import prores_ramps, set_branch_ramps
 from normlab.nn.model import NormTransformer
 from normlab.nn.plan import resolved_run_fields, resolved_settings
 from normlab.train import distributed
@@ -751,6 +752,7 @@ class _SingleLoop(RunLoop):
     def gradients(self, lrs: list[float], stats_due: list[bool]
                   ) -> tuple[list[float], list[float]]:
         m = self.active[0]
+        ramp_branches(self.model, m.tc, m.step)
         self.acc = accumulate_gradients(
             self.net, self.sampler, m.step, m.tc.grad_accum, self.dist, self.device,
             self.autocast,
@@ -767,6 +769,7 @@ class _SingleLoop(RunLoop):
         clip_and_step(self.optimizer, self.params, self.total_norm, self.active[0].tc.grad_clip)
 
     def evaluate(self, due: list[bool]) -> list[dict[str, Any] | None]:
+        ramp_branches(self.model, self.active[0].tc, self.active[0].step)
         values = evaluate(self.model, self.val, self.autocast, self.dist, self.data.accuracy(),
                           token_weighted=self.data.masked_targets)
         return [values | bits_per_byte(self.data, values["val_loss"])]
@@ -784,6 +787,15 @@ class _SingleLoop(RunLoop):
             record["train_loss"], record["lr"], record["grad_norm"], m.final.get("val_loss"),
             self.speed, accuracy_of(m.final), val_step=m.val_step, step=m.step,
             bpb=m.final.get("val_bpb")))
+
+
+def ramp_branches(model: NormTransformer, tc: TrainConfig, step: int) -> None:
+    """ProRes (`train.prores_steps`, Chen et al. 2026, arXiv 2603.05369): set each block's
+    branch factor for `step`, the optimizer steps done (`normlab.nn.block.prores_ramps`). A
+    function of the step counter alone, so a resumed run continues with the factors it would
+    have had; nothing when ProRes is off."""
+    if tc.prores_steps:
+        set_branch_ramps(model, prores_ramps(tc.prores_steps, len(model.blocks), step))
 
 
 def bits_per_byte(data: Any, val_loss: float) -> dict[str, float]:

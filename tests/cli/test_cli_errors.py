@@ -191,7 +191,7 @@ CASES = [
     ("probe --placement prenorm", "'prenorm' is not a placement (did you mean 'pre'?)"),
     ("probe --placements pre,postt", "'postt' is not a placement (did you mean 'post'?)"),
     ("probe --probes stram", "(did you mean 'stream'?)"),
-    ("study --profile quik", "'quik' is not one of tiny, quick, standard, long, full (did you "
+    ("study --profile quik", "'quik' is not one of tiny, quick, standard, long, gpu, full (did you "
                              "mean 'quick'?)"),
     ("sweep map runs --metric val_los", "(did you mean 'val_loss'?)"),
     ("train --set train.schedule=cos", "got 'cos' (did you mean 'cosine'?)"),

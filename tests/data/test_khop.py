@@ -340,3 +340,139 @@ def test_a_sweep_over_khop_runs_trains_them_stacked(tmp_path):
     assert result.ok and len(result.summaries) == 2
     for s in result.summaries.values():
         assert s["engine"] == "stacked" and set(s) >= HOP_KEYS
+
+
+# -- the authors' targets (data.khop_unanswered: token; C14's calibration rung) ----------------
+class SanfordGenerator:
+    """The hop computation and the targets of Sanford et al.'s generator, written from their
+    code (github.com/chsanford/hop-induction-heads at 5735bca, src/tasks.py,
+    `InductionHopsFullSequenceTask.get_strings`), on a string of letters given instead of drawn:
+    the answers by `str.rfind` over the string, the input the hop character and the string less
+    its last two letters, the output a blank and the k-hop string less its last two."""
+
+    BLANK, NONE = "_", "~"
+
+    def __init__(self, char_tokens: int = 4, min_hops: int = 0, max_hops: int = 16) -> None:
+        self.min_hops, self.max_hops = min_hops, max_hops
+        self.chars = [chr(97 + i) for i in range(char_tokens)]
+        induction_tokens = max_hops - min_hops + 1
+        self.num_tokens = char_tokens + induction_tokens + 2
+        self.blank_token_min = char_tokens + induction_tokens  # their error counts below this
+        self.induction_token_map = {chr(i + 48): i - min_hops
+                                    for i in range(min_hops, max_hops + 1)}
+        self.token_map = {**self.induction_token_map,
+                          **{c: i + induction_tokens for i, c in enumerate(self.chars)},
+                          self.BLANK: self.num_tokens - 1, self.NONE: self.num_tokens - 2}
+
+    def strings(self, random_char_string: str, num_hops: int) -> tuple[str, str]:
+        seq_len = len(random_char_string)
+        hop_strings, hop_indices = [random_char_string], [range(seq_len)]
+        for _ in range(self.max_hops + 1):
+            last_string, last_indices = hop_strings[-1], hop_indices[-1]
+            new_string, new_indices = "", []
+            for i in range(seq_len):
+                if last_indices[i] == -1 or (last_index := random_char_string[
+                        :last_indices[i]].rfind(last_string[i])) == -1:
+                    new_string += self.NONE
+                    new_indices.append(-1)
+                else:
+                    new_string += random_char_string[last_index + 1]
+                    new_indices.append(last_index + 1)
+            hop_strings.append(new_string)
+            hop_indices.append(new_indices)
+        inv = {t: c for c, t in self.induction_token_map.items()}  # their bidict's `.inv`
+        hop_char = inv[num_hops - self.min_hops]
+        return (hop_char + random_char_string[:-2],
+                self.BLANK + hop_strings[num_hops][:-2])
+
+
+SANFORD = KhopTask(alphabet=4, min_hops=0, max_hops=16, unanswered="token")
+
+
+def _their_labels(gen: SanfordGenerator, letters: list[int], k: int) -> list[str]:
+    """Their output string for our letters: two letters appended (they draw seq_len letters and
+    drop the last two, which no earlier answer reads), each unlike the one before it."""
+    tail = [(letters[-1] + 1) % 4]
+    tail.append((tail[0] + 1) % 4)
+    text = "".join(gen.chars[c] for c in letters + tail)
+    _inp, out = gen.strings(text, k)
+    assert _inp[1:] == text[:-2]
+    return list(out)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_the_authors_targets_match_their_generator(split):
+    gen = SanfordGenerator()
+    sampler = KhopSampler(SANFORD, batch_size=34, seq_len=99, seed=2, split=split)
+    assert SANFORD.vocab_size == gen.num_tokens == 23
+    seen = set()
+    for step in range(2):
+        x, y = sampler.batch(step)
+        assert x.shape == (34, 99)  # their seq_len 100: the hop token and 98 letters
+        for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+            k = row_x[0] - SANFORD.alphabet + SANFORD.min_hops
+            seen.add(k)
+            mine = {SANFORD.blank_token: gen.BLANK, SANFORD.none_token: gen.NONE,
+                    **{i: gen.chars[i] for i in range(4)}}
+            assert [mine[t] for t in row_y] == _their_labels(gen, row_x[1:], k)
+            # the letters their error counts (`output < blank_token_min`) are ours answered
+            theirs = [gen.token_map[c] < gen.blank_token_min for c in
+                      _their_labels(gen, row_x[1:], k)]
+            assert theirs == [0 <= t < SANFORD.alphabet for t in row_y]
+    assert seen == set(range(17)) or split == "train"
+
+
+def test_the_generator_is_checked_against_a_sequence_worked_by_hand():
+    gen = SanfordGenerator(char_tokens=3, min_hops=0, max_hops=2)
+    # X = 0 1 2 0 2 1 0 1 (the sequence worked by hand above): hop_1 = - - - 1 0 2 2 0
+    assert gen.strings("abcacbab" + "ca", 1)[1] == "_~~~bacca"
+    assert gen.strings("abcacbab" + "ca", 2)[1] == "_~~~~b~ac"
+    assert gen.strings("abcacbab" + "ca", 0)[1] == "_abcacbab"
+
+
+def test_ignored_or_token_targets_differ_only_where_there_is_no_answer():
+    ignore = KhopTask(alphabet=4, min_hops=0, max_hops=16)
+    a = KhopSampler(ignore, 16, 99, seed=1).batch(0)
+    b = KhopSampler(SANFORD, 16, 99, seed=1).batch(0)
+    assert torch.equal(a[0], b[0])  # the same sequences (none lacks an answer at this length)
+    ya, yb = a[1], b[1]
+    assert torch.equal(ya[ya != IGNORE], yb[ya != IGNORE])
+    assert (yb[:, 0] == SANFORD.blank_token).all()
+    assert (yb[:, 1:][ya[:, 1:] == IGNORE] == SANFORD.none_token).all()
+    data = KhopData(SANFORD)
+    assert not data.masked_targets and KhopData(ignore).masked_targets
+    assert data.meta()["none_token"] == 21 and data.meta()["blank_token"] == 22
+
+
+def test_the_accuracy_counts_letters_only_with_token_targets():
+    task = KhopTask(alphabet=3, min_hops=1, max_hops=2, unanswered="token")
+    h1 = task.hop_token(1)
+    x = torch.tensor([[h1, 0, 1, 0]])
+    y = torch.tensor([[task.blank_token, task.none_token, task.none_token, 1]])
+    pred = torch.tensor([[task.blank_token, task.none_token, 0, 1]])  # the letter right
+    acc = HopAccuracy(task)
+    acc.add(x, y, torch.nn.functional.one_hot(pred, task.vocab_size).float())
+    assert acc.values() == [{"val_acc": 1.0, "val_acc_hop1": 1.0}]
+
+
+def test_token_targets_are_a_setting_of_the_task_and_of_its_run_id():
+    base = load_run_config(None, KHOP)
+    same = load_run_config(None, KHOP + ["data.khop_unanswered=ignore"])
+    assert same.run_id() == base.run_id()  # the default leaves every khop run's id as it was
+    token = load_run_config(None, KHOP[:1] + ["model.vocab_size=10"] + KHOP[2:]
+                            + ["data.khop_unanswered=token"])
+    assert token.run_id() != base.run_id() and token.data.task_vocab_size == 10
+    with pytest.raises(ConfigError, match=r"khop_unanswered: only used with task=khop"):
+        load_run_config(None, ["data.khop_unanswered=token"])
+    with pytest.raises(ConfigError, match=r"and 2 target tokens\); set model.vocab_size: 10"):
+        load_run_config(None, KHOP + ["data.khop_unanswered=token"])
+    with pytest.raises(ValueError, match="unanswered"):
+        KhopTask(unanswered="drop")
+
+
+def test_a_tiny_run_with_token_targets_trains_and_reports_letters(tmp_path):
+    cfg = load_run_config(None, TINY[:1] + ["model.vocab_size=10"] + TINY[2:]
+                          + ["data.khop_unanswered=token", "train.steps=3", "train.eval_every=3"])
+    s = train_run(cfg, tmp_path, progress=False)
+    assert s["outcome"] in ("completed", "stalled") and s["step"] == 3
+    assert set(s) >= HOP_KEYS and 0.0 <= s["val_acc"] <= 1.0

@@ -315,7 +315,9 @@ def test_finetune_command_reads_a_config_file_that_its_options_override(tiny_run
 
 
 def test_finetune_many_on_workers_gives_the_sequential_results(tiny_run, tmp_path):
-    """Two fine-tunes on two spawned workers give what one process gives, and are cached."""
+    """Fine-tunes of one run as a stacked group and a frozen probe apart, on two spawned
+    workers, give what one process gives, and are cached; the group's members are their
+    fine-tunings alone within float rounding."""
     import shutil
 
     from normlab.finetune import finetune_many
@@ -324,15 +326,48 @@ def test_finetune_many_on_workers_gives_the_sequential_results(tiny_run, tmp_pat
     shutil.copytree(tiny_run, copy)
     small = dict(task="genre", steps=2, batch_size=4, passage_bytes=64, test_max=8,
                  train_eval_max=4, standardize=8, device="cpu")
-    jobs = [(copy, small | {"seed": 0}), (copy, small | {"seed": 1, "lr": 1e-3})]
-    parallel = finetune_many(jobs, workers=2)
-    assert [r["cached"] for r in parallel] == [False, False]
+    jobs = [(copy, small | {"seed": 0}), (copy, small | {"seed": 1, "lr": 1e-3}),
+            (copy, small | {"freeze": True, "lrs": [1e-2, 1e-1]})]
+    told: list[str] = []
+    parallel = finetune_many(jobs, workers=2, log=told.append)
+    assert told == ["2 fine-tunings in 1 stacked group(s) (2), 1 apart",
+                    "2 fine-tuning(s) alone: finetune.freeze=True (a frozen body (a linear "
+                    "probe: its features are computed once for all its lrs, and each head "
+                    "trains on them alone) is not implemented by the stacked engine: the "
+                    "fine-tuning trains alone)"]
+    assert [r["cached"] for r in parallel[:2]] == [False, False]
+    assert [(r["engine"], r["group_size"]) for r in parallel[:2]] == [("stacked", 2)] * 2
+    assert [r["cached"] for r in parallel[2]] == [False, False] and "engine" not in parallel[2][0]
     again = finetune_many(jobs, workers=1)
-    assert [r["cached"] for r in again] == [True, True]
-    for a, b in zip(parallel, again, strict=True):
+    assert [r["cached"] for r in again[:2]] == [True, True]
+    for a, b in zip([*parallel[:2], *parallel[2]], [*again[:2], *again[2]], strict=True):
         assert a["test_accuracy"] == b["test_accuracy"] and a["loss_curve"] == b["loss_curve"]
     fresh = finetune(copy, **small | {"seed": 1, "lr": 1e-3}, force=True)
-    assert fresh["loss_curve"] == parallel[1]["loss_curve"]
+    assert "engine" not in fresh  # one fine-tuning trains alone
+    assert_same_finetuning(parallel[1], fresh)
+
+
+def assert_same_finetuning(got, alone):
+    """A stacked member's result against the same fine-tuning alone, as tests/train/
+    test_batched.py compares a group's runs with runs alone: the same steps, outcome, settings
+    and scores of every passage (accuracies and confusion: argmaxes, exact), and losses within
+    float rounding (the stack's products and the fused optimizer round differently)."""
+    for key in ("settings", "outcome", "steps_done", "test_accuracy", "train_accuracy",
+                "val_accuracy", "confusion", "per_class_test_accuracy", "n_test", "n_val",
+                "n_train_eval", "trainable_params", "model"):
+        assert got[key] == alone[key], key
+    assert [p[0] for p in got["loss_curve"]] == [p[0] for p in alone["loss_curve"]]
+    for a, b in zip(got["loss_curve"], alone["loss_curve"], strict=True):
+        if isinstance(b[1], str):  # the diverged step's loss, as text
+            assert a[1] == b[1]
+        else:
+            assert a[1] == pytest.approx(b[1], rel=1e-4, abs=1e-6), a[0]
+        assert a[2] == b[2]  # the lr: the same schedule
+    for key in ("test_loss", "train_eval_loss", "val_loss"):
+        if isinstance(alone[key], float):
+            assert got[key] == pytest.approx(alone[key], rel=1e-4, abs=1e-6), key
+        else:
+            assert got[key] == alone[key], key
 
 
 def test_an_lr_grid_gives_each_lr_s_own_run_and_a_frozen_one_shares_the_features(tiny_run,
@@ -349,13 +384,18 @@ def test_an_lr_grid_gives_each_lr_s_own_run_and_a_frozen_one_shares_the_features
     task = small_task("genre")
     kw = dict(steps=4, batch_size=8, warmup=1, device="cpu", seed=2, standardize=32)
     for freeze in (True, False):
-        together = finetune_model_lrs(model, data=task, lrs=[1e-3, 1e-1], freeze=freeze, **kw)
-        alone = [finetune_model(model, data=task, lr=lr, freeze=freeze, **kw)
-                 for lr in (1e-3, 1e-1)]
+        # (a body at lr 1e-1 blows up, and amplifies the stack's rounding past any tolerance)
+        lrs = [1e-3, 1e-1] if freeze else [1e-3, 1e-2]
+        together = finetune_model_lrs(model, data=task, lrs=lrs, freeze=freeze, **kw)
+        alone = [finetune_model(model, data=task, lr=lr, freeze=freeze, **kw) for lr in lrs]
         for a, b in zip(together, alone, strict=True):
-            for key in ("settings", "loss_curve", "test_accuracy", "test_loss",
-                        "train_accuracy", "confusion", "trainable_params"):
-                assert a[key] == b[key], (freeze, key)
+            if freeze:  # alone, on features computed once: the same numbers
+                for key in ("settings", "loss_curve", "test_accuracy", "test_loss",
+                            "train_accuracy", "confusion", "trainable_params"):
+                    assert a[key] == b[key], (freeze, key)
+            else:  # a stacked group
+                assert (a["engine"], a["group_size"]) == ("stacked", 2)
+                assert_same_finetuning(a, b)
         assert together[0]["loss_curve"] != together[1]["loss_curve"]
     with pytest.raises(FinetuneError, match="lrs"):
         finetune_model_lrs(model, data=task, lrs=[], **kw)

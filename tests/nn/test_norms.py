@@ -1,14 +1,18 @@
-"""The norm factory: each kind, its defaults (eps 1e-5, bias on, DyT's alpha 0.5) and the
-arguments it passes through; DyT's and token BatchNorm's forward against their formulas."""
+"""The norm factory: each kind, its defaults (eps 1e-5, bias on, DyT's alpha 0.5, Derf's alpha 0.5
+and shift 0) and the arguments it passes through; DyT's, Derf's and token BatchNorm's forward
+against their formulas; Derf against x-transformers' module and in models, stacked or not."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from optional_packages import needs
 from torch import nn
 
 from normlab.nn import norms
-from normlab.nn.norms import DyT, TokenBatchNorm, make_norm
+from normlab.nn.norms import Derf, DyT, TokenBatchNorm, make_norm
 
 
 def test_defaults():
@@ -39,7 +43,7 @@ def test_arguments_pass_through():
 
 def test_unknown_kind():
     with pytest.raises(ValueError, match=r"^unknown norm kind 'group'; use "
-                                         r"layernorm\|rmsnorm\|dyt\|identity\|batchnorm$"):
+                                         r"layernorm\|rmsnorm\|dyt\|derf\|identity\|batchnorm$"):
         make_norm("group", 4)
 
 
@@ -187,3 +191,136 @@ def test_bf16_explicit_path_computes_in_float32_and_returns_bf16(kind):
     if kind == "layernorm":
         want = want + norm.bias
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# -- Derf: Chen et al. 2025 (arXiv 2512.10938) ----------------------------------------------------
+
+def test_derf_defaults_are_the_authors():
+    """zlab-princeton/Derf's `Dynamic_erf`: scalar alpha 0.5, scalar shift 0, weight ones and bias
+    zeros over the channels."""
+    derf = make_norm("derf", 8)
+    assert type(derf) is Derf and not hasattr(derf, "scale")
+    assert derf.alpha.shape == () and derf.alpha.item() == 0.5
+    assert derf.shift.shape == () and derf.shift.item() == 0.0
+    assert torch.equal(derf.weight, torch.ones(8)) and torch.equal(derf.bias, torch.zeros(8))
+    assert sorted(n for n, _ in derf.named_parameters()) == ["alpha", "bias", "shift", "weight"]
+    other = make_norm("derf", 4, bias=False, derf_alpha=0.25, derf_shift=-0.1, dyt_alpha=3.0)
+    assert other.bias is None and other.alpha.item() == 0.25
+    assert other.shift.item() == pytest.approx(-0.1) and other.weight.shape == (4,)
+
+
+def _derf_by_hand(x, alpha, shift, gamma, beta):
+    """`gamma * erf(alpha * x + s) + beta` element by element with math.erf, in float64."""
+    flat = x.double().reshape(-1, x.shape[-1]).tolist()
+    rows = [[g * math.erf(alpha * v + shift) + b for v, g, b in zip(row, gamma, beta, strict=True)]
+            for row in flat]
+    return torch.tensor(rows, dtype=torch.float64).reshape(x.shape)
+
+
+def test_derf_forward_is_the_papers_formula():
+    g = torch.Generator().manual_seed(0)
+    derf = Derf(6, alpha=0.7, shift=0.2).double()
+    with torch.no_grad():
+        derf.weight.copy_(torch.randn(6, generator=g))
+        derf.bias.copy_(torch.randn(6, generator=g))
+    alpha, shift = derf.alpha.item(), derf.shift.item()
+    assert (alpha, shift) == (pytest.approx(0.7), pytest.approx(0.2))
+    x = torch.randn(2, 3, 6, generator=g, dtype=torch.float64) * 2
+    want = _derf_by_hand(x, alpha, shift, derf.weight.tolist(), derf.bias.tolist())
+    torch.testing.assert_close(derf(x), want, rtol=1e-12, atol=1e-12)
+    plain = Derf(6, alpha=0.7, shift=0.2, bias=False).double()
+    torch.testing.assert_close(plain(x), _derf_by_hand(x, alpha, shift, [1.0] * 6, [0.0] * 6),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_derf_has_input_and_out_taps():
+    derf = make_norm("derf", 8)
+    seen = {}
+    hs = [getattr(derf, n).register_forward_hook(lambda _m, _i, o, n=n: seen.__setitem__(n, o))
+          for n in ("input", "out")]
+    x = _x()
+    y = derf(x)
+    for h in hs:
+        h.remove()
+    torch.testing.assert_close(seen["input"], x)
+    torch.testing.assert_close(seen["out"], y)
+    torch.testing.assert_close(y, torch.erf(0.5 * x))
+
+
+@needs("x_transformers")
+@pytest.mark.parametrize("unit_offset", [False, True])
+def test_derf_takes_x_transformers_weights_and_computes_the_same(unit_offset):
+    """x-transformers' `Derf` (`use_derf=True`) stores alpha, s, gamma and beta (alpha and gamma
+    less 1 with `unit_offset`); copied into normlab's module, the outputs agree."""
+    from x_transformers.x_transformers import Derf as XDerf
+
+    g = torch.Generator().manual_seed(1)
+    theirs = XDerf(8, init_alpha=0.5, init_bias=0.0, unit_offset=unit_offset)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    offset = 1.0 if unit_offset else 0.0
+    ours = make_norm("derf", 8)
+    with torch.no_grad():
+        ours.alpha.copy_(theirs.alpha + offset)
+        ours.shift.copy_(theirs.s)
+        ours.weight.copy_(theirs.gamma + offset)
+        ours.bias.copy_(theirs.beta)
+    x = _x(shape=(2, 5, 8))
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-6, atol=1e-6)
+    # and x-transformers' own defaults are the paper's: alpha 0.5, s 0, gamma 1, beta 0
+    fresh = XDerf(8)
+    assert fresh.alpha.item() == 0.5 and fresh.s.item() == 0.0
+    torch.testing.assert_close(fresh(x), make_norm("derf", 8)(x))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich", "resi_dual"])
+def test_a_derf_model_puts_derf_wherever_the_placement_puts_a_norm(placement):
+    from normlab.config import make_model_config
+    from normlab.nn import build_model
+
+    cfg = make_model_config(placement=placement, n_blocks=2, d_model=16, n_heads=2,
+                            max_seq_len=8, norm="derf")
+    model = build_model(cfg, seed=0)
+    kinds = {type(m) for m in model.modules()
+             if isinstance(m, (Derf, DyT, nn.LayerNorm, nn.RMSNorm, TokenBatchNorm))}
+    assert kinds == {Derf}
+    out = model(torch.randint(0, 256, (2, 8)), torch.randint(0, 256, (2, 8)))
+    assert torch.isfinite(out.loss)
+
+
+def test_stacked_derf_models_are_their_members():
+    """The stacked engine stacks Derf's alpha and shift per member: each member's loss and
+    gradients are its own model's."""
+    from normlab.config import make_model_config
+    from normlab.nn import build_model
+    from normlab.nn.stacked import StackedTransformer, unstackable_reason
+
+    cfg = make_model_config(placement="sandwich", n_blocks=2, d_model=16, n_heads=2,
+                            max_seq_len=8, norm="derf")
+    assert unstackable_reason(cfg) is None
+
+    def built(seed):
+        model = build_model(cfg, seed=seed)
+        g = torch.Generator().manual_seed(100 + seed)
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, Derf):
+                    for p in (m.alpha, m.shift, m.weight, m.bias):
+                        p.add_(0.2 * torch.randn(p.shape, generator=g))
+        return model
+
+    members = [built(s) for s in range(2)]
+    stacked = StackedTransformer([built(s) for s in range(2)])
+    x, y = torch.randint(0, 256, (2, 2, 8)), torch.randint(0, 256, (2, 2, 8))
+    out = stacked(x, y)
+    out.loss.sum().backward()
+    params = dict(stacked.named_parameters())
+    assert any(name.endswith(".shift") for name in params)
+    for i, member in enumerate(members):
+        ref = member(x[i], y[i]).loss
+        ref.backward()
+        assert out.loss[i].item() == pytest.approx(ref.item(), abs=1e-5)
+        for name, p in member.named_parameters():
+            got = params[name].grad[i].reshape(p.shape)
+            assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-6), name

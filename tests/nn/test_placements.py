@@ -146,15 +146,21 @@ def ref_rope(t: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 def ref_attn(attn: nn.Module, x: torch.Tensor, *, causal: bool = True, n_heads: int = H,
              qkv_norms=None, rope: bool = False, prev: torch.Tensor | None = None,
-             cfg=None) -> tuple[torch.Tensor, torch.Tensor]:
+             cfg=None, qk_norms=None, inner_norm=None, head_scale=None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q K^T / sqrt(dk) [+ S_prev] + mask) V, then the output projection.
-    Returns (output, pre-softmax scores before masking)."""
+    Returns (output, pre-softmax scores before masking). `qk_norms`: OLMo 2's norms of Q and K
+    over the full width, before the split into heads; `inner_norm`: Sub-LN's norm of the
+    concatenated heads before the output projection; `head_scale`: NormFormer's factor per
+    head-wide slice of the projected output (fairseq's `c_attn`)."""
     b, t, d = x.shape
     dh = d // n_heads
     qkv = x @ attn.qkv.weight.T
     if attn.qkv.bias is not None:
         qkv = qkv + attn.qkv.bias
     q, k, v = qkv[..., :d], qkv[..., d: 2 * d], qkv[..., 2 * d:]
+    if qk_norms is not None:  # OLMo 2: over all heads at once
+        q, k = (ref_norm(z, m, cfg) for z, m in zip((q, k), qk_norms, strict=True))
     q, k, v = (z.reshape(b, t, n_heads, dh) for z in (q, k, v))
     if qkv_norms is not None:  # HybridNorm: per head, over head_dim
         q, k, v = (ref_norm(z, m, cfg) for z, m in zip((q, k, v), qkv_norms, strict=True))
@@ -170,13 +176,20 @@ def ref_attn(attn: nn.Module, x: torch.Tensor, *, causal: bool = True, n_heads: 
         masked = scores.masked_fill(future, float("-inf"))
     y = torch.softmax(masked, dim=-1) @ v
     y = y.transpose(1, 2).reshape(b, t, d)
+    if inner_norm is not None:
+        y = ref_norm(y, inner_norm, cfg)
     y = y @ attn.proj.weight.T
     if attn.proj.bias is not None:
         y = y + attn.proj.bias
+    if head_scale is not None:  # output feature j scaled by c[j // head_dim]
+        y = y * head_scale.weight.repeat_interleave(dh)
     return y, scores
 
 
-def ref_mlp(mlp: nn.Module, x: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
+def ref_mlp(mlp: nn.Module, x: torch.Tensor, swiglu: bool = False, inner_norm=None,
+            cfg=None) -> torch.Tensor:
+    """fc_out(act(fc_in x)); `inner_norm` normalizes the activation before fc_out (Sub-LN's and
+    NormFormer's `ffn_layernorm`)."""
     h = x @ mlp.fc_in.weight.T
     if mlp.fc_in.bias is not None:
         h = h + mlp.fc_in.bias
@@ -185,6 +198,8 @@ def ref_mlp(mlp: nn.Module, x: torch.Tensor, swiglu: bool = False) -> torch.Tens
         h = gate * torch.sigmoid(gate) * value
     else:
         h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))  # exact GELU
+    if inner_norm is not None:
+        h = ref_norm(h, inner_norm, cfg)
     y = h @ mlp.fc_out.weight.T
     return y + mlp.fc_out.bias if mlp.fc_out.bias is not None else y
 
@@ -207,7 +222,8 @@ def block_names(placement: str, n_blocks: int, mix_k: int | None = None,
 # The block formulas below whose output stream is unnormalized: the model passes its stream
 # through a final norm before the head when any of its blocks is one of them (ResiDual's output,
 # `a + Norm(d)`, normalizes its second stream).
-REF_UNNORMALIZED = ("pre", "sandwich", "lns", "hybrid", "hybrid_star")
+REF_UNNORMALIZED = ("pre", "sandwich", "lns", "hybrid", "hybrid_star", "olmo2", "subln",
+                    "normformer")
 
 
 def ref_final_norm(placement: str, names: list[str]) -> bool:
@@ -218,9 +234,10 @@ def ref_final_norm(placement: str, names: list[str]) -> bool:
 def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: int | None = None,
                custom: tuple[str, ...] | None = None, residual_attention: bool = False,
                rope: bool = False, causal: bool = True, swiglu: bool = False,
-               final_norm: bool = True) -> torch.Tensor:
+               final_norm: bool = True, qk_norm: bool = False) -> torch.Tensor:
     """The final stream of `placement`, from the formulas of docs/reference.md section 1
-    (`final_norm=False`: the placement's final norm switched off by config)."""
+    (`final_norm=False`: the placement's final norm switched off by config; `qk_norm`: every
+    attention normalizes Q and K over the full width, OLMo 2's QK-norm)."""
     cfg = model.cfg  # every norm's kind, eps and bias come from here, not from the built modules
     n_blocks = len(model.blocks)
     t = idx.shape[1]
@@ -231,16 +248,20 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
         x = ref_norm(x, model.embed_norm, cfg)
     scores: list[torch.Tensor | None] = [None]
 
-    def attn(sub, h, qkv_norm=False):
+    def attn(sub, h, qkv_norm=False, inner_norm=False, head_scale=False):
         y, s = ref_attn(sub.fn, h, causal=causal, rope=rope,
                         qkv_norms=sub.fn.qkv_norms if qkv_norm else None,
-                        prev=scores[0] if residual_attention else None, cfg=cfg)
+                        prev=scores[0] if residual_attention else None, cfg=cfg,
+                        qk_norms=sub.fn.qk_norms if qk_norm else None,
+                        inner_norm=sub.fn.inner_norm if inner_norm else None,
+                        head_scale=sub.fn.head_scale if head_scale else None)
         if residual_attention:
             scores[0] = s
         return y
 
-    def mlp(sub, h):
-        return ref_mlp(sub.fn, h, swiglu=swiglu)
+    def mlp(sub, h, inner_norm=False):
+        return ref_mlp(sub.fn, h, swiglu=swiglu, cfg=cfg,
+                       inner_norm=sub.fn.inner_norm if inner_norm else None)
 
     def norm(m, h):
         return ref_norm(h, m, cfg)
@@ -259,6 +280,7 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
 
     names = block_names(placement, n_blocks, mix_k, custom)
     alpha = (2 * n_blocks) ** 0.25  # DeepNet, decoder-only
+    keel_alpha = 2 * n_blocks  # Keel: the number of sub-layers
     for l, (blk, name) in enumerate(zip(model.blocks, names, strict=True), start=1):
         at, ml = blk.attn, blk.mlp
         if name == "post":
@@ -290,9 +312,26 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
         elif name == "hybrid_star":  # HybridNorm*'s first block: pre-norm with QKV norms
             x = x + attn(at, norm(at.in_norm, x), qkv_norm=True)
             x = x + mlp(ml, norm(ml.in_norm, x))
+        elif name == "olmo2":  # OLMo 2: a norm on each branch output only
+            x = x + out_norm(at.out_norm, attn(at, x))
+            x = x + out_norm(ml.out_norm, mlp(ml, x))
+        elif name == "keel":  # Keel: Norm(alpha*x + F(Norm(x)))
+            x = norm(at.post_norm, keel_alpha * x + attn(at, norm(at.in_norm, x)))
+            x = norm(ml.post_norm, keel_alpha * x + mlp(ml, norm(ml.in_norm, x)))
+        elif name == "subln":  # Sub-LN: pre-norm plus a norm before each output map
+            x = x + attn(at, norm(at.in_norm, x), inner_norm=True)
+            x = x + mlp(ml, norm(ml.in_norm, x), inner_norm=True)
+        elif name == "normformer":  # pre-norm; Norm(c * Attn); a norm after the MLP activation
+            x = x + out_norm(at.out_norm, attn(at, norm(at.in_norm, x), head_scale=True))
+            x = x + mlp(ml, norm(ml.in_norm, x), inner_norm=True)
         elif name in ("rezero", "skipinit"):
             x = x + at.gate * attn(at, x)
             x = x + ml.gate * mlp(ml, x)
+        elif name == "ngpt":  # nGPT: on the unit sphere (tests/nn/test_placements_2026.py)
+            from tests.nn.test_placements_2026 import ref_ngpt_attn, ref_ngpt_mlp, ref_ngpt_step
+
+            x = ref_ngpt_step(at, x, ref_ngpt_attn(at.fn, x, causal=causal, rope=rope))
+            x = ref_ngpt_step(ml, x, ref_ngpt_mlp(ml.fn, x, swiglu=swiglu))
         else:
             raise AssertionError(name)
     if final_norm and ref_final_norm(placement, names):
@@ -346,7 +385,10 @@ def test_placement_matches_formula(kw):
         out = model.stream(idx)
         logits = model(idx).logits
     torch.testing.assert_close(out, ref, **TOL)
-    torch.testing.assert_close(logits, ref @ model.lm_head.weight.T, **TOL)
+    head = ref @ model.lm_head.weight.T
+    if model.logit_scale is not None:  # nGPT's logit scale s_z (param * sqrt(d))
+        head = head * (model.logit_scale.weight * math.sqrt(cfg.d_model))
+    torch.testing.assert_close(logits, head, **TOL)
 
 
 @pytest.mark.parametrize("placement", ["post", "pre", "deepnorm", "hybrid", "hybrid_star",
@@ -806,6 +848,7 @@ def test_same_seed_same_model(placement):
     ({"norm": "batchnorm"}, "norm", "batchnorm"),
     ({"out_norm": "batchnorm", "placement": "sandwich"}, "norm", "batchnorm"),
     ({"placement": "hybrid", "norm": "dyt"}, "norm", "hybrid"),
+    ({"placement": "hybrid", "norm": "derf"}, "norm", "hybrid"),
     ({"placement": "resi_dual", "final_norm": "off"}, "final_norm", "resi_dual"),
     ({"placement": "custom", "n_blocks": 3, "block_placements": ("pre", "post")},
      "block_placements", "3"),

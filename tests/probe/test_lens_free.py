@@ -82,3 +82,46 @@ def test_lens_free_differs_from_the_trained_final_norm_and_equals_post_s_fresh_n
                                           strict=True)) > 1e-3
     post = logit_lens(_model("post"), batches)
     assert post["lens_free"] == pytest.approx(post["lens_normed"], abs=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_lens_normed_recomputes_the_final_norms_statistics_at_every_block(norm, batches):
+    """`lens_normed` is the final norm applied afresh to each block's stream: with that block's
+    own mean and variance (or RMS), computed here by `F.layer_norm` / `F.rms_norm` with the final
+    norm's gain and bias; the reading with the statistics of the last block's stream frozen
+    differs from it."""
+    model = _model("pre", norm)
+    with torch.no_grad():  # a last block that writes a lot: its stream's scale is not the others'
+        model.blocks[-1].mlp.fn.fc_out.weight.mul_(50.0)
+    fn = model.final.norm
+    bias = getattr(fn, "bias", None)
+    if norm == "layernorm":
+        def fresh(x):
+            return F.layer_norm(x, (32,), fn.weight, bias, eps=1e-5)
+    else:
+        def fresh(x):
+            return F.rms_norm(x, (32,), fn.weight, eps=1e-5)
+    res = logit_lens(model, batches)
+    assert res["lens_normed"] == pytest.approx(_by_hand(model, batches, fresh), abs=1e-4)
+    # the last block's per-token statistics applied to every block's stream
+    last: dict[str, torch.Tensor] = {}
+    handle = model.blocks[-1].register_forward_hook(
+        lambda _m, _a, o: last.__setitem__("x", o[0]))
+    frozen = []
+    for idx, targets in batches:
+        with torch.no_grad():
+            model(idx, targets)
+        xl = last["x"]
+        if norm == "layernorm":
+            scale = torch.rsqrt(xl.var(-1, keepdim=True, unbiased=False) + 1e-5)
+            frozen.append(lambda x, s=scale: ((x - x.mean(-1, keepdim=True)) * s) * fn.weight
+                          + bias)
+        else:
+            scale = torch.rsqrt(xl.pow(2).mean(-1, keepdim=True) + 1e-5)
+            frozen.append(lambda x, s=scale: x * s * fn.weight)
+    handle.remove()
+    by_frozen = [sum(_by_hand(model, [b], f)[i] for b, f in zip(batches, frozen, strict=True))
+                 / len(batches) for i in range(len(model.blocks))]
+    assert by_frozen[-1] == pytest.approx(res["lens_normed"][-1], abs=1e-4)
+    assert max(abs(a - b) for a, b in zip(by_frozen[:-1], res["lens_normed"][:-1],
+                                          strict=True)) > 1e-3

@@ -54,8 +54,11 @@ def test_every_row_is_complete_and_its_functions_resolve():
                 assert callable(f.resolve()), f.path
         assert not (m.spread or m.in_summary) or m.per == SUMMARY, m.name
         assert not m.per_batch or m.per == PER_BLOCK, m.name
-    assert metrics.PROBES == ("stream", "grads", "merge", "drop", "lens", "perturb", "update")
-    assert metrics.PROBES[:-1] == metrics.DEFAULT_PROBES  # update trains a copy
+    assert metrics.PROBES == ("stream", "grads", "merge", "drop", "skip", "lens", "perturb",
+                              "update")
+    # skip runs as many forwards as drop again; update trains a copy: both when asked for
+    assert metrics.DEFAULT_PROBES == ("stream", "grads", "merge", "drop", "lens", "perturb")
+    assert all(m.per == PER_BLOCK for m in METRICS if m.matrix)
 
 
 def test_keys_go_where_the_table_says_and_an_unknown_key_is_an_error():

@@ -59,3 +59,53 @@ def test_ladders_on_the_kept_workers_equal_the_ladders_here(tmp_path):
         (max(p.init_depths), s) for s in range(p.init_seeds)]
     assert len(update["source"]["init_distance"]) == len(p.init_depths) * p.init_seeds
     assert [v["lr"] for v in update.values()] == [5e-4, 1e-3]
+
+
+def test_c7_s_linear_regime_is_the_jvp_along_adam_s_first_step(tmp_path):
+    """C7's first update per unit lr at a small lr (5e-6, through `update_ladder` as the claim
+    asks for it) against the linear term computed here independently: the gradient at init,
+    Adam's first step direction `g / (|g| + eps)` (bias-corrected moments: m = g, v = g^2), and
+    the output's derivative along it by a central difference in float64."""
+    import copy
+
+    import torch
+
+    from normlab.nn import build_model
+    from normlab.probe import text_batches
+    from normlab.probe.measures import model_loss
+    from normlab.study.claims.c07_deepnet_update import LINEAR_VARIANTS
+    from normlab.study.ladder_runs import rung_config
+
+    p = PROFILES["tiny"]
+    folder = StudyFolder(tmp_path, p, log=lambda _m: None)
+    rung = fairseq_ladder(p.width, p.heads)[0]
+    lr = 5e-6
+    got = folder.update_ladder("linear", [(rung, lr)], p.init_depths, steps=1, warmup=0,
+                               variants=LINEAR_VARIANTS, distance=False)["source"]
+    assert got["init_distance"] == [] and set(got["series"]) == set(LINEAR_VARIANTS)
+    idx, targets = text_batches("shakespeare", n_batches=1, batch_size=p.probe_batch_size,
+                                seq_len=p.probe_seq_len, split="train")[0]
+    idx_eval = folder.probe_batches()[0][0]
+    for label in LINEAR_VARIANTS:
+        placement = "post" if label.startswith("post") else "deepnorm"
+        for row in got["series"][label]:
+            cfg = rung_config(folder, rung, placement, row["n_blocks"])
+            model = build_model(cfg, seed=row["seed"])
+            model.train()
+            params = [q for q in model.parameters()]
+            loss = model_loss(cfg.kind, model(idx).logits, targets)
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            step = [torch.zeros_like(q) if g is None else g / (g.abs() + 1e-8)
+                    for q, g in zip(params, grads, strict=True)]
+            wide = copy.deepcopy(model).double().eval()
+
+            def moved(h: float, wide=wide, step=step) -> torch.Tensor:
+                m = copy.deepcopy(wide)
+                with torch.no_grad():
+                    for q, d in zip(m.parameters(), step, strict=True):
+                        q -= h * d.double()
+                    return m.stream(idx_eval)
+
+            h = 1e-6
+            jvp = ((moved(h) - moved(-h)) / (2 * h)).norm(dim=-1).mean().item()
+            assert row["update"][1] / lr == pytest.approx(jvp, rel=0.01), (label, row)

@@ -5,6 +5,7 @@ trajectory pairs that C2, C3 and C13 read in the long profile."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -12,9 +13,16 @@ import pytest
 from fake_study import FakeStudy
 
 from normlab.study.claims import REGISTRY
-from normlab.study.claims.c14_khop_depth import hop_score, hops_solved
+from normlab.study.claims.c14_khop_depth import (
+    CAL_HOPS,
+    PAPER_SOLVED,
+    calibration_decision,
+    hop_score,
+    hops_solved,
+)
 from normlab.study.context import MatchedPair, RunRecord, TunedGrid
 from normlab.study.experiments import StudyFolder
+from normlab.study.khop_source import load_table, solved_depths
 from normlab.study.profiles import PROFILES
 from normlab.study.schema import Pretrained
 
@@ -216,3 +224,139 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
         assert [r.seed for r in g.cell(2e-3)] == [0, 1]
         assert [r.score for r in g.cell(2e-3)] == [1.0, 1.0 + 1e-3]
     assert folder.khop_tuned("post", 3) is grids[("post", 3)]
+
+
+# -- the calibration rung: Sanford et al.'s released table -----------------------------------
+TABLE = Path(__file__).resolve().parents[2] / "normlab" / "study" / "data" / "sanford_khop.json"
+# Read by hand from the file (width 128, fresh samples): for each hop count 1..16, the first
+# depth whose error is at most 0.1. Depth 2 solves k=1 only (k=2: 0.140); depth 3 up to k=3
+# (k=4: 0.150); depth 4 up to k=6 (k=7: 0.109); depth 5 up to k=9 (k=10: 0.103); depth 6 all.
+BY_HAND = {1: 2, 2: 3, 3: 3, 4: 4, 5: 4, 6: 4, 7: 5, 8: 5, 9: 5, 10: 6, 11: 6, 12: 6, 13: 6,
+           14: 6, 15: 6, 16: 6}
+
+
+def test_the_released_table_is_the_authors_file_with_its_provenance():
+    raw = json.loads(TABLE.read_text())
+    src = raw["source"]
+    assert src["repository"] == "github.com/chsanford/hop-induction-heads"
+    assert src["commit"] == "5735bca9545545774098994e21392b51b285bcc5"
+    assert src["file"] == "local/errors.json"
+    # values as local/errors.json gives them: "((2, 4, -1), 2)", "((4, 4, -1), 7)",
+    # "((5, 8, -1), 16)"
+    assert raw["errors"]["128"]["2"][2] == 0.14010989665985107
+    assert raw["errors"]["128"]["4"][7] == 0.10868420451879501
+    assert raw["errors"]["256"]["5"][16] == 0.027346938848495483
+    assert {w: sorted(map(int, d)) for w, d in raw["errors"].items()} == {
+        "128": [2, 3, 4, 5, 6], "256": [2, 3, 4, 5, 6]}
+    assert all(len(row) == 17 for d in raw["errors"].values() for row in d.values())
+    table = load_table()
+    assert table.errors[128][4][7] == raw["errors"]["128"]["4"][7]
+    assert table.setting["steps"] == 100000 and table.setting["seq_len"] == 100
+
+
+def test_the_solved_depth_per_hop_count_is_read_from_the_file():
+    raw = json.loads(TABLE.read_text())["errors"]["128"]
+    mine = {}
+    for k in range(1, 17):  # the rule written out: the first depth at error <= 0.1
+        for depth in sorted(raw, key=int):
+            if raw[depth][k] <= 0.1:
+                mine[k] = int(depth)
+                break
+    assert mine == BY_HAND
+    assert solved_depths(load_table().error(128), CAL_HOPS) == BY_HAND
+    assert PAPER_SOLVED == {2: 1, 3: 3, 4: 6, 5: 9, 6: 16}
+
+
+def _errors(solved: dict[int, int | None], depths=range(2, 7)) -> dict[int, dict[int, float]]:
+    """An error table in which hop count k is solved (error 0.05) from depth `solved[k]` on and
+    not below it (error 0.4); None: at no depth."""
+    return {d: {k: 0.05 if s is not None and d >= s else 0.4 for k, s in solved.items()}
+            for d in depths}
+
+
+def test_the_calibration_decision_allows_one_block_either_way():
+    theirs = _errors(BY_HAND)
+    assert calibration_decision(_errors(BY_HAND), theirs)["status"] == "passed"
+    deeper = {k: (d + 1 if d < 6 else None) for k, d in BY_HAND.items()}  # None: 7, one past
+    shallower = {k: max(2, d - 1) for k, d in BY_HAND.items()}
+    for ours in (deeper, shallower):
+        out = calibration_decision(_errors(ours), theirs)
+        assert out["status"] == "passed" and not out["misses"]
+    two_off = {**BY_HAND, 4: 6}
+    out = calibration_decision(_errors(two_off), theirs)
+    assert out["status"] == "failed" and out["misses"] == [4] and out["gap_blocks"]["4"] == 2
+    never = {**BY_HAND, 7: None}  # theirs 5: ours at best 7
+    assert calibration_decision(_errors(never), theirs)["misses"] == [7]
+    hole = _errors(BY_HAND)
+    hole[3][5] = math.nan
+    out = calibration_decision(hole, theirs)
+    assert out["status"] == "inconclusive" and out["unmeasured_depths"] == [3]
+
+
+CAL = {**DEEP, "khop_calibration": True}
+
+
+def _planted(solved: dict[int, int | None]) -> dict[str, list[float]]:
+    """`khopcal@<depth>` accuracies (hop counts 1..16) solving hop count k from depth solved[k]."""
+    return {f"khopcal@{d}": [1.0 - e for _k, e in sorted(row.items())]
+            for d, row in _errors(solved).items()}
+
+
+def test_c14_reports_a_calibration_that_passes_on_the_source_world(tmp_path):
+    study = FakeStudy(tmp_path, 0.01, "long", settings=CAL)
+    result = C14(study)
+    assert result.verdict == "supported" and result.calibration == "passed"
+    assert study.requests[0] == {"kind": "khop calibration"}  # before the placements
+    cal = result.numbers["calibration"]
+    assert cal["theirs"] == {str(k): d for k, d in BY_HAND.items()}
+    assert cal["tolerance_blocks"] == 1 and cal["solved_at_error"] == 0.1
+    assert cal["source_commit"].startswith("5735bca")
+    assert "Calibration passed" in result.note
+
+
+def test_c14_passes_a_calibration_one_block_deeper(tmp_path):
+    deeper = {k: (d + 1 if d < 6 else None) for k, d in BY_HAND.items()}
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=CAL, **_planted(deeper)))
+    assert result.calibration == "passed" and result.verdict == "supported"
+
+
+def test_a_failed_calibration_leaves_c14_undecided(tmp_path):
+    off = {**BY_HAND, **{k: 6 for k in (4, 5, 6)}}  # theirs 4: two blocks deeper
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=CAL, **_planted(off)))
+    assert result.verdict == "calibration failed" and result.calibration == "failed"
+    assert result.numbers["calibration"]["misses"] == [4, 5, 6]
+    assert result.note.startswith("Calibration failed")
+    # the placements are still measured and reported
+    assert set(result.numbers["by_placement"]["post"]) == {"12", "24"}
+
+
+def test_an_unreadable_calibration_leaves_a_decided_c14_inconclusive(tmp_path):
+    planted = _planted(BY_HAND)
+    planted["khopcal@3"] = [math.nan] * 16
+    result = C14(FakeStudy(tmp_path, 0.01, "long", settings=CAL, **planted))
+    assert result.calibration == "inconclusive" and result.verdict == "inconclusive"
+
+
+def test_without_the_flag_c14_has_no_calibration(tmp_path):
+    study = FakeStudy(tmp_path, 0.01, "long", settings=DEEP)
+    result = C14(study)
+    assert result.calibration is None and "calibration" not in result.numbers
+    assert {"kind": "khop calibration"} not in study.requests
+
+
+def test_the_calibration_runs_are_pre_in_the_sources_setting(tmp_path):
+    p = PROFILES["gpu"]
+    assert p.khop_calibration and p.khop_cal_steps == 10_000 and p.khop_cal_lr == 1e-3
+    folder = StudyFolder(tmp_path, p, lambda _m: None)
+    cfg = folder.khop_calibration_config(1, 5)
+    m, d, t = cfg.model, cfg.data, cfg.train
+    assert (m.placement, m.n_blocks, m.d_model, m.n_heads, m.max_seq_len) == ("pre", 5, 128, 4,
+                                                                              99)
+    assert (d.khop_alphabet, d.khop_min_hops, d.khop_max_hops, d.seq_len, d.khop_unanswered) \
+        == (4, 0, 16, 99, "token")
+    assert m.vocab_size == 23 and (m.dropout, m.gelu_approx, m.tie_embeddings) == (0.1, "tanh",
+                                                                                    False)
+    assert (t.batch_size, t.schedule, t.min_lr_ratio, t.weight_decay, t.beta2, t.grad_clip) == (
+        32, "linear", 0.0, 0.01, 0.999, None)
+    assert (t.steps, t.lr, t.warmup, t.seed) == (10_000, 1e-3, 100, 1)
+    assert t.eval_batches * t.batch_size / 17 >= 100  # as many sequences per hop as theirs

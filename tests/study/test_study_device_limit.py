@@ -72,6 +72,42 @@ def test_cuda_without_a_gpu_is_a_clean_error(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("s/runs/*"))
 
 
+@pytest.mark.parametrize("profile", ["gpu", "full"])
+def test_a_profile_sized_for_a_gpu_asks_before_it_runs_on_a_cpu(tmp_path, monkeypatch, profile):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = CliRunner().invoke(app, ["study", "--profile", profile, "--out", str(tmp_path / "s"),
+                                 "--no-report"])
+    assert r.exit_code == 2, r.output
+    text = " ".join(r.output.split())
+    assert f"--profile {profile} is sized for a GPU" in text and "no CUDA GPU" in text
+    assert "give --device cpu to run it on the CPU anyway" in text
+    assert ("projected 15-20 minutes on one H200" in text) == (profile == "gpu")
+    assert not (tmp_path / "s").exists()  # nothing written
+    # asked for explicitly, it runs there (stopped here before it trains anything)
+    import normlab.study.runner as runner
+
+    monkeypatch.setattr(runner, "PartFolder", lambda *a, **kw: (_ for _ in ()).throw(
+        RuntimeError("would run")))
+    with pytest.raises(RuntimeError, match="would run"):
+        run_study(tmp_path / "s", profile, device="cpu", log=lambda m: None)
+
+
+def test_the_gpu_profile_decides_the_scale_limited_claims_at_its_design():
+    """The gpu profile's sizes are docs/study.md's design ("The gpu profile"): 8 seeds, 6-block
+    models near convergence at Xiong's 4% warmup, C11 at the 24-block depth, the deep models
+    probed (C2, C3, C13), C10 along trajectories with the frozen probe, k-hop to 8 hops at
+    depths 2-6, one worker (one GPU)."""
+    p = PROFILES["gpu"]
+    assert p.sized_for == "gpu" and PROFILES["quick"].sized_for == "cpu"
+    assert p.seeds == 8 and p.steps >= 2000 and p.warmup_frac == 0.04
+    assert p.same_inits == ("xavier",)  # B2T's own pairing (fairseq: Xavier for both)
+    assert p.deep_blocks == p.c11_blocks == 24 and p.probe_deep
+    assert p.c10_pairs == "trajectories" and p.finetune_probe and p.finetune_steps >= 1000
+    assert min(p.finetune_lrs) <= 3e-5
+    assert p.khop_max_hops == 8 and p.khop_depths == (2, 3, 4, 6) and p.workers == 1
+    assert not p.theory  # the claims at init are decided on a CPU (standard)
+
+
 def test_every_run_of_the_study_takes_its_device(tmp_path):
     on_gpu = StudyFolder(tmp_path, TINY, lambda m: None, device="cuda")
     on_cpu = StudyFolder(tmp_path, TINY, lambda m: None, device="cpu")
@@ -192,7 +228,10 @@ def test_a_unit_in_progress_at_the_limit_is_interrupted_and_resumed(separate_run
     with pytest.raises(KeyboardInterrupt):
         run_study(out, "tiny", CLAIMS, log=lambda m: None, time_limit=limit)
     assert limit.reached
-    cut = summaries(out)
+    # the runs that finished before the cut (an interrupted run's summary says "interrupted")
+    cut = {k: v for k, v in summaries(out).items()
+           if json.loads((out / "runs" / k / "summary.json").read_text())["outcome"]
+           != "interrupted"}
     again = run_study(out, "tiny", CLAIMS, log=lambda m: None)
     assert verdicts_and_numbers(again) == verdicts_and_numbers(ref)
     assert {k: v for k, v in summaries(out).items() if k in cut} == cut  # kept, not redone

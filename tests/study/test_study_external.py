@@ -227,12 +227,13 @@ def test_c10_tunes_the_lr_per_placement_on_validation_and_scores_the_test_set(ti
     # the model from init reads the passages as the pretrained one does, with the same budget
     assert n["runs"]["scratch"]["pre"][best][0]["settings"] == {
         **n["runs"]["pretrained"]["pre"][best][0]["settings"]}
-    # 3 steps of fine-tuning teach neither arm the task: the premises are not decided (2 seeds),
-    # so nothing is (a premise refuted outright would make it "not tested at this scale")
+    # 3 steps of fine-tuning show no transfer: the premises are not decided (2 seeds), so
+    # nothing is (a premise refuted outright would make it "not tested at this scale")
     assert result.verdict == "inconclusive"
     assert "a premise of the test fails" in result.note
-    assert [p["role"] for p in result.predictions] == ["premise"] * 4 + ["claim"]
-    assert [p["scale"] for p in result.predictions] == [True] * 4 + [False]
+    assert [p["role"] for p in result.predictions] == (["diagnostic"] * 2 + ["premise"] * 2
+                                                       + ["claim"])
+    assert [p["scale"] for p in result.predictions] == [False] * 2 + [True] * 2 + [False]
 
 
 def test_c10_s_frozen_probe_on_real_checkpoints_trains_each_lr_it_may_reach_once(tiny_pairs,
@@ -268,8 +269,8 @@ def test_c10_s_frozen_probe_on_real_checkpoints_trains_each_lr_it_may_reach_once
         frozen = [r for r in frozen if r["settings"]["freeze"]]
         assert sorted((r["from_init"], r["settings"]["lr"]) for r in frozen) == sorted(
             (init, lr) for init in (False, True) for lr in reach)
-    assert [p["role"] for p in result.predictions] == (["premise"] * 4 + ["claim"]
-                                                       + ["diagnostic"] * 3)
+    assert [p["role"] for p in result.predictions] == (["diagnostic"] * 2 + ["premise"] * 2
+                                                       + ["claim"] + ["diagnostic"] * 3)
     assert "frozen linear probe" in result.method and "never deciding" in result.method
     assert result.verdict == "inconclusive"  # 3 steps: the fine-tuning's premises undecided
 
@@ -406,14 +407,14 @@ C10_PLANTED = {"pretrained": {"pre": (0.6, 0.01), "post": (0.7, 0.015)},
                "scratch": {"pre": (0.5, 0.02), "post": (0.5, 0.02)}}
 
 
-def _planted_finetune(acc=C10_PLANTED):
+def _planted_finetune(acc=C10_PLANTED, tuned=None):
     from normlab.study.claims import c10_transfer
 
     def finetune(ctx, checkpoints, tolerance=None):
         pairs, left_out = matched_pairs(checkpoints, 0.05)
         seeds = sorted(pairs)
         return {"settings": c10_transfer.c10_settings(ctx), "seeds": seeds, "left_out": left_out,
-                "tolerance": 0.05, "tuned_lr": {}, "runs": {},
+                "tolerance": 0.05, "tuned_lr": tuned or {}, "runs": {},
                 "accuracy": {arm: {p: [v + step * k for k in range(len(seeds))]
                                    for p, (v, step) in a.items()} for arm, a in acc.items()},
                 "val_loss_pretrained": {}, "baseline": {"test_accuracy": 0.55},
@@ -433,10 +434,10 @@ def planted_c10(monkeypatch):
 
 def test_c10_s_premises_are_about_scale_and_say_what_it_needs(planted_c10, tmp_path,
                                                               monkeypatch):
-    """Through `measure`: models from init that do not beat the majority by 5 points, or a
-    pretraining that does not help, make C10 "not tested at this scale" with the claim's
-    `needs`, never "not supported"; a premise at the line is undecided; with every premise
-    holding, post below pre refutes."""
+    """Through `measure`: a pretraining that does not help makes C10 "not tested at this scale"
+    with the claim's `needs`, never "not supported"; models from init that do not beat the
+    majority by 5 points are reported and decide nothing; with every premise holding, post
+    below pre refutes, and an arm tuned at an edge of its grid leaves the claim inconclusive."""
     ctx = _planted_ctx(tmp_path)
 
     def run(**change):
@@ -450,23 +451,32 @@ def test_c10_s_premises_are_about_scale_and_say_what_it_needs(planted_c10, tmp_p
     assert run().verdict == "supported" and run().needs == ""
     # 3 points above the majority (and every seed within 3.6): it learns, but not by 5 points
     weak = run(scratch_pre=(0.43, 0.002))
-    assert weak.verdict == "not tested at this scale"
-    assert weak.needs == planted_c10.CLAIM.needs
-    assert ("Not tested at this scale: pre from init does not hold here, so the claim's own "
-            f"predictions are reported, not decided. It needs {planted_c10.CLAIM.needs}.") \
-        in weak.note
-    assert weak.effect.name == "test accuracy from init - majority-class share"
+    assert weak.verdict == "supported" and weak.needs == ""
+    from_init = {p["subject"]: p for p in weak.predictions}["pre from init"]
+    assert from_init["verdict"] == "not supported" and from_init["role"] == "diagnostic"
     # pretraining hurts post: no transfer to compare
     hurt = run(pretrained_post=(0.45, 0.015))
     assert hurt.verdict == "not tested at this scale" and "post transfer" in hurt.note
-    # from init at the 5-point line: the premise is undecided, the claim inconclusive
-    line = run(scratch_post=(0.42, 0.02))  # 2 to 8 points above the majority
+    assert hurt.needs == planted_c10.CLAIM.needs
+    assert ("Not tested at this scale: post transfer does not hold here, so the claim's own "
+            f"predictions are reported, not decided. It needs {planted_c10.CLAIM.needs}.") \
+        in hurt.note
+    assert hurt.effect.name == "test accuracy pretrained - from init (same budget)"
+    # pretraining at the line for pre: the premise is undecided, the claim inconclusive
+    line = run(pretrained_pre=(0.48, 0.03))  # -2 to +2 points over pre from init
     assert line.verdict == "inconclusive" and line.needs == ""
-    assert "(post from init is not decided)" in line.note
+    assert "(pre transfer is not decided)" in line.note
     # every premise holds and post ends below pre: refuted
     worse = run(pretrained_post=(0.55, 0.015), pretrained_pre=(0.65, 0.01))
     assert worse.verdict == "not supported" and worse.needs == ""
     assert worse.effect.name == "fine-tuned test accuracy post - pre"
+    arm = {"best": 1e-3, "scores": {"0.0003": [0.5, -1.0], "0.001": [0.6, -1.0],
+                                    "0.003": [0.5, -1.0]}, "extended": [], "bracketed": True}
+    tuned = {"pretrained": {"pre": arm, "post": arm | {"best": 3e-4, "bracketed": False}},
+             "scratch": {"pre": arm, "post": arm}}
+    monkeypatch.setattr(planted_c10, "c10_finetune", _planted_finetune(tuned=tuned))
+    edge = planted_c10.measure(ctx, _pretrained())
+    assert edge.verdict == "inconclusive" and "Not bracketed: post pretrained" in edge.note
 
 
 def test_c10_s_words_are_the_recorded_ones(planted_c10, tmp_path, recorded_words, stub_figures):

@@ -337,23 +337,6 @@ def test_c8_asks_for_admin_s_perturbation_and_init_stats_on_fairseq_s_ladder(tmp
                              "seeds": p.init_seeds}]
 
 
-def test_c7_asks_for_one_first_step_at_the_source_lr_then_at_c6_s(tmp_path):
-    p = PROFILES["quick"]
-    grid = sorted(p.lrs)
-    ctx = planted_study(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
-    c07.measure(ctx)
-    source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
-    assert ctx.requests[0] == {"kind": "runs", "family": "post", "lrs": grid, "warmup": 0}
-    assert ctx.requests[1:] == [{
-        "kind": "update", "name": f"ladder_deepnet_{c07.DEEPNET_CACHE}",
-        "rungs": [(source.key, source.fields, c07.SOURCE_LR),
-                  ("lr", source.fields, grid[1])] + [(r.key, r.fields, grid[1])
-                                                     for r in toward],
-        "depths": sorted({L for L in p.init_depths if p.update_blocks >= L}
-                         | {p.update_blocks}),
-        "steps": 1, "warmup": p.update_steps}]
-
-
 def _fit(xs, ys) -> float:
     return loglog_fit([(x, y, 0) for x, y in zip(xs, ys, strict=True)],
                              n_boot=0)["slope"]
@@ -405,27 +388,6 @@ def test_c8_reports_the_law_bands_and_each_placement_s_slope(tmp_path):
     assert last["admin_o1"]["mean"] == pytest.approx(0.0, abs=0.01)
 
 
-def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_step(tmp_path):
-    p = PROFILES["quick"]
-    scale = p.update_blocks / 24  # planted: post's first update is 1.0 (L / 24) without warmup
-    world = Planted(noise=0.0, **{k: {"post_warmup": 0.02} for k in ("source", "lr")})
-    result = c07.measure(planted_study(tmp_path, world))
-    source, lr = result.ladder[0]["rung"], result.ladder[1]["rung"]
-    warm = result.numbers["log_ratio_no_warmup_over_warmup"]
-    assert warm[source]["mean"] == pytest.approx(math.log(scale / 0.02))
-    assert warm[result.ladder[-1]["rung"]]["mean"] == pytest.approx(math.log(scale / 0.01))
-    pre = result.numbers["log_ratio_post_over_pre_no_warmup"][lr]
-    assert pre["mean"] == pytest.approx(math.log(scale / DEEPNET["pre"]))
-    sat = result.numbers["saturation_at_the_first_step"][source]
-    assert sat["first_update_post"]["mean"] == pytest.approx(scale)
-    assert sat["init_distance"]["mean"] == pytest.approx(10.0)
-    assert sat["saturated"] is (scale > 5.0)
-    assert result.numbers["lr"]["source"] == c07.SOURCE_LR
-    big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
-    assert c07.measure(planted_study(tmp_path, big)).numbers["saturation_at_the_first_step"][
-        source]["saturated"] is True
-
-
 def test_c7_names_every_way_post_failed_at_c6_s_lr(tmp_path):
     grid = sorted(PROFILES["quick"].lrs)
     mixed = Planted(runs={"outcomes": ["stalled", "diverged"] * (SEEDS // 2)})
@@ -436,27 +398,6 @@ def test_c7_names_every_way_post_failed_at_c6_s_lr(tmp_path):
                "stalled)"}
     never = c07.measure(planted_study(tmp_path, Planted())).numbers["lr"]["why"]
     assert never == "post without warmup failed at no lr of C6's grid: its largest lr"
-
-
-def test_c7_reads_the_init_distance_at_each_depth_and_saturates_strictly_past_half(tmp_path):
-    p = PROFILES["quick"]
-    rungs = ("source", "lr", "gelu", "tied")
-    # post's first update 15 (L / 24): 7.5 at 12 blocks, below half a distance of 100 there only
-    far = Planted(noise=0.0, **{k: {"post": 15.0, "post_depth": 1.0, "distance@12": 100.0}
-                                for k in rungs})
-    assert set(c07.measure(planted_study(tmp_path, far)).numbers["depth_of_the_ratios"].values()
-               ) == {12}
-    # exactly half the distance is saturated already: no depth to read the ratio at
-    half = Planted(noise=0.0, **{k: {"post": 5.0, "post_depth": 0.0} for k in rungs})
-    result = c07.measure(planted_study(tmp_path, half))
-    assert set(result.numbers["depth_of_the_ratios"].values()) == {None}
-    source = result.ladder[0]["rung"]
-    assert result.numbers["saturation_at_the_first_step"][source]["saturated"] is False
-    above = Planted(noise=0.0, source={"post": 8.0, "post_depth": 0.0,
-                                       f"distance@{p.update_blocks}": 10.0, "distance@3": 1.0})
-    sat = c07.measure(planted_study(tmp_path, above)).numbers[
-        "saturation_at_the_first_step"][source]
-    assert sat["saturated"] is True and sat["init_distance"]["mean"] == pytest.approx(10.0)
 
 
 def test_log_ratios_are_undefined_unless_both_sides_are_positive():
@@ -570,19 +511,6 @@ def test_law_bands_meet_halfway_between_the_laws_slopes():
                      "O(n)": pytest.approx((0.7, 1.3))}
 
 
-def test_c7_reads_its_ratio_at_the_deepest_depth_where_post_is_unsaturated(tmp_path):
-    # post's first update, 15 (L / 24), passes half the init-to-init distance (5) beyond 6 blocks
-    world = Planted(**{k: {"post": 15.0, "post_depth": 1.0} for k in ("source", "lr", "gelu",
-                                                                      "tied")})
-    result = c07.measure(planted_study(tmp_path, world))
-    assert set(result.numbers["depth_of_the_ratios"].values()) == {6}
-    flat = Planted(**{k: {"post": 30.0, "post_depth": 0.0} for k in ("source", "lr", "gelu",
-                                                                     "tied")})
-    saturated = c07.measure(planted_study(tmp_path, flat))
-    assert set(saturated.numbers["depth_of_the_ratios"].values()) == {None}
-    assert _verdicts(saturated)["post vs deepnorm"] == "inconclusive"
-
-
 def test_c5_reads_the_figure_s_depth_and_its_depth_rung_the_deepest_model(tmp_path):
     """C5 is Fig. 3, a 6-layer model: every rung reads the 6-block models, and the depth rung
     alone reads the profile's deepest. Planted: post's trend falls at every depth but 6 in the
@@ -654,29 +582,6 @@ def test_c7_s_ratio_is_decided_at_0_not_at_a_factor(tmp_path):
     assert pred["effect"]["estimate"] == pytest.approx(math.log(1.5), abs=0.01)
 
 
-def test_c7_s_depth_laws_are_fitted_over_the_unsaturated_depths_only(tmp_path):
-    """Post's first update saturates at 24 blocks on the last rung (half a distance of 1 is
-    below its 1.0), where DeepNorm's is planted 100 times larger: over the unsaturated depths
-    3-12 DeepNorm's law stays flat (supported); fitted over 24 too it would not be. With a
-    single unsaturated depth there is no law to fit."""
-    world = Planted(tied={"distance@24": 1.0, "deepnorm@24": 5.0})
-    result = c07.measure(planted_study(tmp_path, world))
-    tied = result.ladder[-1]["rung"]
-    assert result.numbers["unsaturated_depths"][tied] == [3, 6, 12]
-    assert result.numbers["depth_of_the_ratios"][tied] == 12
-    assert _verdicts(result) == {s: "supported" for s in BREAKS["C7"]}
-    dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
-    assert dn["effect"]["estimate"] == pytest.approx(0.0, abs=0.02)
-    one = Planted(tied={f"distance@{L}": 0.1 for L in (6, 12, 24)})
-    result = c07.measure(planted_study(tmp_path, one))
-    assert result.numbers["unsaturated_depths"][result.ladder[-1]["rung"]] == [3]
-    verdicts = _verdicts(result)
-    assert verdicts["post vs deepnorm"] == "supported"  # read at 3 blocks
-    assert all(verdicts[s] == "inconclusive" for s in ("post: depth", "deepnorm: depth",
-                                                       "post vs deepnorm: depth"))
-    assert result.verdict == "inconclusive"
-
-
 def test_c4_s_gap_off_the_source_is_minus_half_the_rung_s_own_stream_slope(tmp_path):
     """On a rung whose Pre-LN stream barely grows (E||x_L||^2 / d = 1 + 0.01 L, slope about
     0.02) the final norm's Jacobian barely moves pre's gradient: the mechanism predicts a gap
@@ -691,3 +596,145 @@ def test_c4_s_gap_off_the_source_is_minus_half_the_rung_s_own_stream_slope(tmp_p
     assert gap["effect"]["estimate"] == pytest.approx(0.0, abs=0.02)
     assert f"{-0.5 * stream:+.3g} (mean over seeds)" in gap["derivation"]
     assert result.verdict == "supported"
+
+
+# -- C7 in the linear regime -----------------------------------------------------------------
+
+def _c7_labels(result) -> dict[str, str]:
+    return {r["key"]: r["rung"] for r in result.ladder}
+
+
+def test_c7_asks_for_the_saturating_diagnostic_then_the_linear_grid_then_the_depths(tmp_path):
+    p = PROFILES["quick"]
+    grid = sorted(p.lrs)
+    ctx = planted_study(tmp_path, Planted(), failing_lrs=tuple(grid[1:]))
+    c07.measure(ctx)
+    source, *toward = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is Xavier
+    depths = sorted(set(p.init_depths) | {p.update_blocks})
+    assert ctx.requests[0] == {"kind": "runs", "family": "post", "lrs": grid, "warmup": 0}
+    # the saturating measure, a diagnostic: the source's lr, then C6's
+    assert ctx.requests[1] == {
+        "kind": "update", "name": f"ladder_deepnet_{c07.DEEPNET_CACHE}",
+        "rungs": [(source.key, source.fields, c07.SOURCE_LR),
+                  ("lr", source.fields, grid[1])] + [(r.key, r.fields, grid[1])
+                                                     for r in toward],
+        "depths": sorted({L for L in p.init_depths if p.update_blocks >= L}
+                         | {p.update_blocks}),
+        "steps": 1, "warmup": p.update_steps}
+    # the linearity check: every lr of the grid at the deepest depth, post and DeepNorm only
+    variants = list(c07.LINEAR_VARIANTS)
+    assert ctx.requests[2] == {
+        "kind": "update", "name": f"ladder_deepnet_linear_grid_{c07.LINEAR_CACHE}",
+        "rungs": [(f"{r.key}@{x:g}", r.fields, x) for r in (source, *toward)
+                  for x in c07.LINEAR_LRS],
+        "depths": [depths[-1]], "steps": 1, "warmup": 0, "variants": variants,
+        "distance": False}
+    # then the shallower depths at each rung's linear lr (the deepest is the check's own)
+    assert ctx.requests[3] == {
+        "kind": "update",
+        "name": f"ladder_deepnet_linear_{c07.LINEAR_CACHE}_"
+                + "-".join(f"{r.key}@5e-06" for r in (source, *toward)),
+        "rungs": [(r.key, r.fields, 5e-6) for r in (source, *toward)],
+        "depths": depths[:-1], "steps": 1, "warmup": 0, "variants": variants,
+        "distance": False}
+    assert len(ctx.requests) == 4
+
+
+def test_c7_reads_each_rung_at_the_largest_lr_linear_within_the_tolerance(tmp_path):
+    """Planted: the update per unit lr departs from linear by lr / nonlinear_lr (5e-4): 10% at
+    5e-5 (outside 5%), 1% at 5e-6, which every rung is read at; a rung bending 10x sooner is
+    read at 5e-7; a rung linear at no lr of the grid has no measurement, and the verdict on
+    normlab's block is then undecided."""
+    result = c07.measure(planted_study(tmp_path, Planted(noise=0.0)))
+    lin = result.numbers["linear_regime"]
+    labels = _c7_labels(result)
+    assert lin["lr"] == {labels[k]: 5e-6 for k in labels}
+    check = lin["check"][labels["source"]]
+    assert check["5e-05"]["post, no warmup"]["mean"] == pytest.approx(1.1 / 1.01)
+    assert check["5e-06"]["deepnorm, no warmup"]["mean"] == pytest.approx(1.01 / 1.001)
+    assert lin["checked_at_blocks"] == 24 and lin["tolerance"] == 0.05
+    # per unit lr at 24 blocks: post's planted size 1.0 times (1 + 5e-6 / 5e-4)
+    per = lin["first_update_per_unit_lr"][labels["tied"]]["post, no warmup"]["24"]
+    assert per["mean"] == pytest.approx(1.01)
+    assert result.verdict == "supported"
+    sooner = c07.measure(planted_study(tmp_path, Planted(tied={"nonlinear_lr": 5e-5})))
+    assert sooner.numbers["linear_regime"]["lr"][labels["tied"]] == 5e-7
+    assert sooner.numbers["linear_regime"]["lr"][labels["source"]] == 5e-6
+    assert sooner.verdict == "supported"
+    never = c07.measure(planted_study(tmp_path, Planted(tied={"nonlinear_lr": 1e-9})))
+    assert never.numbers["linear_regime"]["lr"][labels["tied"]] is None
+    assert set(_verdicts(never).values()) == {"inconclusive"}
+    assert never.verdict == "inconclusive"
+    assert "not measured" in never.predictions[0]["derivation"]
+
+
+def test_c7_s_linear_lr_rule_takes_the_largest_lr_whose_mean_ratio_is_within_5_percent():
+    ok, off = [1.0, 1.04, 1.05], [1.2, 1.2, 1.2]
+    x1, x2, x3 = c07.LINEAR_LRS[:3]
+    v = c07.LINEAR_VARIANTS
+    assert c07.linear_lr({x1: {v[0]: ok, v[1]: ok}, x2: {v[0]: ok, v[1]: ok},
+                          x3: {v[0]: ok, v[1]: ok}}) == x1
+    # one variant off at the largest lr: the next
+    assert c07.linear_lr({x1: {v[0]: ok, v[1]: off}, x2: {v[0]: ok, v[1]: ok},
+                          x3: {v[0]: off, v[1]: off}}) == x2
+    assert c07.linear_lr({x: {v[0]: off, v[1]: ok} for x in (x1, x2, x3)}) is None
+    assert c07.linear_lr({x: {v[0]: [math.nan], v[1]: ok} for x in (x1, x2, x3)}) is None
+
+
+def test_c7_s_verdict_does_not_read_the_saturating_measure(tmp_path):
+    """Post's first update at the rungs' own lrs planted at 30 at every depth, past half the
+    init-to-init distance (10): saturated everywhere, reported as such, and the verdict in the
+    linear regime is the planted world's."""
+    world = Planted(**{k: {"post": 30.0, "post_depth": 0.0, "post_linear": 1.0,
+                           "post_depth_linear": 1.0}
+                       for k in ("source", "lr", "gelu", "tied")})
+    result = c07.measure(planted_study(tmp_path, world))
+    sat = result.numbers["saturating_measure"]
+    assert set(map(tuple, sat["unsaturated_depths"].values())) == {()}
+    assert all(v["saturated"] for v in sat["saturation_at_the_first_step"].values())
+    assert result.verdict == "supported"
+    assert all(v == "supported" for v in _verdicts(result).values())
+
+
+def test_c7_deepnorm_growing_like_n_to_the_0_56_fails_the_bounded_law(tmp_path):
+    """The numbers the linear regime gave on normlab's block: post's first update growing like
+    N^1.32 and DeepNorm's like N^0.56. Bounded is a slope below 1/2: DeepNorm's fails it there
+    (the source rung keeps the laws), and the claim is not supported; post's growth holds."""
+    world = Planted(tied={"post_depth_linear": 1.32, "deepnorm_depth_linear": 0.56})
+    result = c07.measure(planted_study(tmp_path, world))
+    assert result.calibration == "passed"
+    v = _verdicts(result)
+    assert v["deepnorm: depth"] == "not supported" and v["post: depth"] == "supported"
+    assert v["post vs deepnorm: depth"] == "supported"
+    dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
+    assert dn["effect"]["estimate"] == pytest.approx(0.56, abs=0.02)
+    assert result.verdict == "not supported"
+
+
+def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_step(tmp_path):
+    p = PROFILES["quick"]
+    scale = p.update_blocks / 24  # planted: post's first update is 1.0 (L / 24) without warmup
+    world = Planted(noise=0.0, **{k: {"post_warmup": 0.02} for k in ("source", "lr")})
+    result = c07.measure(planted_study(tmp_path, world))
+    lr_label = f"lr {result.numbers['lr']['C6']:g}"
+    source = result.ladder[0]["rung"]
+    warm = result.numbers["log_ratio_no_warmup_over_warmup"]
+    assert warm[source]["mean"] == pytest.approx(math.log(scale / 0.02))
+    assert warm[result.ladder[-1]["rung"]]["mean"] == pytest.approx(math.log(scale / 0.01))
+    pre = result.numbers["log_ratio_post_over_pre_no_warmup"][lr_label]
+    assert pre["mean"] == pytest.approx(math.log(scale / DEEPNET["pre"]))
+    sat = result.numbers["saturating_measure"]["saturation_at_the_first_step"][source]
+    assert sat["first_update_post"]["mean"] == pytest.approx(scale)
+    assert sat["init_distance"]["mean"] == pytest.approx(10.0)
+    assert sat["saturated"] is False
+    dn = result.numbers["saturating_measure"]["log_ratio_post_over_deepnorm"][source]
+    assert dn["mean"] == pytest.approx(math.log(scale / DEEPNET["deepnorm"]))
+    assert result.numbers["lr"]["source"] == c07.SOURCE_LR
+    # exactly half the distance is saturated already; strictly past it, saturated
+    half = Planted(noise=0.0, source={"post": 5.0, "post_depth": 0.0})
+    got = c07.measure(planted_study(tmp_path, half)).numbers["saturating_measure"]
+    assert got["unsaturated_depths"][source] == []
+    assert got["saturation_at_the_first_step"][source]["saturated"] is False
+    big = Planted(noise=0.0, source={"post": 20.0 / scale})  # 20 > half the distance (5)
+    assert c07.measure(planted_study(tmp_path, big)).numbers["saturating_measure"][
+        "saturation_at_the_first_step"][source]["saturated"] is True

@@ -162,12 +162,13 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     c = cfg(corpus, *STALLS)
     old = c.to_dict()
     for key in ("stall_margin", "compile", "activation_checkpointing", "name", "tags",
-                "keep_checkpoints", "deterministic", "extends"):
+                "keep_checkpoints", "deterministic", "extends", "decay_frac", "prores_steps"):
         del old["train"][key]
-    for key in ("attention", "embedding", "placement_def"):  # model fields added later still
+    for key in ("attention", "embedding", "placement_def", "qk_norm", "depth_param",
+                "depth_base", "depth_alpha"):  # model fields added later still
         del old["model"][key]
     for key in ("task", "khop_alphabet", "khop_min_hops", "khop_max_hops", "tokenizer",
-                "text_field"):  # data fields too
+                "text_field", "khop_unanswered"):  # data fields too
         del old["data"][key]
     digest = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:12]
     old_id = f"pre-L2-d32-{digest}"

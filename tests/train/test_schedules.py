@@ -59,3 +59,105 @@ def test_landmarks():
     # warmup as long as the run: the decay span is one step, never zero
     whole = TrainConfig(lr=1.0, steps=3, warmup=3, schedule="cosine", min_lr_ratio=0.5)
     assert [lr_at(i, whole) for i in range(5)] == pytest.approx([1 / 3, 2 / 3, 1.0, 0.5, 0.5])
+
+
+# -- wsd: warmup, stable at the peak, a linear decay to 0 over the last decay_frac -----------
+
+def wsd_reference(step: int, lr: float, steps: int, warmup: int, frac: float) -> float:
+    """Written out: 1-based step k warms up over `warmup` steps, holds `lr`, and over the last
+    D = max(1, round(frac * steps)) steps falls linearly to 0 at step `steps`; the smaller of
+    warmup and decay where they overlap, 0 past the end."""
+    k = step + 1
+    d = max(1, round(frac * steps))
+    ramp = k / warmup if warmup and k <= warmup else 1.0
+    tail = (steps - k) / d if k > steps - d else 1.0
+    return lr * max(0.0, min(ramp, tail))
+
+
+WSD_CASES = [(20, 4, 0.2), (10, 0, 0.2), (12, 3, 0.25), (9, 2, 0.1), (6, 5, 0.5), (5, 0, 1.0),
+             (400, 100, 0.2)]
+
+
+@pytest.mark.parametrize("steps, warmup, frac", WSD_CASES)
+def test_wsd_every_step_matches_the_formula(steps, warmup, frac):
+    cfg = TrainConfig(lr=3.0, steps=steps, warmup=warmup, schedule="wsd", decay_frac=frac)
+    got = [lr_at(i, cfg) for i in range(steps + 3)]
+    want = [wsd_reference(i, 3.0, steps, warmup, frac) for i in range(steps + 3)]
+    assert got == pytest.approx(want, rel=1e-13, abs=0)
+
+
+def test_wsd_landmarks_and_the_end_of_its_stable_phase():
+    from normlab.train.schedules import decay_steps, stable_end
+
+    cfg = TrainConfig(lr=1.0, steps=20, warmup=4, schedule="wsd", decay_frac=0.2)
+    assert decay_steps(cfg) == 4 and stable_end(cfg) == 16
+    lrs = [lr_at(i, cfg) for i in range(20)]
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert lrs[3:16] == [1.0] * 13  # steps 4..16 (1-based) at the peak: the stable phase
+    assert lrs[16:] == pytest.approx([0.75, 0.5, 0.25, 0.0])  # the decay, 0 at the last step
+    assert TrainConfig().decay_frac == 0.2  # the literature's 10-20%, at its long end
+    with pytest.raises(ValueError, match="no stable phase"):
+        stable_end(TrainConfig(schedule="cosine"))
+
+
+def test_decay_frac_leaves_every_earlier_run_id_alone():
+    """A field added after run ids were issued is hashed only away from its default."""
+    from normlab.config import HASHED_WHEN_SET, load_run_config
+
+    assert "decay_frac" in HASHED_WHEN_SET
+    base = load_run_config(None, [])
+    assert load_run_config(None, ["train.decay_frac=0.2"]).run_id() == base.run_id()
+    assert load_run_config(None, ["train.decay_frac=0.1"]).run_id() != base.run_id()
+    assert load_run_config(None, ["train.schedule=wsd"]).run_id() != base.run_id()
+
+
+# -- wsd in training: a resume continues bit for bit; a stacked member trains as alone -------
+
+WSD_TINY = ["model.n_blocks=2", "model.d_model=32", "model.n_heads=2", "model.max_seq_len=32",
+            "data.seq_len=32", "train.batch_size=8", "train.eval_batches=2", "train.log_every=1",
+            "train.device=cpu", "train.schedule=wsd", "train.steps=20", "train.warmup=4",
+            "train.eval_every=4"]
+
+
+def _rows(run_dir):
+    from normlab.train.logging import read_metrics
+
+    return [{k: v for k, v in r.items() if k not in ("time_s", "tokens_per_s")}
+            for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def test_a_wsd_run_resumes_bit_for_bit_and_logs_its_schedule(tmp_path):
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+
+    cfg = load_run_config(None, WSD_TINY)
+    full = train_run(cfg, tmp_path / "a", progress=False)
+    part = train_run(cfg, tmp_path / "b", progress=False, interrupt_at=17)  # inside the decay
+    assert part["outcome"] == "interrupted" and part["step"] == 17
+    resumed = train_run(cfg, tmp_path / "b", progress=False)
+    a, b = _rows(tmp_path / "a" / cfg.run_id()), _rows(tmp_path / "b" / cfg.run_id())
+    assert len(a) == len(b) == 20 and a == b  # every loss, lr and val loss identical
+    assert full["val_loss"] == resumed["val_loss"]
+    assert [r["lr"] for r in a] == pytest.approx([lr_at(i, cfg.train) for i in range(20)])
+
+
+def test_wsd_members_of_a_stacked_group_train_as_they_do_alone(tmp_path):
+    from normlab.config import load_run_config
+    from normlab.train import train_run
+    from normlab.train.group import run_unstackable_reason, train_group
+
+    cfgs = [load_run_config(None, WSD_TINY + m) for m in (
+        ["train.lr=3e-3"], ["train.lr=1e-3", "train.seed=1", "train.decay_frac=0.5"],
+        ["train.lr=2e-3", "train.seed=2", "train.schedule=cosine"])]
+    assert all(run_unstackable_reason(c) is None for c in cfgs)
+    group = train_group(cfgs, tmp_path / "group")
+    for cfg in cfgs:
+        alone = train_run(cfg, tmp_path / "alone", progress=False)
+        assert group[cfg.run_id()]["engine"] == "stacked"
+        a = _rows(tmp_path / "alone" / cfg.run_id())
+        g = _rows(tmp_path / "group" / cfg.run_id())
+        assert [r["lr"] for r in g] == [r["lr"] for r in a] == pytest.approx(
+            [lr_at(i, cfg.train) for i in range(20)])
+        for ra, rg in zip(a, g, strict=True):
+            assert rg["train_loss"] == pytest.approx(ra["train_loss"], rel=1e-4)
+        assert group[cfg.run_id()]["val_loss"] == pytest.approx(alone["val_loss"], rel=1e-5)

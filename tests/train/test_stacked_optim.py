@@ -219,11 +219,17 @@ def test_stacked_adamw_is_torch_adamw():
 # -- what the stacked engine honours ----------------------------------------------------------
 
 def test_every_config_field_is_classified():
-    """Every field of TrainConfig and ModelConfig is in exactly one of the stacked engine's
-    lists: a new field fails here until someone says what stacking does with it."""
+    """Every field of TrainConfig, ModelConfig and FinetuneConfig is in exactly one of the
+    stacked engine's lists: a new field fails here until someone says what stacking does with
+    it."""
+    from normlab.finetune import FinetuneConfig
+
     train = [group.PER_MEMBER_TRAIN, set(group.SHARED_TRAIN), set(group.UNSTACKABLE_TRAIN)]
     model = [group.SHARED_MODEL, set(group.UNSTACKABLE_MODEL)]
-    for fields, lists in ((TrainConfig.model_fields, train), (ModelConfig.model_fields, model)):
+    finetune = [group.PER_MEMBER_FINETUNE, set(group.SHARED_FINETUNE),
+                set(group.UNSTACKABLE_FINETUNE)]
+    for fields, lists in ((TrainConfig.model_fields, train), (ModelConfig.model_fields, model),
+                          (FinetuneConfig.model_fields, finetune)):
         listed = [f for fs in lists for f in fs]
         assert len(listed) == len(set(listed)), "a field is in two lists"
         assert set(listed) == set(fields), (set(fields) - set(listed), set(listed) - set(fields))

@@ -1,11 +1,19 @@
 """C7: DeepNet's account of Post-LN's instability: without warmup the first model update
-explodes, DeepNorm bounds it, and Post-LN's grows with depth (Wang et al. 2022), calibrated at
-the source's lr and traced along the fairseq ladder."""
+explodes, DeepNorm bounds it, and Post-LN's grows with depth (Wang et al. 2022), calibrated in
+the source's setting and traced along the fairseq ladder.
+
+The predictions are read in the linear regime (docs/study.md, C7): DeepNet's analysis bounds
+the model update per step after initialization as the lr goes to 0, where the update is
+linear in the lr; at the source's lr 5e-4 on these narrow models Post-LN's first update
+already reaches the distance between two independent inits (the measure saturates), which is
+reported as a diagnostic. The lr is the largest of a fixed grid at which the first update
+scales linearly with the lr, checked at the deepest depth before the verdict is read."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.ladder import Rows, _slopes, ladder_claim
@@ -21,7 +29,15 @@ from normlab.study.verdict import Prediction
 LAW_MIDPOINT = 0.5
 # DeepNet and Xiong train at this peak lr.
 SOURCE_LR = 5e-4
-DEEPNET_CACHE = "v4"
+DEEPNET_CACHE = "v4"  # the saturating measure at the rungs' lrs (a diagnostic)
+# The linear regime (fixed before its runs): the grid of lrs below the source's, each a tenth of
+# the one before; the largest lr at which the first update per unit lr agrees with the one at a
+# tenth of that lr within LINEAR_TOLERANCE (mean over seeds, post and DeepNorm, deepest depth)
+# is the lr the claim is read at. The smallest lr is a reference only.
+LINEAR_LRS = (5e-5, 5e-6, 5e-7, 5e-8)
+LINEAR_TOLERANCE = 0.05
+LINEAR_CACHE = "v1"
+LINEAR_VARIANTS = ("post, no warmup", "deepnorm, no warmup")
 
 CLAIM = Claim(
     id="C7", title="DeepNet: Post-LN's early model update explodes without warmup",
@@ -30,8 +46,9 @@ CLAIM = Claim(
     source="Wang et al. 2022, DeepNet (2203.00555), Sec. 3 (Fig. 5) and Theorem 4.2",
     quote="the instability of Post-LN Transformer ... comes from ... an exploding model update "
           "at the beginning of training (Sec. 3); DeepNorm bounds the model update by a "
-          "constant (Theorem 4.2)",
-    setting="an 18L-18L Post-LN encoder-decoder, Adam, lr 5e-4, the first steps of training",
+          "constant (Theorem 4.2); 'model updates can be bounded in a stable way' (abstract)",
+    setting="an 18L-18L Post-LN encoder-decoder, Adam, lr 5e-4, the first steps of training; "
+            "Theorem 4.2: the update per step after initialization, to first order in the lr",
     paper="DeepNet Fig. 5 (18L-18L Post-LN, lr 5e-4): without warmup the update jumps early and "
           "the model diverges; with warmup or DeepNorm it grows smoothly.",
     ladder="fairseq",
@@ -39,24 +56,25 @@ CLAIM = Claim(
     predictions=(
         PredictionSpec(
             "post vs deepnorm",
-            "log(first update post / DeepNorm), no warmup, at the deepest unsaturated depth",
+            "log(first update post / DeepNorm), no warmup, in the linear regime, at the "
+            "profile's update_blocks",
             "DeepNet: DeepNorm bounds the update that explodes under Post-LN",
             Rule("direction", ">", 0.0, origin="DeepNet gives no factor: 0, the size reported")),
         PredictionSpec(
-            "post: depth", "log-log slope of post's first update against L, over the depths "
-            "where it has not saturated",
+            "post: depth", "log-log slope of post's first update (linear regime) against L, "
+            "over the profile's depths",
             "DeepNet Theorem 4.2: Post-LN's update grows with depth",
             Rule("order", ">", 0.0, origin="Theorem 4.2 gives an order, no size: grows, above "
                                            "0")),
         PredictionSpec(
-            "deepnorm: depth", "log-log slope of DeepNorm's first update against L, over the "
-            "depths where post's has not saturated",
+            "deepnorm: depth", "log-log slope of DeepNorm's first update (linear regime) "
+            "against L, over the profile's depths",
             "DeepNet Theorem 4.2: DeepNorm's update is bounded in depth (O(1))",
             Rule("order", "<", LAW_MIDPOINT,
                  origin="Theorem 4.2's two laws, O(N) for Post-LN and O(1) for DeepNorm: "
                         "log-log slopes 1 and 0, bounded means nearer 0 (below 1/2)")),
         PredictionSpec(
-            "post vs deepnorm: depth", "slope(post) - slope(DeepNorm), unsaturated depths",
+            "post vs deepnorm: depth", "slope(post) - slope(DeepNorm), linear regime",
             "DeepNet Theorem 4.2: Post-LN's update grows faster in depth than DeepNorm's",
             Rule("direction", ">", 0.0, origin="Theorem 4.2 gives an order, no size: 0")),
     ),
@@ -76,6 +94,18 @@ def c6_failing_lr(ctx: StudyContext) -> tuple[float, str]:
     return lrs[-1], "post without warmup failed at no lr of C6's grid: its largest lr"
 
 
+def linear_lr(check: dict[float, dict[str, list[float]]]) -> float | None:
+    """The largest lr of `LINEAR_LRS` (the last one a reference only) at which the first
+    update is linear in the lr: for every variant, the mean over seeds of
+    `(update(lr) / lr) / (update(lr / 10) / (lr / 10))` lies within `LINEAR_TOLERANCE` of 1.
+    `check[lr][variant]` holds those per-seed ratios; None when no lr of the grid passes."""
+    for lr in LINEAR_LRS[:-1]:
+        means = [mean_ci(v)["mean"] for v in check[lr].values()]
+        if means and all(math.isfinite(m) and abs(m - 1) <= LINEAR_TOLERANCE for m in means):
+            return lr
+    return None
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
     lr, lr_why = c6_failing_lr(ctx)
@@ -83,89 +113,145 @@ def measure(ctx: StudyContext) -> ClaimResult:
     source = base[0]
     at_lr = Rung("lr", f"lr {lr:g}", f"lr {lr:g} ({lr_why}) instead of {SOURCE_LR:g}",
                  source.fields)
-    rungs = [source, at_lr, *base[1:]]
-    lrs = [(source, SOURCE_LR)] + [(r, lr) for r in rungs[1:]]
-    depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
-    data = ctx.update_ladder(f"ladder_deepnet_{DEEPNET_CACHE}", lrs, depths, steps=1,
-                         warmup=p.update_steps)
+    # the saturating measure (a diagnostic): the first update at the source's lr, then C6's
+    sat_rungs = [source, at_lr, *base[1:]]
+    sat_lrs = [(source, SOURCE_LR)] + [(r, lr) for r in sat_rungs[1:]]
+    sat_depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
+    sat = ctx.update_ladder(f"ladder_deepnet_{DEEPNET_CACHE}", sat_lrs, sat_depths, steps=1,
+                            warmup=p.update_steps)
+    # the linear regime: per unit lr the first update does not depend on the lr (Adam's first
+    # step has the direction g / |g| at every lr), so the lr rung is the source rung again and
+    # the ladder is the fairseq one
+    rungs = list(base)
+    depths = sorted(set(p.init_depths) | {p.update_blocks})
+    deepest = depths[-1]
+    grid = ctx.update_ladder(
+        f"ladder_deepnet_linear_grid_{LINEAR_CACHE}",
+        [(replace(r, key=f"{r.key}@{x:g}"), x) for r in rungs for x in LINEAR_LRS], [deepest],
+        steps=1, warmup=0, variants=LINEAR_VARIANTS, distance=False)
 
-    def first(rung: Rung, label: str, depth: int | None = None) -> Rows:
-        rows = data[rung.key]["series"][label]
-        return rows if depth is None else [r for r in rows if r["n_blocks"] == depth]
+    def per_unit(rows: Rows, x: float) -> dict[int, float]:
+        return {r["seed"]: r["update"][1] / x for r in rows}
+
+    checks: dict[str, dict[float, dict[str, list[float]]]] = {}
+    chosen: dict[str, float | None] = {}
+    for r in rungs:
+        checks[r.key] = {}
+        for x in LINEAR_LRS[:-1]:
+            checks[r.key][x] = {}
+            for label in LINEAR_VARIANTS:
+                a = per_unit(grid[f"{r.key}@{x:g}"]["series"][label], x)
+                b = per_unit(grid[f"{r.key}@{x / 10:g}"]["series"][label], x / 10)
+                checks[r.key][x][label] = [a[s] / b[s] if b[s] > 0 else math.nan
+                                           for s in sorted(a)]
+        chosen[r.key] = linear_lr(checks[r.key])
+    at = [(r, chosen[r.key]) for r in rungs if chosen[r.key] is not None]
+    shallower = [L for L in depths if deepest != L]
+    data = ctx.update_ladder(
+        f"ladder_deepnet_linear_{LINEAR_CACHE}_"
+        + "-".join(f"{r.key}@{x:g}" for r, x in at), at, shallower, steps=1, warmup=0,
+        variants=LINEAR_VARIANTS, distance=False) if at and shallower else {}
+
+    def rows_of(rung: Rung, label: str, depth: int | None = None) -> Rows:
+        x = chosen[rung.key]
+        if x is None:
+            return []
+        rows = list(data.get(rung.key, {}).get("series", {}).get(label, []))
+        rows += grid[f"{rung.key}@{x:g}"]["series"][label]
+        return rows if depth is None else [q for q in rows if q["n_blocks"] == depth]
 
     def step1(rows: Rows) -> list[float]:
-        return [r["update"][1] for r in sorted(rows, key=lambda r: r["seed"])]
-
-    def unsaturated_depths(rung: Rung) -> list[int]:
-        """The depths at which post's first update stays below half the distance between two
-        independent inits (the measure's saturation scale)."""
-        ok = []
-        for L in depths:
-            upd = mean_ci(step1(first(rung, "post, no warmup", L)))["mean"]
-            dist = mean_ci([d["distance"] for d in data[rung.key]["init_distance"]
-                            if d["n_blocks"] == L])["mean"]
-            if upd < 0.5 * dist:
-                ok.append(L)
-        return ok
-
-    def unsaturated_depth(rung: Rung) -> int | None:
-        ok = unsaturated_depths(rung)
-        return max(ok) if ok else None
+        return [q["update"][1] for q in sorted(rows, key=lambda q: q["seed"])]
 
     def slopes(rung: Rung, label: str) -> list[float]:
-        """Per seed, the depth slope over the unsaturated depths (none with fewer than 2)."""
-        ok = unsaturated_depths(rung)
-        if len(ok) < 2:
-            return []
-        rows = [r for r in first(rung, label) if r["n_blocks"] in ok]
-        return _slopes(rows, lambda r: r["update"][1])
+        rows = rows_of(rung, label)
+        return _slopes(rows, lambda q: q["update"][1]) if len(depths) > 1 and rows else []
 
     def predict(rung: Rung) -> list[Prediction]:
-        L = unsaturated_depth(rung)
-        post = step1(first(rung, "post, no warmup", L)) if L else []
-        dn = step1(first(rung, "deepnorm, no warmup", L)) if L else []
+        x = chosen[rung.key]
+        post = step1(rows_of(rung, "post, no warmup", p.update_blocks))
+        dn = step1(rows_of(rung, "deepnorm, no warmup", p.update_blocks))
         s_post, s_dn = slopes(rung, "post, no warmup"), slopes(rung, "deepnorm, no warmup")
-        how = f"over the unsaturated depths {unsaturated_depths(rung)}"
+        how = (f"linear regime at lr {x:g} (the largest of {list(LINEAR_LRS[:-1])} linear "
+               f"within {LINEAR_TOLERANCE:g} at {deepest} blocks), over the depths {depths}"
+               if x is not None else
+               f"no lr of {list(LINEAR_LRS[:-1])} is linear within {LINEAR_TOLERANCE:g} at "
+               f"{deepest} blocks: not measured")
         return [
-            CLAIM.predict("post vs deepnorm", _log_ratios(post, dn)),
+            CLAIM.predict("post vs deepnorm", _log_ratios(post, dn), derivation=how),
             CLAIM.predict("post: depth", s_post, derivation=how),
             CLAIM.predict("deepnorm: depth", s_dn, derivation=how),
             CLAIM.predict("post vs deepnorm: depth",
                           [a - b for a, b in zip(s_post, s_dn, strict=True)], derivation=how),
         ]
 
+    linear = {
+        "lrs": list(LINEAR_LRS), "tolerance": LINEAR_TOLERANCE, "checked_at_blocks": deepest,
+        "depths": depths,
+        "lr": {r.label: chosen[r.key] for r in rungs},
+        "check": {r.label: {f"{x:g}": {label: mean_ci(v) for label, v in by.items()}
+                            for x, by in checks[r.key].items()} for r in rungs},
+        "first_update_per_unit_lr": {
+            r.label: {label: {str(L): mean_ci([u / chosen[r.key]  # type: ignore[operator]
+                                               for u in step1(rows_of(r, label, L))])
+                              for L in depths}
+                      for label in LINEAR_VARIANTS} for r in rungs if chosen[r.key]},
+    }
+
+    def sat_rows(rung: Rung, label: str, depth: int) -> Rows:
+        return [q for q in sat[rung.key]["series"][label] if q["n_blocks"] == depth]
+
+    def unsaturated_depths(rung: Rung) -> list[int]:
+        """The depths at which post's first update at the rung's lr stays below half the
+        distance between two independent inits (the measure's saturation scale)."""
+        ok = []
+        for L in sat_depths:
+            upd = mean_ci(step1(sat_rows(rung, "post, no warmup", L)))["mean"]
+            dist = mean_ci([d["distance"] for d in sat[rung.key]["init_distance"]
+                            if d["n_blocks"] == L])["mean"]
+            if upd < 0.5 * dist:
+                ok.append(L)
+        return ok
+
     saturation = {}
-    for rung in rungs:
-        dist = mean_ci([d["distance"] for d in data[rung.key]["init_distance"]
+    for rung in sat_rungs:
+        dist = mean_ci([d["distance"] for d in sat[rung.key]["init_distance"]
                         if d["n_blocks"] == p.update_blocks])
-        upd = mean_ci(step1(first(rung, "post, no warmup", p.update_blocks)))
+        upd = mean_ci(step1(sat_rows(rung, "post, no warmup", p.update_blocks)))
         saturation[rung.label] = {"first_update_post": upd, "init_distance": dist,
                                   "saturated": upd["mean"] > 0.5 * dist["mean"]}
-    warm = {r.label: mean_ci(_log_ratios(step1(first(r, "post, no warmup", p.update_blocks)),
-                                         step1(first(r, "post, warmup", p.update_blocks))))
-            for r in rungs}
-    pre_ratio = {r.label: mean_ci(_log_ratios(step1(first(r, "post, no warmup",
-                                                          p.update_blocks)),
-                                              step1(first(r, "pre, no warmup", p.update_blocks))))
-                 for r in rungs}
+
+    def sat_ratio(rung: Rung, other: str) -> dict:
+        return mean_ci(_log_ratios(step1(sat_rows(rung, "post, no warmup", p.update_blocks)),
+                                   step1(sat_rows(rung, other, p.update_blocks))))
+
     numbers = {"lr": {"source": SOURCE_LR, "C6": lr, "why": lr_why},
-               "depth_of_the_ratios": {r.label: unsaturated_depth(r) for r in rungs},
-               "unsaturated_depths": {r.label: unsaturated_depths(r) for r in rungs},
-               "saturation_at_the_first_step": saturation,
-               "log_ratio_no_warmup_over_warmup": warm,
-               "log_ratio_post_over_pre_no_warmup": pre_ratio}
+               "linear_regime": linear,
+               "saturating_measure": {
+                   "note": "the first update at the rungs' own lrs (the source's 5e-4, then "
+                           "C6's): a diagnostic; it saturates where post's update nears the "
+                           "init-to-init distance",
+                   "unsaturated_depths": {r.label: unsaturated_depths(r) for r in sat_rungs},
+                   "saturation_at_the_first_step": saturation,
+                   "log_ratio_post_over_deepnorm": {
+                       r.label: sat_ratio(r, "deepnorm, no warmup") for r in sat_rungs}},
+               "log_ratio_no_warmup_over_warmup": {r.label: sat_ratio(r, "post, warmup")
+                                                   for r in sat_rungs},
+               "log_ratio_post_over_pre_no_warmup": {r.label: sat_ratio(r, "pre, no warmup")
+                                                     for r in sat_rungs}}
     return ladder_claim(
         ctx, CLAIM,
-        "||f(x; theta_1) - f(x; theta_0)|| after the first AdamW step (beta2 0.98). Every "
-        "number is read before the measure saturates: the ratio to DeepNorm (above 1, decided "
-        "at 0 in log) at the deepest depth where post's first update stays below half the "
-        "distance between two independent inits, and the depth laws over the depths of "
-        f"{depths} where it does: post's slope above 0, DeepNorm's below 1/2 (nearer Theorem "
-        "4.2's bounded law than to linear), post's above DeepNorm's. Post's "
-        "ratio to Pre-LN is reported (DeepNet states none). Source rung at lr "
-        f"{SOURCE_LR:g}; then "
-        f"lr {lr:g}, {lr_why}. Warmup ({p.update_steps} steps) is reported: with it the first "
-        "step is smaller by construction.",
+        "||f(x; theta_1) - f(x; theta_0)|| after the first AdamW step (beta2 0.98), in the "
+        "linear regime DeepNet's Theorem 4.2 analyses (the update per step after "
+        "initialization, to first order in the lr): on each rung, at the largest lr of "
+        f"{list(LINEAR_LRS[:-1])} at which the update per unit lr agrees with the one at a "
+        f"tenth of the lr within {LINEAR_TOLERANCE:g} (mean over seeds, post and DeepNorm, at "
+        f"{deepest} blocks; recorded). The ratio to DeepNorm (above 1, decided at 0 in log) "
+        f"at {p.update_blocks} blocks; the depth laws over {depths}: post's slope above 0, "
+        "DeepNorm's below 1/2 (nearer Theorem 4.2's bounded law than to linear), post's "
+        "above DeepNorm's. Reported: the first update at the source's lr "
+        f"{SOURCE_LR:g} and at C6's lr {lr:g} ({lr_why}), which saturates, with post's ratio "
+        f"to Pre-LN and to itself with warmup ({p.update_steps} steps).",
         rungs, predict, numbers, [], {"post vs deepnorm": "log(post / DeepNorm)",
                                       "post: depth": "post's depth slope",
                                       "deepnorm: depth": "DeepNorm's depth slope",
@@ -175,7 +261,6 @@ def measure(ctx: StudyContext) -> ClaimResult:
 def _log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [math.log(x / y) if x > 0 and y > 0 else math.nan
             for x, y in zip(a, b, strict=True)]
-
 
 
 CLAIM = CLAIM.bind(measure)

@@ -4,12 +4,18 @@ argument; Takase et al. 2022, B2T).
 Both sources say *better*: B2T's "Post-LN outperforms Pre-LN" in 6-layer encoder-decoders
 (27.4 against 26.9 BLEU), the seed's "once properly trained, ends better". The claim is that
 strict direction, post's loss below pre's; a tie does not support it. "At least as good"
-(non-inferiority at the comparable-loss margin, which a tie passes) is reported beside it."""
+(non-inferiority at the comparable-loss margin, which a tie passes) is reported beside it.
+
+C9's runs train under the wsd schedule (warmup, constant at the peak lr, a linear decay to 0
+over the last `train.decay_frac` of the steps; `normlab.train.schedules`): the convergence
+premise is read at the end of the stable phase, where the loss at a constant lr has stopped
+falling or not, and the claim on the final loss after the decay (docs/study.md, C9)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from normlab.config import TrainConfig
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
@@ -26,10 +32,14 @@ from normlab.study.claims.common import (
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
 from normlab.study.schema import ClaimResult
+from normlab.train.schedules import stable_end
 
-# C9's pairings under one init: (label, pre family, post family, profile.same_inits key)
-SAME_INIT_PAIRS = (("both Xavier", "pre_xavier", "post", "xavier"),
-                   ("both GPT-2 scaled", "pre", "post_gpt2", "gpt2_scaled"))
+# C9's pairings under one init: (label, pre family, post family, profile.same_inits key), each
+# family under the wsd schedule (`normlab.study.experiments.FAMILY_TRAIN`)
+SAME_INIT_PAIRS = (("both Xavier", "pre_xavier_wsd", "post_wsd", "xavier"),
+                   ("both GPT-2 scaled", "pre_wsd", "post_gpt2_wsd", "gpt2_scaled"))
+# the window of the convergence premise: a quarter of the run, ending where the decay begins
+LATE_FRAC = 0.25
 
 # The smallest design that decides C9 (docs/study.md, C9, shows the arithmetic): the source's
 # pairing near convergence at normlab's width, 2 families x 3 lrs x 4 seeds of 16,000 steps
@@ -50,11 +60,13 @@ CLAIM = Claim(
             "placement with its own init and warmup",
     paper="B2T Table (WMT, 6 layers): post 27.4 vs pre 26.9 BLEU, post unstable at >= 10 "
           "layers; ProRes (1.3B): post 11.62 ppl vs pre 10.32.",
-    trains=(("pre", True), ("post", True), ("pre_xavier", True), ("post_gpt2", True)),
+    trains=(("pre_wsd", True), ("post_wsd", True), ("pre_xavier_wsd", True),
+            ("post_gpt2_wsd", True)),
     needs=("runs trained near convergence under the source's pairing, pre and post both Xavier "
            "(B2T trains 6-layer models for about 50k updates, to convergence): at this width, "
-           f"until the validation loss falls by less than {COMPARABLE:g} nats over the last "
-           f"quarter of the run. The smallest such design, pre_xavier and post at "
+           f"until the validation loss at the constant peak lr falls by less than "
+           f"{COMPARABLE:g} nats over a quarter of the run before the final decay. The "
+           "smallest such design, pre_xavier and post at "
            f"{DESIGN['blocks']} blocks and width {DESIGN['width']} for about "
            f"{DESIGN['steps']:,} steps, {DESIGN['lrs']} lrs around the tuned best and "
            f"{DESIGN['seeds']} seeds ({DESIGN['runs']} runs), takes about "
@@ -70,22 +82,26 @@ CLAIM = Claim(
                         "which a profile trains when its same_inits name 'xavier'"),
             role="premise", scale=True),
         PredictionSpec(
-            "trained near convergence", "val loss fall over the last quarter of the run, the "
-            "worse of pre and post (per seed, the source's pairing)",
+            "trained near convergence", "val loss fall over a quarter of the run at the "
+            "constant peak lr, ending where the wsd decay begins, the worse of pre and post "
+            "(per seed, the source's pairing)",
             "B2T trains to convergence; the seed: 'once properly trained'",
             Rule("direction", "<", COMPARABLE,
                  origin="the source's regime (trained to convergence): the loss no longer "
-                        f"falls by {COMPARABLE:g} nats (the comparison's margin) over the last "
-                        "quarter"), role="premise", scale=True),
+                        f"falls by {COMPARABLE:g} nats (the comparison's margin) over a "
+                        "quarter of the run, read at the end of the stable phase (before the "
+                        "anneal)"), role="premise", scale=True),
         PredictionSpec(
-            "post better (both Xavier)", "val loss(pre_xavier, tuned) - val loss(post, tuned)",
+            "post better (both Xavier)", "val loss(pre_xavier, tuned) - val loss(post, tuned), "
+            "final (after the wsd decay)",
             "B2T: Post-LN outperforms Pre-LN at 6 layers under fairseq's Xavier init (27.4 vs "
             "26.9 BLEU); the seed: once properly trained, ends better",
             Rule("direction", ">", 0.0,
                  origin="Takase et al. (B2T), the source's own pairing (fairseq: Xavier for "
                         "both): 'outperforms', in BLEU, no size in loss: " + NO_SIZE)),
         PredictionSpec(
-            "post vs pre (both Xavier)", "val loss(post, tuned) - val loss(pre_xavier, tuned)",
+            "post vs pre (both Xavier)", "val loss(post, tuned) - val loss(pre_xavier, tuned), "
+            "final",
             "the weaker reading 'at least as good', which a tie passes: reported, never "
             "deciding",
             Rule("non_inferiority", ">", margin=COMPARABLE,
@@ -94,7 +110,7 @@ CLAIM = Claim(
             role="diagnostic"),
         PredictionSpec(
             "post vs pre (both GPT-2 scaled)",
-            "val loss(post_gpt2, tuned) - val loss(pre, tuned)",
+            "val loss(post_gpt2, tuned) - val loss(pre, tuned), final",
             "an init no Post-LN source uses: reported, never deciding",
             Rule("non_inferiority", ">", margin=COMPARABLE, origin=COMPARABLE_WHY),
             role="diagnostic"),
@@ -107,26 +123,34 @@ def measure(ctx: StudyContext) -> ClaimResult:
     if "xavier" not in p.same_inits:
         return _not_trained(ctx)
     pairs = [q for q in SAME_INIT_PAIRS if q[3] in p.same_inits]
-    families = dict.fromkeys(["pre", "post", *(f for q in pairs for f in q[1:3])])
+    families = dict.fromkeys(f for q in pairs for f in q[1:3])
     tuned = {f: ctx.tuned(f) for f in families}
     predictions = []
+    end = stable_end(TrainConfig(steps=p.steps, schedule="wsd"))
     if "xavier" in p.same_inits:
-        pre_x, post_x = tuned["pre_xavier"].best, tuned["post"].best
-        late = [max(a, b) for a, b in zip(ctx.late_improvement(pre_x),
-                                          ctx.late_improvement(post_x), strict=True)]
+        pre_x, post_x = tuned["pre_xavier_wsd"].best, tuned["post_wsd"].best
+        late = [max(a, b) for a, b in zip(ctx.late_improvement(pre_x, LATE_FRAC, end),
+                                          ctx.late_improvement(post_x, LATE_FRAC, end),
+                                          strict=True)]
         predictions += [
             CLAIM.predict("trained near convergence", late),
             CLAIM.predict("post better (both Xavier)", _per_seed(pre_x, post_x)),
             CLAIM.predict("post vs pre (both Xavier)", _per_seed(post_x, pre_x))]
     if "gpt2_scaled" in p.same_inits:
         predictions.append(CLAIM.predict("post vs pre (both GPT-2 scaled)",
-                                         _per_seed(tuned["post_gpt2"].best, tuned["pre"].best)))
-    paper_inits = _per_seed(tuned["pre"].best, tuned["post"].best)
+                                         _per_seed(tuned["post_gpt2_wsd"].best,
+                                                   tuned["pre_wsd"].best)))
     numbers: dict[str, Any] = {
         "tuning": {f: t.numbers() for f, t in tuned.items()},
-        "paper_inits_context": {"pre (GPT-2 scaled) - post (Xavier)": mean_ci(paper_inits),
-                                "note": "each placement at its own paper's init: reported, not "
-                                "decided (two things differ)"}}
+        "schedule": {"name": "wsd", "decay_frac": TrainConfig().decay_frac,
+                     "stable_end_step": end, "steps": p.steps,
+                     "premise_window": [end - LATE_FRAC * p.steps, end]}}
+    if {"pre_wsd", "post_wsd"} <= set(tuned):
+        paper_inits = _per_seed(tuned["pre_wsd"].best, tuned["post_wsd"].best)
+        numbers["paper_inits_context"] = {
+            "pre (GPT-2 scaled) - post (Xavier)": mean_ci(paper_inits),
+            "note": "each placement at its own paper's init: reported, not decided (two things "
+                    "differ)"}
     bars = {f"{f} lr {t.best_lr:g}": mean_ci(_val(t.best)) for f, t in tuned.items()}
     fig = figures.plot_bars(bars, ctx.fig_dir / "c9_val_loss.svg",
                             ylabel="final validation loss (nats)",
@@ -134,15 +158,18 @@ def measure(ctx: StudyContext) -> ClaimResult:
                                   "each family at its tuned lr")
     return claim_result(
         CLAIM,
-        f"Final validation loss of {p.train_blocks}-block models after {p.steps} steps, warmup "
-        f"{p.warmup_frac:g} of the run; pre and post compared under one init ("
+        f"Final validation loss of {p.train_blocks}-block models after {p.steps} steps under "
+        f"the wsd schedule (warmup {p.warmup_frac:g} of the run, constant at the peak lr to "
+        f"step {end}, then a linear decay to 0); pre and post compared under one init ("
         + ", ".join(q[0] for q in pairs) + "), every family tuned on its own lr grid extended "
         f"until it brackets the best; paired seeds ({p.seeds}). The claim: under the source's "
         "own pairing (both Xavier, as in fairseq), post ends strictly better, pre - post > 0 "
-        "per seed, decided only where the runs are near convergence (the loss fell by less "
-        f"than {COMPARABLE:g} over the last quarter; otherwise not tested at this scale). "
+        "per seed, decided only where the runs are near convergence (at the constant lr the "
+        f"loss fell by less than {COMPARABLE:g} over the quarter of the run before the decay; "
+        "otherwise not tested at this scale). "
         f"Reported: post at least as good (non-inferior at {COMPARABLE:g} nats), the "
-        "GPT-2-scaled pairing, and the paper inits (post Xavier, pre GPT-2 scaled).",
+        "GPT-2-scaled pairing, and the paper inits (post Xavier, pre GPT-2 scaled) where "
+        "both are trained.",
         predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned.values()),
         note=_bracket_note(*tuned.values()))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from normlab.probe.fits import mean_ci
@@ -46,6 +47,16 @@ CLAIM = Claim(
                        "the output scale grows with depth, so the norm matters more in the "
                        "deeper model", Rule("direction", ">", 0.0, origin=_SRC),
                        role="diagnostic"),
+        # the depth clause measured directly: the scale of what the head would read
+        PredictionSpec("pre, {deep} vs {blocks} blocks, raw final stream",
+                       "ln(RMS of the raw final stream, deep / shallow) (per seed, trained)",
+                       "without a final norm the output scale grows with depth",
+                       Rule("direction", ">", 0.0, origin=_SRC), role="diagnostic"),
+        PredictionSpec("pre, {deep} vs {blocks} blocks, raw final stream at init",
+                       "ln(RMS of the raw final stream, deep / shallow) (per seed, the same "
+                       "runs' models at step 0)",
+                       "a growth already there at init is architectural, not learned",
+                       Rule("direction", ">", 0.0, origin=_SRC), role="diagnostic"),
     ),
 )
 
@@ -67,7 +78,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
         predictions.append(CLAIM.predict("pre, trained without vs with",
                                          _per_seed(off.best, on.best), **where))
     shallow_grid = ctx.tuned("pre") if p.c11_blocks else on
-    shallow = ctx.final_norm_costs(shallow_grid.best)
+    shallow_measures = ctx.final_norm_measures(shallow_grid.best)
+    shallow = [m["cost"] for m in shallow_measures]
     predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
                                      subject=f"pre, {p.train_blocks} blocks"))
     tuned = [on] if off is None else [on, off]
@@ -84,7 +96,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     if ctx.claims is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
     deep = on if p.c11_blocks == p.deep_blocks and p.c11_blocks else ctx.deep_grid("pre")
-    deep_cost = ctx.final_norm_costs(deep.best) if deep is not None else []
+    deep_measures = ctx.final_norm_measures(deep.best) if deep is not None else []
+    deep_cost = [m["cost"] for m in deep_measures]
     if deep_cost:
         n = min(len(deep_cost), len(shallow))
         predictions.append(CLAIM.predict(
@@ -93,6 +106,18 @@ def measure(ctx: StudyContext) -> ClaimResult:
             subject=f"pre, {p.deep_blocks} vs {p.train_blocks} blocks"))
         numbers[f"final_norm_dropped_{p.deep_blocks}_blocks"] = mean_ci(deep_cost)
         numbers["deep_lr"] = deep.best_lr  # type: ignore[union-attr]
+        for when, key in (("", "stream_rms"), (" at init", "stream_rms_init")):
+            predictions.append(CLAIM.predict(
+                "pre, {deep} vs {blocks} blocks, raw final stream" + when,
+                [math.log(d[key] / s[key])
+                 for d, s in zip(deep_measures[:n], shallow_measures[:n], strict=True)],
+                subject=f"pre, {p.deep_blocks} vs {p.train_blocks} blocks, raw final "
+                        f"stream{when}"))
+        numbers["final_stream_rms"] = {
+            f"{blocks_}_blocks": {"trained": mean_ci([m["stream_rms"] for m in ms]),
+                                  "init": mean_ci([m["stream_rms_init"] for m in ms])}
+            for blocks_, ms in ((p.train_blocks, shallow_measures),
+                                (p.deep_blocks, deep_measures))}
     else:
         why = ("No deeper model in this profile" if not p.deep_blocks else
                f"No {p.deep_blocks}-block pre model trained")
@@ -111,7 +136,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "mechanism: the loss of the "
         "trained pre models with their final norm replaced by the identity minus their loss, at "
         f"{p.train_blocks} blocks and (where the profile trains them) at {p.deep_blocks or '-'} "
-        "blocks, per seed.",
+        "blocks, per seed; and the depth clause, the log ratio of the raw final stream's RMS "
+        "(what the head would read without the norm) deep over shallow, trained and at init.",
         predictions, numbers, _rel(ctx, fig), stalled=_stalled(*tuned), note=note)
     if off is None:  # the deciding experiment is not in this profile: its diagnostics only
         result.verdict = "not run"

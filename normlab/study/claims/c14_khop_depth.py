@@ -33,6 +33,15 @@ Predictions (`CLAIM`), written before the runs:
 In the long profile (2-3 blocks) the large-t premise fails by construction, so C14 is a pilot
 there: it decides nothing and reports the numbers a deciding design needs (docs/study.md, C14,
 and the design review of the long profile).
+
+Calibration rung (`profile.khop_calibration`; docs/study.md, C14; fixed before any of its runs):
+before the placements are compared, pre is trained in Sanford et al.'s own setting (their
+released configs, `normlab.study.khop_source`) at depths 2-6, and for each hop count 1-16 the
+smallest depth whose seed-mean error is at most 0.1 is compared with the same depth read from
+their released errors (`CAL_TOLERANCE`: within one block, every hop count). A calibration that
+fails makes C14 "calibration failed", as a theory claim's does: our task, model or trainer does
+not reproduce the source's table, and no verdict is given on the placements; one that cannot be
+read (a depth without a measured run) leaves a decided claim inconclusive.
 """
 
 from __future__ import annotations
@@ -53,16 +62,30 @@ from normlab.study.claims.common import (
     not_decided,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext, TunedGrid
+from normlab.study.context import RunRecord, StudyContext, TunedGrid
+from normlab.study.khop_source import (
+    MAX_HOPS,
+    SOLVED_ERROR,
+    WIDTH,
+    hops_solved_by_depth,
+    load_table,
+    solved_depths,
+)
 from normlab.study.schema import ClaimResult
 
 SOLVED = 0.9  # a hop count is solved at this validation accuracy
+assert math.isclose(SOLVED, 1 - SOLVED_ERROR)  # the calibration rung's level is the same
 _SANFORD = "Sanford, Hsu and Telgarsky 2024 (2402.09268)"
-# The authors' released per-hop errors (github.com/chsanford/hop-induction-heads,
-# local/errors.json; GPT-2 of width 128 with 4 heads, 100 tokens over 4 letters, hops 0-16,
-# 100,000 steps of 32 fresh sequences): the largest k with every hop count up to it at error
-# <= 0.1, per depth.
-PAPER_SOLVED = {2: 1, 3: 3, 4: 6, 5: 9, 6: 16}
+# The authors' released per-hop errors (github.com/chsanford/hop-induction-heads at 5735bca,
+# local/errors.json, copied into normlab/study/data/sanford_khop.json; GPT-2 of width 128 with
+# 4 heads, 100 tokens over 4 letters, hops 0-16, 100,000 steps of 32 fresh sequences): the
+# largest k with every hop count up to it at error <= 0.1, per depth ({2: 1, 3: 3, 4: 6, 5: 9,
+# 6: 16}).
+CAL_HOPS = tuple(range(1, MAX_HOPS + 1))  # hop 0 (copying the letter read) is not in question
+PAPER_SOLVED = hops_solved_by_depth(load_table().error(WIDTH), CAL_HOPS)
+# The calibration rung passes when, for every hop count, the smallest depth at which normlab's
+# pre solves it is within this many blocks of Sanford et al.'s (docs/study.md, C14, for why).
+CAL_TOLERANCE = 1
 _PAPER = ("Sanford et al.'s released errors (GPT-2, width 128, 4 heads, 100 tokens over 4 "
           "letters, hops 0-16, 100k steps of 32): hops solved at accuracy >= 0.9 by depth "
           + ", ".join(f"{d}: {k}" for d, k in PAPER_SOLVED.items())
@@ -125,6 +148,80 @@ def hop_score(acc: Mapping[int, float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def calibration_decision(ours: Mapping[int, Mapping[int, float]],
+                         theirs: Mapping[int, Mapping[int, float]],
+                         hops: Sequence[int] = CAL_HOPS, tolerance: int = CAL_TOLERANCE
+                         ) -> dict[str, Any]:
+    """The calibration rung's decision from the error per depth and hop count (depth -> k ->
+    error) of normlab's pre (`ours`, seed means; nan: not measured) and of the source
+    (`theirs`): per hop count the smallest depth at error <= `SOLVED_ERROR` on each side, a hop
+    count solved at no depth tried counting as one block past the deepest (the least it can
+    be); `passed` when every hop count's depths are within `tolerance` blocks, `failed` when
+    one is not, `inconclusive` when a depth has no measured error."""
+    mine, source = solved_depths(ours, hops), solved_depths(theirs, hops)
+    past = max(theirs) + 1
+
+    def depth(d: int | None) -> int:
+        return past if d is None else d
+
+    gaps = {k: depth(mine[k]) - depth(source[k]) for k in hops}
+    missing = sorted(d for d in ours if any(math.isnan(ours[d].get(k, math.nan)) for k in hops))
+    misses = [k for k in hops if abs(gaps[k]) > tolerance]
+    status = "inconclusive" if missing else ("failed" if misses else "passed")
+    return {"status": status, "ours": {str(k): mine[k] for k in hops},
+            "theirs": {str(k): source[k] for k in hops}, "gap_blocks": {str(k): gaps[k]
+                                                                          for k in hops},
+            "misses": misses, "unmeasured_depths": missing}
+
+
+def calibration_rung(ctx: StudyContext) -> dict[str, Any]:
+    """Train (or read) pre in Sanford et al.'s setting (`ctx.khop_calibration`) and decide the
+    rung against their released errors; its numbers for the claim's result."""
+    p = ctx.profile
+    table = load_table()
+    runs: dict[int, list[RunRecord]] = ctx.khop_calibration()
+    acc = {d: ctx.khop_accuracy(recs, CAL_HOPS) for d, recs in runs.items()}
+
+    def mean_error(per_seed: list[dict[int, float]], k: int) -> float:
+        values = [a[k] for a in per_seed if not math.isnan(a[k])]
+        return 1.0 - sum(values) / len(values) if values else math.nan
+
+    ours = {d: {k: mean_error(a, k) for k in CAL_HOPS} for d, a in acc.items()}
+    decision = calibration_decision(ours, table.error(WIDTH))
+    return {**decision,
+            "source": table.where(), "source_commit": table.source["commit"],
+            "setting": {"width": WIDTH, "depths": sorted(runs), "hops": [0, MAX_HOPS],
+                        "steps": p.khop_cal_steps, "their_steps": table.setting["steps"],
+                        "lr": p.khop_cal_lr, "warmup": p.khop_cal_warmup,
+                        "seeds": p.khop_cal_seeds},
+            "solved_at_error": SOLVED_ERROR, "tolerance_blocks": CAL_TOLERANCE,
+            "accuracy_by_depth": {str(d): {str(k): mean_ci([x[k] for x in a]) for k in CAL_HOPS}
+                                  for d, a in acc.items()},
+            "stalled_or_failed": {str(d): [r.seed for r in recs if r.failed]
+                                  for d, recs in runs.items()}}
+
+
+def calibration_words(cal: Mapping[str, Any]) -> str:
+    """The rung in one sentence, for the claim's note."""
+    pairs = ", ".join(f"{k}: {cal['ours'][k]} vs {cal['theirs'][k]}" for k in cal["ours"])
+    head = {"passed": "Calibration passed", "failed": "Calibration failed",
+            "inconclusive": "Calibration inconclusive"}[cal["status"]]
+    why = {"passed": "every hop count is solved within "
+                     f"{cal['tolerance_blocks']} block of the depth Sanford et al.'s released "
+                     "errors give",
+           "failed": f"hop count(s) {', '.join(map(str, cal['misses']))} are solved more than "
+                     f"{cal['tolerance_blocks']} block away from the depth Sanford et al.'s "
+                     "released errors give, so our task, model or trainer does not reproduce "
+                     "the source's table in its own setting, and no verdict is given on the "
+                     "placements",
+           "inconclusive": "depth(s) "
+                           f"{', '.join(map(str, cal['unmeasured_depths']))} have no measured "
+                           "run, so the rung cannot be read"}[cal["status"]]
+    return (f"{head} (pre in Sanford et al.'s setting, {cal['setting']['steps']} steps): {why}; "
+            f"smallest depth solving each hop count at error <= {cal['solved_at_error']}, "
+            f"ours vs theirs (None: no depth tried): {pairs}.")
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
     method = ("The k-hop induction heads task (normlab.data.khop): each placement at each "
@@ -135,6 +232,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
         return not_decided(CLAIM, method, "not run",
                            "This profile trains no k-hop models; the long profile does.")
     depths = sorted(p.khop_depths)
+    # the calibration rung first: the source's table in its own setting
+    cal = calibration_rung(ctx) if p.khop_calibration else None
     grids: dict[tuple[str, int], TunedGrid] = {
         (pl, d): ctx.khop_tuned(pl, d) for pl in p.khop_placements for d in depths}
     acc = {key: ctx.khop_accuracy(g.best) for key, g in grids.items()}
@@ -177,6 +276,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
             for pl in p.khop_placements},
         # each cell's outcomes, per lr, are in the tuning records
         "tuning": {f"{pl}, {d} blocks": g.numbers() for (pl, d), g in grids.items()}}
+    if cal is not None:
+        numbers["calibration"] = cal
     bars = {f"{pl}, {d} blocks": mean_ci(score[pl, d]) for d in depths
             for pl in p.khop_placements}
     fig = figures.plot_bars(bars, ctx.fig_dir / "c14_khop.svg",
@@ -185,8 +286,21 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # only the compared placements' failure leaves the claim undecided
     stalled = sorted({pl for (pl, _d), g in grids.items() if g.all_stalled
                       and pl in ("pre", "post")})
-    return claim_result(CLAIM, method, predictions, numbers, _rel(ctx, fig), stalled=stalled,
-                        note=_bracket_note(*grids.values()))
+    result = claim_result(CLAIM, method, predictions, numbers, _rel(ctx, fig), stalled=stalled,
+                          note=_bracket_note(*grids.values()),
+                          calibration=None if cal is None else cal["status"])
+    if cal is None:
+        return result
+    words = calibration_words(cal)
+    if cal["status"] == "failed":
+        result.verdict = "calibration failed"
+        result.note = words + (" " + result.note if result.note else "")
+    elif cal["status"] == "inconclusive" and result.verdict in ("supported", "not supported"):
+        result.verdict = "inconclusive"
+        result.note = words + (" " + result.note if result.note else "")
+    else:
+        result.note = (result.note + " " if result.note else "") + words
+    return result
 
 
 CLAIM = CLAIM.bind(measure)
