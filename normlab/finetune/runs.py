@@ -23,7 +23,7 @@ from normlab.finetune.loop import finetune_models
 from normlab.train.checkpoint import CheckpointError
 from normlab.train.group import finetune_stack_key, finetune_unstackable_reason, split_evenly
 from normlab.train.logging import read_json, write_json_atomic
-from normlab.train.machine import default_threads
+from normlab.train.machine import cpu_stacking_note, cpu_stacking_pays, default_threads
 from normlab.warnings import NormlabWarning
 
 
@@ -249,17 +249,10 @@ def stacking_pays_here(w: Wanted, model: Any, threads: int) -> str | None:
     """None where stacking ``w`` pays, else why not: the sweep's `auto` rule
     (`normlab.sweep.grouping.stacking_pays`) with a fine-tuning step's work, d_model x
     passages x bytes per passage; on a CUDA GPU stacking always pays."""
-    from normlab.train import machine
-
-    if w.device == "cuda":
-        return None
     work = model.d_model * w.config.batch_size * w.config.passage_bytes
-    limit = machine.AUTO_CPU_WORK_PER_THREAD
-    if work <= limit * threads:
+    if w.device == "cuda" or cpu_stacking_pays(work, threads):
         return None
-    return (f"auto: d_model*batch_size*passage_bytes = {work:,} above "
-            f"{limit * threads:,} ({limit:,} per CPU "
-            "thread), where stacking does not pay on CPU")
+    return cpu_stacking_note("d_model*batch_size*passage_bytes", work, threads)
 
 
 def plan_finetunes(wanted: Sequence[Wanted], workers: int = 1, threads: int | None = None

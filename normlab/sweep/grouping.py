@@ -37,11 +37,11 @@ from dataclasses import dataclass
 
 from normlab.config import RunConfig
 from normlab.sweep.spec import PlannedRun
-from normlab.train.machine import AUTO_CPU_WORK_PER_THREAD
+from normlab.train.machine import cpu_stacking_note, cpu_stacking_pays
 
 MAX_GROUP = 8  # runs in a CPU group (a GPU group: `group_limit`)
-# AUTO_CPU_WORK_PER_THREAD (`normlab.train.machine`, where fine-tuning's plan reads it too): the
-# largest CPU run that auto stacks, per thread a run gets
+# The CPU rule (`AUTO_CPU_WORK_PER_THREAD`, the largest CPU run that auto stacks per thread a run
+# gets) is `normlab.train.machine`'s, where fine-tuning's plan reads it too
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def stacking_pays(cfg: RunConfig, cuda_available: bool, threads: int = 1) -> boo
         return True
     if cfg.train.device == "mps":
         return False  # not measured
-    return cpu_work(cfg) <= AUTO_CPU_WORK_PER_THREAD * threads
+    return cpu_stacking_pays(cpu_work(cfg), threads)
 
 
 def group_limit(cfg: RunConfig, cuda_available: bool) -> int:
@@ -123,9 +123,8 @@ def plan_tasks(runs: Sequence[PlannedRun], engine: str, workers: int, threads: i
         reason = run_unstackable_reason(run.config)
         if reason is None and engine == "auto" and not stacking_pays(run.config, cuda_available,
                                                                      threads):
-            reason = (f"auto: d_model*batch_size*seq_len = {cpu_work(run.config):,} above "
-                      f"{AUTO_CPU_WORK_PER_THREAD * threads:,} ({AUTO_CPU_WORK_PER_THREAD:,} per "
-                      "CPU thread), where stacking does not pay on CPU")
+            reason = cpu_stacking_note("d_model*batch_size*seq_len", cpu_work(run.config),
+                                       threads)
         if reason is not None:
             notes[reason] = notes.get(reason, 0) + 1
             tasks.append((run.index, single(run)))

@@ -21,6 +21,19 @@ from pathlib import Path
 AUTO_CPU_WORK_PER_THREAD = 64 * 8 * 32
 
 
+def cpu_stacking_pays(work: int, threads: int) -> bool:
+    """Whether stacking runs whose step computes `work` (`AUTO_CPU_WORK_PER_THREAD`'s product)
+    pays on `threads` CPU threads a run."""
+    return work <= AUTO_CPU_WORK_PER_THREAD * threads
+
+
+def cpu_stacking_note(what: str, work: int, threads: int) -> str:
+    """Why runs whose step computes `work` (`what`: the product's factors, in words) train alone
+    on `threads` CPU threads: the note a plan shows."""
+    return (f"auto: {what} = {work:,} above {AUTO_CPU_WORK_PER_THREAD * threads:,} "
+            f"({AUTO_CPU_WORK_PER_THREAD:,} per CPU thread), where stacking does not pay on CPU")
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

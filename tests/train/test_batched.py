@@ -12,10 +12,11 @@ from normlab.config import ConfigError, load_run_config, make_model_config
 from normlab.nn import build_model
 from normlab.nn.stacked import StackedTransformer
 from normlab.sweep import SpecError, plan_sweep, run_sweep
-from normlab.sweep.grouping import AUTO_CPU_WORK_PER_THREAD, GroupTask, RunTask, plan_tasks
+from normlab.sweep.grouping import GroupTask, RunTask, plan_tasks
 from normlab.train import read_summary, train_run
 from normlab.train.group import GroupError, check_group, run_unstackable_reason, train_group
 from normlab.train.logging import read_metrics
+from normlab.train.machine import AUTO_CPU_WORK_PER_THREAD
 from normlab.train.optim import param_groups
 from normlab.train.stacked_adamw import StackedAdamW
 
