@@ -147,10 +147,34 @@ def yaml_problem(e: yaml.MarkedYAMLError, text: str = "") -> tuple[Any, str]:
     return at, problem + (f" ({context})" if context else "")
 
 
+# What other libraries call a setting normlab names otherwise (nanoGPT, Hugging Face configs,
+# x-transformers): a mistyped name that is one of these is pointed at normlab's field, which
+# spelling distance alone would miss (`n_layer` is closer to `n_classes` than to `n_blocks`).
+# A name that means two settings (nanoGPT's `block_size`: the model's and the data's context)
+# names the one of the section it was given in.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("n_layer", "n_layers", "num_layers", "num_hidden_layers", "depth",
+                     "layers"), ("n_blocks",)),
+    **dict.fromkeys(("n_head", "num_heads", "num_attention_heads", "heads"), ("n_heads",)),
+    **dict.fromkeys(("n_embd", "hidden_size", "dim", "width", "d_embed"), ("d_model",)),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "d_hidden", "n_inner"), ("d_ff",)),
+    **dict.fromkeys(("block_size", "n_positions", "max_position_embeddings"),
+                     ("max_seq_len", "seq_len")),
+    **dict.fromkeys(("learning_rate", "max_lr"), ("lr",)),
+    **dict.fromkeys(("max_iters", "max_steps", "iters", "num_steps", "total_steps"), ("steps",)),
+    **dict.fromkeys(("warmup_steps", "warmup_iters"), ("warmup",)),
+    **dict.fromkeys(("context_length", "seq_length", "context"), ("seq_len", "max_seq_len")),
+}
+
+
 def did_you_mean(word: str, choices: list[str], shown: list[str] | None = None) -> str:
     """`" (did you mean 'placement'?)"` for the choice closest to a mistyped `word` (one that
     starts with it or it starts with, else difflib's closest match), or "" when none is close.
     `shown`: how each choice is named in the message (its full path), when not as matched."""
+    meant = [c for c in SYNONYMS.get(word, ()) if c in choices]
+    if meant:
+        named = dict(zip(choices, shown or choices, strict=True))[meant[0]]
+        return f" (did you mean {named!r}?)"
     lowered = word.lower()
     near = [c for c in choices if c != word and (
         c.lower().startswith(lowered) or lowered.startswith(c.lower()))]

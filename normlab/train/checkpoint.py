@@ -348,9 +348,12 @@ def load_trained_model(run_dir: Path | str, device: str | torch.device = "cpu",
         weights = run_dir / "checkpoints" / f"step_{step}.safetensors"
         if not weights.exists():
             last = "none" if latest is None else f"step {latest}"
+            how = (f"weights are kept every train.checkpoint_every={cfg.train.checkpoint_every} "
+                   "steps; give one of the steps kept" if cfg.train.keep_checkpoints else
+                   "train with train.keep_checkpoints=true to keep the weights along the run")
             raise CheckpointError(f"{run_dir}: no weights kept at step {step} (kept: "
                                   f"{kept_steps(run_dir) or 'none'}; latest checkpoint: {last}); "
-                                  "train with train.keep_checkpoints=true")
+                                  + how)
     else:
         ckpt = usable_checkpoint(run_dir / "checkpoint")
         weights = (ckpt or run_dir / "checkpoint") / "model.safetensors"

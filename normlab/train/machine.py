@@ -1,15 +1,20 @@
 """The machine: what a measurement ran on (for benchmark and study records), the CPU threads a
-process gets when several train at once, and process-wide settings that make training on it
-faster."""
+process gets when several train at once, process-wide settings that make training on it faster,
+and the measurements of it that are kept once per machine (`kept_measurement`)."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import json
+import math
 import os
 import platform
 import sys
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 # d_model * batch_size * seq_len (a fine-tuning's: passages * bytes) of the largest CPU run that
 # the sweep's `auto` rule stacks, per thread a run gets (`normlab.sweep.grouping.stacking_pays`,
@@ -19,6 +24,68 @@ from pathlib import Path
 # at 64*16*128 (6 blocks). 1 thread: 1.46x at 32*8*32, 1.24x at 64*8*32 (2 blocks); 0.95x at
 # 32*16*64, 0.88x at 64*16*128.
 AUTO_CPU_WORK_PER_THREAD = 64 * 8 * 32
+
+
+# A measurement kept for a machine is taken again after this many days (a new driver, BIOS or
+# load).
+KEPT_MAX_AGE_DAYS = 30
+
+
+def kept_measurement(file: str, key: str, field: str, measure: Callable[[], float]) -> float:
+    """A number about this machine measured once, not once per process: kept with its date under
+    `field` of entry `key` in `file` of normlab's cache folder (`normlab.data.corpus.cache_root`)
+    and measured again (`measure()`) when the entry is missing, damaged, not a positive finite
+    number or older than `KEPT_MAX_AGE_DAYS`. On a shared machine a quick timing swings by 3x
+    and more from one process to the next; what is derived from it (an MFU, a precision chosen
+    by speed) must not swing with it. The key names what the number belongs to (the device,
+    torch, the threads, a shape)."""
+    entry = _kept(file).get(key)
+    if isinstance(entry, dict) and _fresh(entry, field):
+        return float(entry[field])
+    value = measure()
+    _keep(file, key, {field: value, "measured": datetime.now(timezone.utc).isoformat(
+        timespec="seconds")})
+    return value
+
+
+def _kept_file(file: str) -> Path:
+    from normlab.data.corpus import cache_root
+
+    return cache_root() / file
+
+
+def _kept(file: str) -> dict[str, Any]:
+    try:
+        entries = json.loads(_kept_file(file).read_text())
+    except (OSError, ValueError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _fresh(entry: dict[str, Any], field: str) -> bool:
+    try:
+        measured = datetime.fromisoformat(entry["measured"])
+        value = float(entry[field])
+    except (KeyError, TypeError, ValueError):
+        return False
+    age = datetime.now(timezone.utc) - measured
+    return value > 0 and math.isfinite(value) and timedelta(0) <= age < timedelta(
+        days=KEPT_MAX_AGE_DAYS)
+
+
+def _keep(file: str, key: str, entry: dict[str, Any]) -> None:
+    """Add one entry to the file (written whole and renamed: a reader never sees half of it); a
+    folder that cannot be written only costs the next process a measurement."""
+    path = _kept_file(file)
+    entries = _kept(file)
+    entries[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def cpu_stacking_pays(work: int, threads: int) -> bool:

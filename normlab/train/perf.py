@@ -12,18 +12,13 @@ is the share of the measured GEMM peak that went into the model's own matrix wor
 from __future__ import annotations
 
 import functools
-import json
-import math
-import os
 import statistics
 import time
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from normlab.config import ModelConfig
+from normlab.train.machine import kept_measurement
 
 
 def matmul_params(cfg: ModelConfig) -> int:
@@ -70,8 +65,6 @@ def _gemm_tflops(dtype: torch.dtype, device: torch.device, size: int, seconds: f
     return 2 * size**3 / best / 1e12
 
 
-# A machine's cached peak is measured again after this many days (a new driver, BIOS or load).
-PEAK_MAX_AGE_DAYS = 30
 PEAK_FILE = "gemm_peak.json"
 
 
@@ -79,18 +72,12 @@ PEAK_FILE = "gemm_peak.json"
 def quick_peak_tflops(dtype: torch.dtype, device_type: str) -> float:
     """`gemm_peak_tflops` in about 0.2 s: the denominator of the MFU that a training run's
     progress line shows (benchmarks measure the peak longer). Measured once per machine, not per
-    process: kept with its date in `PEAK_FILE` under normlab's cache folder
-    (`normlab.data.corpus.cache_root`), keyed by the device, dtype, torch version and CPU thread
-    count, and measured again after `PEAK_MAX_AGE_DAYS`. Re-measured in every process, a shared
-    CPU's peak swung by 3x, and with it the MFU of the same step."""
-    key = peak_key(dtype, device_type)
-    entry = _cached_peaks().get(key)
-    if isinstance(entry, dict) and _fresh(entry):
-        return float(entry["tflops"])
+    process (`normlab.train.machine.kept_measurement`, in `PEAK_FILE`), keyed by the device,
+    dtype, torch version and CPU thread count. Re-measured in every process, a shared CPU's peak
+    swung by 3x, and with it the MFU of the same step."""
     sizes = (2048, 4096) if device_type == "cuda" else (512, 1024)
-    tflops = gemm_peak_tflops(dtype, device_type, sizes=sizes, seconds=0.1)
-    _cache_peak(key, tflops)
-    return tflops
+    return kept_measurement(PEAK_FILE, peak_key(dtype, device_type), "tflops", lambda: (
+        gemm_peak_tflops(dtype, device_type, sizes=sizes, seconds=0.1)))
 
 
 def peak_key(dtype: torch.dtype, device_type: str) -> str:
@@ -101,47 +88,6 @@ def peak_key(dtype: torch.dtype, device_type: str) -> str:
     threads = f", {torch.get_num_threads()} threads" if device_type == "cpu" else ""
     dtype_name = str(dtype).removeprefix("torch.")
     return f"{device_type}: {device}, {dtype_name}, torch {torch.__version__}{threads}"
-
-
-def _peak_file() -> Path:
-    from normlab.data.corpus import cache_root
-
-    return cache_root() / PEAK_FILE
-
-
-def _cached_peaks() -> dict[str, Any]:
-    try:
-        peaks = json.loads(_peak_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return peaks if isinstance(peaks, dict) else {}
-
-
-def _fresh(entry: dict[str, Any]) -> bool:
-    try:
-        measured = datetime.fromisoformat(entry["measured"])
-        tflops = float(entry["tflops"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    age = datetime.now(timezone.utc) - measured
-    return tflops > 0 and math.isfinite(tflops) and timedelta(0) <= age < timedelta(
-        days=PEAK_MAX_AGE_DAYS)
-
-
-def _cache_peak(key: str, tflops: float) -> None:
-    """Add one peak to the file (written whole and renamed: a reader never sees half of it); a
-    folder that cannot be written only costs the next process a measurement."""
-    path = _peak_file()
-    peaks = _cached_peaks()
-    peaks[key] = {"tflops": tflops, "measured": datetime.now(timezone.utc).isoformat(
-        timespec="seconds")}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(peaks, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass
 
 
 def steady_step_seconds(step, *, warmup: int = 3, repeats: int = 10,

@@ -14,7 +14,8 @@ recorded in the run's config.yaml (`meta`) and summary; a resumed run keeps the 
 
 The ratio (`bf16_ratio`) is of one matrix product at the model's MLP shape (tokens of a batch,
 at most `PROBE_MAX_ROWS`, by d_model, times d_model by d_ff), bf16 against fp32, best of a few
-repeats after a warm-up. It is not a full training step: on a CPU that emulates bf16 one step of
+repeats after a warm-up, kept once per machine and shape for 30 days (`RATIO_FILE` in normlab's
+cache folder: delete it to measure again). It is not a full training step: on a CPU that emulates bf16 one step of
 a width-256 model can take a minute, while this product takes a fraction of a second there.
 """
 
@@ -30,7 +31,7 @@ from typing import NamedTuple
 import torch
 
 from normlab.config import ModelConfig, RunConfig
-from normlab.train.machine import cpu_model, native_bf16
+from normlab.train.machine import cpu_model, kept_measurement, native_bf16
 from normlab.warnings import NormlabWarning
 
 PRECISIONS = ("fp32", "bf16")  # what a run trains in; `auto` resolves to one of them
@@ -71,11 +72,20 @@ def probe_shape(model: ModelConfig, tokens: int) -> tuple[int, int, int]:
     return max(1, rows), d, f
 
 
+RATIO_FILE = "bf16_ratio.json"
+
+
 def bf16_ratio(model: ModelConfig, tokens: int) -> float:
     """How many times as long a bf16 matrix product at the model's MLP shape takes as the same
-    product in fp32 on this CPU, with the current thread count (measured once per process and
-    shape, in about a second at most)."""
-    return _measured_ratio(*probe_shape(model, tokens), torch.get_num_threads())
+    product in fp32 on this CPU, with the current thread count: measured once per machine and
+    shape (in about a second at most) and kept with its date (`kept_measurement`, in
+    `RATIO_FILE`). Measured in each process, the same shape on a shared CPU took 0.14x in one
+    and 2.35x in the next, so two runs of one config trained in different precisions."""
+    shape = probe_shape(model, tokens)
+    threads = torch.get_num_threads()
+    key = (f"{cpu_model()}, torch {torch.__version__}, {threads} threads, "
+           f"{shape[0]}x{shape[1]} @ {shape[1]}x{shape[2]}")
+    return kept_measurement(RATIO_FILE, key, "ratio", lambda: _measured_ratio(*shape, threads))
 
 
 @functools.cache

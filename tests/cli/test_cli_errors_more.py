@@ -168,3 +168,17 @@ def test_the_one_file_warning_prints_as_a_normlab_warning(tmp_path):
     assert "warning: only one work ('notes') in the data source" in " ".join(p.stderr.split())
     assert "UserWarning" not in p.stderr and "warnings.warn" not in p.stderr
     assert "split_works(" not in p.stderr  # no source line
+
+
+@pytest.mark.parametrize("typed, meant", [("model.n_layer", "model.n_blocks"),
+                                          ("model.n_embd", "model.d_model"),
+                                          ("model.num_attention_heads", "model.n_heads"),
+                                          ("train.max_iters", "train.steps"),
+                                          ("train.learning_rate", "train.lr"),
+                                          ("data.block_size", "data.seq_len")])
+def test_another_librarys_name_for_a_setting_points_at_normlabs(typed, meant, tmp_path):
+    """nanoGPT's and Hugging Face's names are pointed at normlab's field, where spelling distance
+    alone would name another one (`n_layer` is nearer to `n_classes` than to `n_blocks`)."""
+    r = _invoke(["train", "--root", tmp_path, "--set", f"{typed}=2"])
+    assert r.exit_code == 2, r.output
+    assert f"{typed}: unknown field (did you mean '{meant}'?)" in _text(r)

@@ -393,7 +393,8 @@ def test_load_trained_model_at_a_kept_step(kept_run: Path):
     assert any(not torch.equal(got[k], weights_of(final)[k]) for k in step1)  # it trained on
     assert not at1.training
     with refused(f"{kept_run}: no weights kept at step 7 (kept: [1, 2]; latest checkpoint: "
-                 "step 3); train with train.keep_checkpoints=true"):
+                 "step 3); weights are kept every train.checkpoint_every=1 steps; give one of "
+                 "the steps kept"):
         load_trained_model(kept_run, step=7)
 
 
@@ -404,8 +405,18 @@ def test_load_trained_model_errors_name_the_run_and_the_fix(kept_run: Path, tmp_
     shutil.copytree(kept_run, run)
     shutil.rmtree(run / "checkpoints")
     with refused(f"{run}: no weights kept at step 1 (kept: none; latest checkpoint: step 3); "
-                 "train with train.keep_checkpoints=true"):
+                 "weights are kept every train.checkpoint_every=1 steps; give one of the steps "
+                 "kept"):
         load_trained_model(run, step=1)
+    # a run that kept no weights along the way is told how to keep them
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("keep_checkpoints: true",
+                                                 "keep_checkpoints: false"))
+    with refused(f"{run}: no weights kept at step 1 (kept: none; latest checkpoint: step 3); "
+                 "train with train.keep_checkpoints=true to keep the weights along the run"):
+        load_trained_model(run, step=1)
+    config.write_text(config.read_text().replace("keep_checkpoints: false",
+                                                 "keep_checkpoints: true"))
     # a crash between the renames: the weights are read from the complete .old
     (run / "checkpoint").rename(run / "checkpoint.old")
     _, model = load_trained_model(run)

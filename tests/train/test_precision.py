@@ -155,6 +155,29 @@ def test_the_measurement_is_one_product_at_the_mlp_shape_and_capped(monkeypatch)
     assert len(shapes) == 2 * 2
 
 
+def test_the_ratio_is_measured_once_per_machine_and_shape(tmp_path, monkeypatch):
+    """Two processes on one machine read one ratio for one shape (a shared CPU's quick timing
+    swung from 0.14x to 2.35x between processes, and with it the precision of one config)."""
+    import json
+
+    monkeypatch.setenv("NORMLAB_CACHE", str(tmp_path))
+    measured = []
+
+    def measure(rows, d, f, threads):
+        measured.append((rows, d, f))
+        return 0.5 + len(measured)  # a different number each time it is measured
+    monkeypatch.setattr(precision, "_measured_ratio", measure)
+    model = RunConfig().model
+    first = precision.bf16_ratio(model, 64)
+    assert precision.bf16_ratio(model, 64) == first == 1.5  # as a second process would read it
+    assert measured == [(64, 256, 1024)]
+    wider = model.model_copy(update={"d_model": 512, "n_heads": 8})
+    assert precision.bf16_ratio(wider, 64) == 2.5  # another shape, measured for itself
+    kept = json.loads((tmp_path / precision.RATIO_FILE).read_text())
+    assert sorted(e["ratio"] for e in kept.values()) == [1.5, 2.5]
+    assert all("64x256 @ 256x1024" in k or "64x512 @ 512x2048" in k for k in kept)
+
+
 def test_the_run_ids_of_existing_runs_do_not_change():
     assert RunConfig().run_id() == "pre-L6-d256-b018512572e8"
     # (the example says `precision: auto` since it was first issued in fp32)
