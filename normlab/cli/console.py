@@ -23,7 +23,6 @@ import normlab
 from normlab.warnings import NormlabNote, NormlabWarning
 
 
-
 def _width(stream: Any) -> int | None:
     """Rich wraps at 80 columns when output is not a terminal; logs and CI read better wider.
     A terminal's own width, or a width asked for with COLUMNS (as Rich reads it), is kept."""

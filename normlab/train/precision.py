@@ -15,8 +15,9 @@ recorded in the run's config.yaml (`meta`) and summary; a resumed run keeps the 
 The ratio (`bf16_ratio`) is of one matrix product at the model's MLP shape (tokens of a batch,
 at most `PROBE_MAX_ROWS`, by d_model, times d_model by d_ff), bf16 against fp32, best of a few
 repeats after a warm-up, kept once per machine and shape for 30 days (`RATIO_FILE` in normlab's
-cache folder: delete it to measure again). It is not a full training step: on a CPU that emulates bf16 one step of
-a width-256 model can take a minute, while this product takes a fraction of a second there.
+cache folder: delete it to measure again). It is not a full training step: on a CPU that
+emulates bf16 one step of a width-256 model can take a minute, while this product takes a
+fraction of a second there.
 """
 
 from __future__ import annotations
