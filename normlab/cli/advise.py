@@ -35,6 +35,10 @@ def advise(
         help="measure at this shape (a few minutes); --no-measure: say what the recorded studies "
              "(docs/results) found at this shape instead, or that they measured nothing here")
                        ] = True,
+    also: Annotated[list[str] | None, typer.Option(
+        "--also", help="another placement to measure beside pre and post (repeatable), e.g. "
+                       "--also olmo2 --also keel: at init and in every cell of the check, "
+                       "compared with the recommended one")] = None,
 ) -> None:
     """Placement guidance for your shape. Each rule is shown with what normlab measures
     there, or without measuring with what its recorded studies found there."""
@@ -45,6 +49,11 @@ def advise(
     if heads is not None and width % heads:
         fail(f"--heads {heads} does not divide --width {width}")
     try:
+        for name in also or []:  # a mistyped name gets its did-you-mean before anything runs
+            try:
+                parse_config(ModelConfig, {"placement": name})
+            except ConfigError as e:
+                fail(f"--also {name}: {str(e).split(chr(10), 1)[-1].strip()}")
         where = study_device(device)
         if measure:  # the init measurement builds the model at the full shape
             shape = parse_config(ModelConfig, {"n_blocks": blocks, "d_model": width,
@@ -53,7 +62,8 @@ def advise(
                        "lower --width or --blocks, or use --no-measure")
         advice = run_advise(blocks, width, heads, finetune=finetune, warmup_budget=warmup_budget,
                             intermediate_heads=intermediate_heads, check_steps=check_steps,
-                            measure=measure, device=where, progress=lambda msg: err_console.print(
+                            measure=measure, device=where, also=tuple(also or ()),
+                            progress=lambda msg: err_console.print(
                                 f"measuring: {msg} ...", highlight=False))
     except ConfigError as e:
         fail(str(e))

@@ -16,6 +16,12 @@ user's depth. The advice follows the check: when one placement is at least as go
 cell and better in one, and the rules chose the other, the advice takes the measured one and
 says that it overrides the rule and why (`recommend`).
 
+Other placements (`also`: olmo2, keel, deepnorm, a placement of one's own ...) are measured
+beside them, at init with their own default init and in every cell of the check, and each is
+compared cell by cell with the recommended placement. The rules speak of pre and post only, so
+another placement is never the recommendation: one that was at least as good in every cell is
+named as worth a longer comparison.
+
 Without measuring (`measure=False`, `--no-measure`) the rules of thumb are not given as advice:
 the recorded studies (docs/results/study_*/study.json, `normlab.study.recorded`) contradict the
 shallow one at the shape they trained (6 blocks, width 64: Post-LN did not end better, C9, and
@@ -51,16 +57,23 @@ class Advice:
     recorded: Recorded | None = None  # what the recorded studies found here (without measuring)
 
 
-def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict[str, Any]:
-    """Gradient profile and stream growth of pre and post at the full shape, at init."""
+PAIR = ("pre", "post")  # the placements the rules of thumb speak of
+
+
+def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64,
+                 also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Gradient profile and stream growth of pre and post at the full shape, at init (both
+    Xavier, so that the placement alone differs), and of each placement of `also` under its
+    own default init (DeepNorm's, Sub-LN's or nGPT's init is part of the method)."""
     from normlab.nn import build_model
 
     batches = text_batches("shakespeare", n_batches=1, batch_size=4, seq_len=seq_len)
     out: dict[str, Any] = {}
-    for placement in ("pre", "post"):
+    for placement in (*PAIR, *also):
+        own = {} if placement in also else {"init": "xavier"}
         cfg = parse_config(ModelConfig, {"placement": placement, "n_blocks": blocks,
                                          "d_model": width, "n_heads": heads,
-                                         "max_seq_len": seq_len, "init": "xavier"})
+                                         "max_seq_len": seq_len, **own})
         res = probe_model(build_model(cfg, seed=0), batches, ("stream", "grads"))
         g = [math.hypot(a, m) for a, m in zip(res["per_block"]["attn_grad"],
                                                res["per_block"]["mlp_grad"], strict=True)]
@@ -75,15 +88,15 @@ def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64) -> dict
 
 def stability_check(blocks: int, width: int, steps: int, lrs: tuple[float, ...],
                     warmups: tuple[int, ...], root: Path,
-                    progress: Callable[[str], None] | None = None, device: str = "cpu"
-                    ) -> list[dict[str, Any]]:
-    """pre and post at the user's depth and a reduced width, trained on `device` (cpu or cuda,
+                    progress: Callable[[str], None] | None = None, device: str = "cpu",
+                    placements: tuple[str, ...] = PAIR) -> list[dict[str, Any]]:
+    """`placements` at the user's depth and a reduced width, trained on `device` (cpu or cuda,
     as `normlab study --device` resolves it): outcome of each lr x warmup
     (`progress` is told each run before it trains, with its count)."""
     heads = max(1, width // 64)
     rows = []
-    total = 2 * len(lrs) * len(warmups)
-    for placement in ("pre", "post"):
+    total = len(placements) * len(lrs) * len(warmups)
+    for placement in placements:
         for lr in lrs:
             for warmup in warmups:
                 if progress is not None:
@@ -106,23 +119,28 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
            warmup_budget: int | None = None, intermediate_heads: bool = False,
            check_width: int = 64, check_steps: int = 60, measure: bool = True,
            root: Path | None = None, progress: Callable[[str], None] | None = None,
-           results: Path | None = None, device: str = "cpu") -> Advice:
+           results: Path | None = None, device: str = "cpu", also: tuple[str, ...] = ()
+           ) -> Advice:
     """Measure at the shape, then `recommend`; `progress` is told each step of the measurement
-    as it starts; the stability check trains on `device` (cpu or cuda). With `measure` False,
-    what the recorded studies found at the shape stands in for the measurement (`results`:
-    their folder; default the repository's docs/results)."""
+    as it starts; the stability check trains on `device` (cpu or cuda). `also`: placements
+    measured beside pre and post (the module docstring). With `measure` False, what the
+    recorded studies found at the shape stands in for the measurement (`results`: their folder;
+    default the repository's docs/results)."""
     heads = heads or max(1, width // 64)
+    also = tuple(dict.fromkeys(p for p in also if p not in PAIR))
     measured: dict[str, Any] = {}
     if measure:
         if progress is not None:
-            progress(f"gradients and stream of pre and post at init, {blocks} blocks, width "
-                     f"{width}")
-        measured["init"] = measure_init(blocks, width, heads)
+            names = (*PAIR, *also)
+            listed = ", ".join(names[:-1]) + " and " + names[-1]
+            progress(f"gradients and stream of {listed} at init, {blocks} blocks, width {width}")
+        measured["init"] = measure_init(blocks, width, heads, also=also)
         with tempfile.TemporaryDirectory() as tmp:
             measured["stability"] = stability_check(
                 blocks, min(width, check_width), check_steps, (1e-3, 3e-3),
                 (0, max(1, check_steps // 3)), root or Path(tmp), progress=progress,
-                device=device)
+                device=device, placements=(*PAIR, *also))
+        measured["also"] = list(also)
         measured["check_width"] = min(width, check_width)
         measured["check_steps"] = check_steps
     claims = ("C6a", "C6b", "C9", "C11", "C12", *(("C10",) if finetune else ()),
@@ -137,52 +155,54 @@ TIE_NATS = 0.01  # final validation losses closer than this count as a tie in th
 
 @dataclass
 class CheckVerdict:
-    """What the stability check says about pre against post, cell by cell (lr x warmup)."""
-    winner: str | None            # "pre" or "post" when it is at or better in every cell
-    pre_better: int               # cells where pre completed and post did not, or lost less
-    post_better: int
-    ties: int
+    """What the stability check says about one placement against another (pre against post,
+    unless asked), cell by cell (lr x warmup)."""
+    winner: str | None            # the one that is at or better in every cell
+    better: dict[str, int]        # per placement: cells where it completed and the other did
+    ties: int                     # not, or where it lost less
     text: str
 
 
-def compare_check(rows: list[dict[str, Any]], tie: float = TIE_NATS) -> CheckVerdict:
-    """Pre against post in each cell of the stability check: a run that completes beats one
-    that does not; between two that complete, the lower final validation loss wins unless the
-    two are within `tie` nats. A placement wins the check when it is at least as good in every
-    cell and better in at least one; otherwise there is no winner."""
+def compare_check(rows: list[dict[str, Any]], tie: float = TIE_NATS,
+                  pair: tuple[str, str] = PAIR) -> CheckVerdict:
+    """The two placements of `pair` in each cell of the stability check: a run that completes
+    beats one that does not; between two that complete, the lower final validation loss wins
+    unless the two are within `tie` nats. A placement wins the check when it is at least as good
+    in every cell and better in at least one; otherwise there is no winner."""
+    a, b = pair
     cells: dict[tuple[float, int], dict[str, dict[str, Any]]] = {}
     for r in rows:
         cells.setdefault((r["lr"], r["warmup"]), {})[r["placement"]] = r
-    better = {"pre": 0, "post": 0}
+    better = {a: 0, b: 0}
     ties = 0
     details = []
     for (lr, warmup), cell in cells.items():
-        if set(cell) != {"pre", "post"}:
+        if not {a, b} <= set(cell):
             continue
         ok = {p: cell[p]["outcome"] == "completed" and cell[p]["val_loss"] is not None
-              for p in cell}
-        if ok["pre"] != ok["post"]:
-            win = "pre" if ok["pre"] else "post"
-        elif ok["pre"]:
-            diff = cell["pre"]["val_loss"] - cell["post"]["val_loss"]
-            win = None if abs(diff) < tie else ("pre" if diff < 0 else "post")
+              for p in pair}
+        if ok[a] != ok[b]:
+            win = a if ok[a] else b
+        elif ok[a]:
+            diff = cell[a]["val_loss"] - cell[b]["val_loss"]
+            win = None if abs(diff) < tie else (a if diff < 0 else b)
         else:
             win = None
         if win is None:
             ties += 1
         else:
             better[win] += 1
-        details.append(f"lr {lr:g} warmup {warmup}: {_cell_text(cell['pre'])} vs "
-                       f"{_cell_text(cell['post'])}")
+        details.append(f"lr {lr:g} warmup {warmup}: {_cell_text(cell[a])} vs "
+                       f"{_cell_text(cell[b])}")
     winner = None
-    for a, b in (("pre", "post"), ("post", "pre")):
-        if better[a] and not better[b]:
-            winner = a
-    n = better["pre"] + better["post"] + ties
-    text = (f"pre better in {better['pre']}, post better in {better['post']}, tied (within "
-            f"{tie:g} nats, or both failed) in {ties} of {n} cells (pre vs post: "
+    for x, y in (pair, pair[::-1]):
+        if better[x] and not better[y]:
+            winner = x
+    n = better[a] + better[b] + ties
+    text = (f"{a} better in {better[a]}, {b} better in {better[b]}, tied (within "
+            f"{tie:g} nats, or both failed) in {ties} of {n} cells ({a} vs {b}: "
             + "; ".join(details) + ")")
-    return CheckVerdict(winner, better["pre"], better["post"], ties, text)
+    return CheckVerdict(winner, better, ties, text)
 
 
 def _cell_text(r: dict[str, Any]) -> str:
@@ -252,10 +272,11 @@ def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None 
             reasons.append(
                 f"overrides the rule of thumb ({rule_rec}): at this shape {rec} was at least as "
                 f"good as {rule_rec} in every cell of the check and better in "
-                f"{getattr(verdict, rec + '_better')}. The rule summarises larger "
+                f"{verdict.better[rec]}. The rule summarises larger "
                 "models trained far longer; a short check at reduced width is weaker evidence "
                 "about the end of a long run, so re-check with more --check-steps if it "
                 "matters")
+    reasons += _also_measured(measured, rec)
     if rec in ("pre", UNDECIDED):
         when = "" if rec == "pre" else "with pre: "
         reasons.append(f"{when}use a final norm (final_norm=auto does it for pre)")
@@ -266,6 +287,30 @@ def recommend(blocks: int, *, finetune: bool = False, warmup_budget: int | None 
 
 
 UNDECIDED = "undecided"
+
+
+def _also_measured(measured: dict[str, Any], rec: str) -> list[str]:
+    """What the measurements say of each other placement (`advise`'s `also`): at init, and in the
+    check against the recommended placement. One at least as good in every cell is named as
+    worth a longer comparison, never recommended: the rules speak of pre and post only."""
+    reasons = []
+    init, rows = measured.get("init") or {}, measured.get("stability") or []
+    for other in measured.get("also", []):
+        if other in init:
+            m = init[other]
+            reasons.append(f"also measured, {other} at init (its own init): last/first block "
+                           f"gradient ratio {m['grad_last_over_first']:.3g}, stream growth "
+                           f"exponent {m['growth_exponent']:.2f}")
+        if rows and rec in PAIR:
+            verdict = compare_check(rows, pair=(other, rec))
+            reasons.append(f"also measured, {other} in the check: {verdict.text}")
+            if verdict.winner == other:
+                reasons.append(
+                    f"{other} was at least as good as {rec} in every cell of the check and "
+                    f"better in {verdict.better[other]}: worth a longer comparison with {rec} "
+                    "before you choose (a sweep of model.placement x train.lr at your shape, "
+                    "docs/sweeps.md); the rules of thumb do not speak of it")
+    return reasons
 
 
 def from_record(recorded: Recorded, rule_rec: str, rule_text: str) -> tuple[str, list[str]]:

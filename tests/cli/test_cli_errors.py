@@ -135,6 +135,8 @@ CASES = [
     ("advise --blocks 4 --width 32 --check-steps 0", "--check-steps"),
     ("advise --blocks 4 --width 32 --warmup-budget -1", "--warmup-budget"),
     ("advise --blocks 0 --width 32", "--blocks"),
+    ("advise --blocks 4 --width 32 --also olmo", "--also olmo: placement: got 'olmo' (did you "
+                                                 "mean 'olmo2'?)"),
     ("plan --blocks 0", "--blocks"),
     ("train --nproc 0", "--nproc"),
     ("train --threads 0", "--threads"),

@@ -78,7 +78,7 @@ def test_without_measurements_the_rules_decide():
 
 def test_compare_check_counts_failures_as_losses():
     v = compare_check(table(pre=[5.5, "loss_spike", 5.5, 5.5], post=[5.5, 5.9, "x", "y"]))
-    assert (v.pre_better, v.post_better, v.ties, v.winner) == (2, 1, 1, None)
+    assert (v.better["pre"], v.better["post"], v.ties, v.winner) == (2, 1, 1, None)
     assert "diverged at step 4" in v.text
 
 
@@ -214,3 +214,61 @@ def test_advise_no_measure_reads_the_repository_studies():
     out = " ".join(r.output.split())
     assert "recommendation: undecided" in out and "recorded studies at" not in out
     assert "nothing was measured at 48 blocks, width 512 by the recorded studies" in out
+
+
+# -- other placements measured beside pre and post ---------------------------------------------
+
+def with_other(rows: list[dict], name: str, values: list) -> list[dict]:
+    """`rows` with a third placement's cells (same lr x warmup order as `table`)."""
+    cells = [(1e-3, 0), (1e-3, 3), (3e-3, 0), (3e-3, 3)]
+    extra = [{"placement": name, "lr": lr, "warmup": w,
+              "outcome": "completed" if not isinstance(v, str) else "diverged",
+              "reason": None if not isinstance(v, str) else v, "step": 10,
+              "val_loss": None if isinstance(v, str) else v}
+             for (lr, w), v in zip(cells, values, strict=True)]
+    return rows + extra
+
+
+def test_another_placement_is_compared_with_the_recommendation_never_recommended():
+    rows = with_other(table(pre=[5.4] * 4, post=[5.0] * 4), "olmo2", [4.9, 4.9, 5.0, 4.8])
+    init = INIT | {"olmo2": {"grad_last_over_first": 0.7, "growth_exponent": 0.1}}
+    advice = recommend(4, measured={**measured(rows), "init": init, "also": ["olmo2"]})
+    assert advice.recommendation == "post"  # the rules' pair decides; olmo2 is named
+    text = " ".join(advice.reasons)
+    assert "olmo2 at init (its own init): last/first block gradient ratio 0.7" in text
+    assert "olmo2 better in 3, post better in 0, tied" in text
+    assert "olmo2 was at least as good as post in every cell of the check and better in 3" in text
+
+
+def test_another_placement_that_loses_a_cell_is_not_called_worth_a_comparison():
+    rows = with_other(table(pre=[5.4] * 4, post=[5.0] * 4), "keel", [4.9, "loss_spike", 5.0, 4.8])
+    advice = recommend(4, measured={**measured(rows), "also": ["keel"]})
+    text = " ".join(advice.reasons)
+    assert "keel better in 2, post better in 1" in text and "worth a longer" not in text
+
+
+def test_advise_measures_the_other_placements_in_every_cell(monkeypatch, tmp_path):
+    told, trained = [], []
+    monkeypatch.setattr(advise_module, "measure_init", lambda *a, also=(), **k: {
+        **INIT, **{p: INIT["pre"] for p in also}})
+    monkeypatch.setattr(advise_module, "train_run_raising_interrupt",
+                        lambda cfg, root, progress: trained.append(cfg.model.placement) or {
+                            "outcome": "completed", "step": 4, "val_loss": 2.0})
+    advice = advise(6, 128, check_steps=9, root=tmp_path, progress=told.append,
+                    also=("olmo2", "post", "olmo2"))  # pre and post and repeats are not doubled
+    assert told[0] == "gradients and stream of pre, post and olmo2 at init, 6 blocks, width 128"
+    assert trained == ["pre"] * 4 + ["post"] * 4 + ["olmo2"] * 4
+    assert told[-1].startswith("stability check 12/12: olmo2")
+    assert advice.measured["also"] == ["olmo2"]
+
+
+def test_measure_init_gives_each_other_placement_its_own_init(monkeypatch):
+    asked = []
+    real = advise_module.parse_config
+    monkeypatch.setattr(advise_module, "parse_config",
+                        lambda cls, data: asked.append(data) or real(cls, data))
+    out = advise_module.measure_init(3, 32, 2, seq_len=16, also=("deepnorm",))
+    assert set(out) == {"pre", "post", "deepnorm"}
+    assert all(0 < v["grad_last_over_first"] < float("inf") for v in out.values())
+    inits = {d["placement"]: d.get("init") for d in asked}
+    assert inits == {"pre": "xavier", "post": "xavier", "deepnorm": None}  # deepnorm's own
