@@ -20,10 +20,10 @@ The forward passes tensors, nothing else: a block maps `(x, carry, ctx)` to `(x,
 - `x` is the residual stream [B, T, d].
 - `carry` (`Carry`, an immutable tuple of optional tensors) is what a block hands to the next
   besides the stream: the second stream `d` of ResiDual (Xie et al. 2023, arXiv 2304.14802) and
-  SiameseNorm (Li et al. 2026, arXiv 2602.08064), started at the embedding, and RealFormer's pre-softmax attention scores (He et al. 2020,
-  arXiv 2012.11747), None before the first block. A sublayer that changes one returns a new
-  `Carry` (`_replace`); the one it was given is never modified. Both are None in the models
-  that do not use them.
+  SiameseNorm (Li et al. 2026, arXiv 2602.08064), started at the embedding, and RealFormer's
+  pre-softmax attention scores (He et al. 2020, arXiv 2012.11747), None before the first block.
+  A sublayer that changes one returns a new `Carry` (`_replace`); the one it was given is never
+  modified. Both are None in the models that do not use them.
 - `ctx` (`normlab.nn.layers.Context`) is what every attention reads and no block changes: the
   RoPE tables and the padding mask.
 - B2T's block input (Takase et al. 2022, arXiv 2206.00330) lives within one block: the block
