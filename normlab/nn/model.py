@@ -7,8 +7,8 @@ pools the final stream into a sequence-classification head.
 `stream` passes tensors from block to block, `x, carry = block(x, carry, ctx)` (the
 `normlab.nn.block` module doc): `ctx` holds what every attention reads (RoPE tables, padding
 mask), `carry` the second stream of ResiDual and SiameseNorm and RealFormer's scores; the head
-reads `head_input(x, carry)`. A norm the plan leaves out
-(`embed_norm`, `final.norm`) is None, as in the blocks.
+reads `head_input(x, carry)`. A norm the plan leaves out (`embed_norm`, `final.norm`) is None,
+as in the blocks.
 """
 
 from __future__ import annotations

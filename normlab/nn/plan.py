@@ -543,7 +543,8 @@ def _siamese(n: str, block: int) -> Sublayers:
 
         h = Norm(a)                    `x = self.post_norm1(x)`
         y = F(Norm(h + Norm(d)))       `z = self.input_norm1(x + self.pre_norm1(y))`, the block
-        a = h + y/sqrt(2(l+1))         `x, y = x + z/c, y + z`, `c = ((self.index+1)*2)**0.5`
+        a = h + y/sqrt(2(l+1))         `x, y = x + z/c, y + z`, `c = ((self.index+1)*2)**0.5`,
+                                       `l` the 0-based block (`siamese_stream_scale`)
         d = d + y
         ... (the same with post_norm2, pre_norm2, input_norm2 around the MLP)
         out = Norm(Norm(a_L) + Norm(d_L))  `VisionTransformer.forward_features`:
@@ -588,7 +589,7 @@ class PlacementPlans:
 
     block: Callable[[BlockSettings, int], Sublayers] | None = None
     blocks: Callable[[ModelConfig], list[str]] | None = None
-    dual_stream: bool = False  # ResiDual's second, un-normalized stream
+    dual_stream: bool = False  # a second, un-normalized stream (ResiDual, SiameseNorm)
     dual_out_norm: bool = False  # SiameseNorm: both streams normalized before their sum
 
 
