@@ -121,6 +121,11 @@ ENTRIES: tuple[PlacementEntry, ...] = (
                    # its stream is normalized by every sublayer, its matrices after every step
                    paper="Loshchilov et al. 2024, nGPT: Normalized Transformer with "
                    "Representation Learning on the Hypersphere", arxiv="2410.01131"),
+    PlacementEntry("siamese", "normal", final_norm=True, per_block=False,  # the authors' DeiT
+                   # code draws every linear map from N(0, 0.02), truncated; its second stream
+                   # runs through the whole model, so not one block on its own
+                   paper="Li et al. 2026, SiameseNorm: Breaking the Barrier to Reconciling "
+                   "Pre/Post-Norm", arxiv="2602.08064"),
     PlacementEntry("custom", "normal", final_norm=False, per_block=False,  # block by block:
                    # the final norm follows from its blocks
                    paper=""),

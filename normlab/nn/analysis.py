@@ -95,6 +95,8 @@ def norm_spec(module: nn.Module | None, kind: str | None, tap: str) -> NormSpec 
 def residual_sum_problem(plan: Any) -> str | None:
     """Why the stream of a normlab model's `ModelPlan` is not embedding + sublayer outputs
     (None when it is): the first sublayer that breaks the sum."""
+    if plan.dual_out_norm is not None:
+        return "SiameseNorm's head reads Norm(Norm(a) + Norm(d)), two streams"
     if plan.dual_stream:
         return "ResiDual's head reads a + Norm(d), two streams"
     for b in plan.blocks:

@@ -8,6 +8,10 @@ The sublayer's forward is the spec (see `normlab.nn.plan`):
     x = post_norm(skip * r + y [+ block input])
     d = d + y                                   (ResiDual's second stream, when `dual`)
 
+SiameseNorm's sublayer (`dual_in_norm`) has its branch read both streams, `F(mix_norm(h +
+dual_in_norm(d)))`, and the stream take the branch times `stream_scale`, `x = h +
+stream_scale * y`, where d takes it whole.
+
 with the branch F's own norms and scales (QKV-norms, QK-norm, inner norm, head scale) inside
 its module (`normlab.nn.layers`), built from the same plan.
 
@@ -15,11 +19,11 @@ The forward passes tensors, nothing else: a block maps `(x, carry, ctx)` to `(x,
 
 - `x` is the residual stream [B, T, d].
 - `carry` (`Carry`, an immutable tuple of optional tensors) is what a block hands to the next
-  besides the stream: ResiDual's second stream `d` (Xie et al. 2023, arXiv 2304.14802), started
-  at the embedding, and RealFormer's pre-softmax attention scores (He et al. 2020,
-  arXiv 2012.11747), None before the first block. A sublayer that changes one returns a new
-  `Carry` (`_replace`); the one it was given is never modified. Both are None in the models
-  that do not use them.
+  besides the stream: the second stream `d` of ResiDual (Xie et al. 2023, arXiv 2304.14802) and
+  SiameseNorm (Li et al. 2026, arXiv 2602.08064), started at the embedding, and RealFormer's
+  pre-softmax attention scores (He et al. 2020, arXiv 2012.11747), None before the first block.
+  A sublayer that changes one returns a new `Carry` (`_replace`); the one it was given is never
+  modified. Both are None in the models that do not use them.
 - `ctx` (`normlab.nn.layers.Context`) is what every attention reads and no block changes: the
   RoPE tables and the padding mask.
 - B2T's block input (Takase et al. 2022, arXiv 2206.00330) lives within one block: the block
@@ -60,7 +64,7 @@ from normlab.nn.taps import Tap
 class Carry(NamedTuple):
     """What a block hands to the next besides the stream (see the module doc)."""
 
-    dual: torch.Tensor | None = None  # ResiDual: the un-normalized second stream d
+    dual: torch.Tensor | None = None  # ResiDual, SiameseNorm: the un-normalized second stream d
     scores: torch.Tensor | None = None  # RealFormer: the last attention's pre-softmax scores
 
 
@@ -80,6 +84,9 @@ class Sublayer(nn.Module):
         self.plan = plan
         self.stream_in = Tap()
         self.in_norm = norm_for(plan.in_norm, cfg)
+        # SiameseNorm: the second stream's norm and the norm of the sum the branch reads
+        self.dual_in_norm = norm_for(plan.dual_in_norm, cfg)
+        self.mix_norm = norm_for(plan.mix_norm, cfg)
         self.branch_in = Tap()
         self.fn = fn
         self.branch_raw = Tap()
@@ -107,11 +114,14 @@ class Sublayer(nn.Module):
         h = normed(self.in_norm, x)
         if self.plan.in_scale != 1.0:
             h = h * self.plan.in_scale
+        read = h
+        if self.dual_in_norm is not None:  # SiameseNorm: the branch reads both streams
+            read = normed(self.mix_norm, h + self.dual_in_norm(carry.dual))
         if self.plan.kind == "attn":  # attention also reads ctx and passes its scores on
-            y, scores = self.fn(self.branch_in(h), ctx, carry.scores)
+            y, scores = self.fn(self.branch_in(read), ctx, carry.scores)
             carry = carry._replace(scores=scores)
         else:
-            y = self.fn(self.branch_in(h))
+            y = self.fn(self.branch_in(read))
         y = normed(self.out_norm, self.branch_raw(y))
         if self.gate is not None:
             y = self.gate * y
@@ -121,12 +131,13 @@ class Sublayer(nn.Module):
             y = self.ramp * y
         y = self.branch_added(y)
         r = h if self.plan.skip_normed else x
+        y_x = y * self.plan.stream_scale if self.plan.stream_scale != 1.0 else y
         if self.skip is not None:
-            s = self.skip * r + y
+            s = self.skip * r + y_x
         elif self.skip_scale != 1.0:
-            s = self.skip_scale * r + y
+            s = self.skip_scale * r + y_x
         else:
-            s = r + y
+            s = r + y_x
         if self.plan.add_block_input:
             s = s + block_input
         if self.plan.dual:

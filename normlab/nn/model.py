@@ -6,8 +6,9 @@ pools the final stream into a sequence-classification head.
 
 `stream` passes tensors from block to block, `x, carry = block(x, carry, ctx)` (the
 `normlab.nn.block` module doc): `ctx` holds what every attention reads (RoPE tables, padding
-mask), `carry` ResiDual's second stream and RealFormer's scores. A norm the plan leaves out
-(`embed_norm`, `final.norm`) is None, as in the blocks.
+mask), `carry` the second stream of ResiDual and SiameseNorm and RealFormer's scores; the head
+reads `head_input(x, carry)`. A norm the plan leaves out (`embed_norm`, `final.norm`) is None,
+as in the blocks.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class NormTransformer(HookedMixin, nn.Module):
         self.final = nn.Module()
         self.final.input = Tap()
         self.final.norm = norm_for(self.plan.final_norm, cfg)
+        # SiameseNorm: each stream's norm before the final norm reads their sum
+        self.final.stream_norm = norm_for(self.plan.dual_out_norm, cfg)
+        self.final.dual_norm = norm_for(self.plan.dual_out_norm, cfg)
         self.final.out = Tap()
         if cfg.kind == "decoder":
             self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
@@ -110,12 +114,18 @@ class NormTransformer(HookedMixin, nn.Module):
         for block in self.blocks:
             x, carry = (checkpointed_block(block, x, carry, ctx) if recompute
                         else block(x, carry, ctx))
-        x = self.final.input(x)
-        if self.plan.dual_stream:  # ResiDual's output a_L + Norm(d_L)
-            x = x + normed(self.final.norm, carry.dual)
-        else:
-            x = normed(self.final.norm, x)
-        return self.final.out(x)
+        return self.final.out(self.head_input(self.final.input(x), carry))
+
+    def head_input(self, x: torch.Tensor, carry: Carry) -> torch.Tensor:
+        """What the head reads, from the stream `x` and `carry` after the last block (or, for
+        the logit lens, after any block): `Norm(x)`; ResiDual's `a + Norm(d)`; SiameseNorm's
+        `Norm(Norm(a) + Norm(d))`. A norm the plan leaves out is skipped."""
+        if self.plan.dual_out_norm is not None:
+            return normed(self.final.norm,
+                          self.final.stream_norm(x) + self.final.dual_norm(carry.dual))
+        if self.plan.dual_stream:
+            return x + normed(self.final.norm, carry.dual)
+        return normed(self.final.norm, x)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None,
@@ -154,6 +164,10 @@ class NormTransformer(HookedMixin, nn.Module):
         """The norm reading the stream at `site`: `final` or `blocks.{i}.{attn|mlp}` (its input
         norm; LNS's `in_scale` after it is not part of it)."""
         if site == "final":
+            if self.plan.dual_out_norm is not None:
+                raise ValueError("the final norm of SiameseNorm reads the sum of both streams, "
+                                 "each normalized, not the stream the blocks write (the head "
+                                 "reads Norm(Norm(a) + Norm(d)))")
             if self.plan.dual_stream:
                 raise ValueError("the final norm of ResiDual reads the second stream d, not the "
                                  "stream the blocks write (the head reads a + Norm(d))")

@@ -9,6 +9,10 @@ which scales apply; the one `Block` executes it. The sublayer computes
     x = post_norm(skip_scale * r + y [+ x_block])  (x_block: B2T's skip from the block input)
     d = d + y                                       (ResiDual's second stream, when `dual`)
 
+SiameseNorm's sublayer (`dual_in_norm`, Li et al. 2026, arXiv 2602.08064) has the branch read
+both streams and adds its output to each, scaled on the first: `h = in_norm(x)`, `y = F(
+mix_norm(h + dual_in_norm(d)))`, `x = h + stream_scale * y`, `d = d + y`.
+
 nGPT's sublayer (`hypersphere`, Loshchilov et al. 2024, arXiv 2410.01131) replaces the sum: the
 stream stays on the unit sphere, `x = L2(x + a*(L2(F(x)) - L2(x)))` with `L2(v) = v/||v||` and
 `a` a learned vector per channel (its eigen learning rate), and its branch F scales Q, K (`s_qk`)
@@ -69,11 +73,23 @@ class SublayerPlan:
     # nGPT: the stream on the unit sphere, x = L2(x + a*(L2(F(x)) - L2(x))), with F's own scales
     hypersphere: bool = False
     branch_scale: float = 1.0  # CompleteP: (L_base/L)^alpha on the branch as added
+    # SiameseNorm: the branch reads mix_norm(h + dual_in_norm(d)), both streams, and the stream
+    # x takes its output times stream_scale (d takes it whole)
+    dual_in_norm: str | None = None
+    mix_norm: str | None = None
+    stream_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.skip_normed and (self.in_norm is None or self.dual):
-            raise ValueError("skip_normed takes the residual after in_norm: it needs an in_norm "
-                             "and no second stream (dual)")
+        if self.skip_normed and (self.in_norm is None or (self.dual and not self.dual_in_norm)):
+            raise ValueError("skip_normed takes the residual after in_norm: it needs an in_norm, "
+                             "and with a second stream (dual) a branch that reads both "
+                             "(dual_in_norm)")
+        if (self.dual_in_norm or self.mix_norm or self.stream_scale != 1.0) and not self.dual:
+            raise ValueError("dual_in_norm, mix_norm and stream_scale (SiameseNorm) join the "
+                             "second stream to the branch: they need dual")
+        if self.mix_norm and not self.dual_in_norm:
+            raise ValueError("mix_norm normalizes the sum of both streams the branch reads: it "
+                             "needs dual_in_norm")
         if self.kind != "attn" and (self.qkv_norm or self.qk_norm or self.head_scale):
             raise ValueError("qkv_norm, qk_norm and head_scale act on the attention's queries, "
                              "keys, values and heads: an attn sublayer's only")
@@ -81,7 +97,8 @@ class SublayerPlan:
                                  or self.skip_learned or self.skip_scale != 1.0
                                  or self.gate_init is not None or self.add_block_input
                                  or self.skip_normed or self.qkv_norm or self.qk_norm
-                                 or self.inner_norm or self.head_scale):
+                                 or self.inner_norm or self.head_scale or self.dual_in_norm
+                                 or self.mix_norm or self.stream_scale != 1.0):
             raise ValueError("hypersphere (nGPT) normalizes the stream and the branch itself: "
                              "it takes no other norm, skip, gate or second stream")
 
@@ -112,13 +129,22 @@ class SublayerPlan:
         prefix = ""
         if self.skip_normed:  # name the normalized input once: it is both branch input and skip
             prefix, h = f"h = {h};  ", "h"
-        y = f"{sub}({h})"
+        read = h
+        if self.dual_in_norm:
+            read = f"{h} + {NORM_SYMBOL[self.dual_in_norm]}(d)"
+            if self.mix_norm:
+                read = f"{NORM_SYMBOL[self.mix_norm]}({read})"
+        y = f"{sub}({read})"
         if self.out_norm:
             y = f"{NORM_SYMBOL[self.out_norm]}({y})"
         if self.gate_init is not None:
             y = f"g*{y}"
         if self.branch_scale != 1.0:
             y = f"{self.branch_scale:.4g}*{y}"
+        y_d = y  # as added to the second stream
+        if self.stream_scale != 1.0:  # name the branch once: the two streams take it differently
+            prefix, y_d = f"{prefix}y = {y};  ", "y"
+            y = f"{self.stream_scale:.4g}*y"
         r = h if self.skip_normed else v
         if self.skip_learned:
             skip = f"w*{r}"
@@ -129,7 +155,7 @@ class SublayerPlan:
         total = f"{skip} + {y}" + (" + x_block" if self.add_block_input else "")
         if self.post_norm:
             total = f"{NORM_SYMBOL[self.post_norm]}({total})"
-        out = f"{prefix}{v} = {total}" + (f";  d = d + {y}" if self.dual else "")
+        out = f"{prefix}{v} = {total}" + (f";  d = d + {y_d}" if self.dual else "")
         extras = []
         if self.gate_init is not None:
             extras.append(f"g0={self.gate_init:.4g}")
@@ -165,6 +191,9 @@ class ModelPlan:
     constants: dict[str, float] = field(default_factory=dict)
     setting: tuple[str, ...] = ()  # non-default attention, MLP and embedding, in words
     origin: str = ""  # a placement of your own: where it is defined, and its doc
+    # SiameseNorm: each stream normalized by a norm of this kind before the final norm reads
+    # their sum, out = Norm(Norm(a) + Norm(d)); None: ResiDual's out = a + Norm(d)
+    dual_out_norm: str | None = None
 
     @property
     def hypersphere(self) -> bool:
@@ -192,7 +221,12 @@ class ModelPlan:
                 if s.absent:
                     continue
                 lines.append(f"block {b.index:>3} {s.kind:<4} [{b.placement}]  {s.formula()}")
-        if self.dual_stream:
+        if self.dual_out_norm:
+            n = NORM_SYMBOL[self.dual_out_norm]
+            merged = f"{n}(a) + {n}(d)"
+            lines.append(f"out = {NORM_SYMBOL[self.final_norm]}({merged})" if self.final_norm
+                         else f"out = {merged}")
+        elif self.dual_stream:
             lines.append(f"out = a + {NORM_SYMBOL[self.final_norm or 'identity']}(d)")
         elif self.final_norm:
             lines.append(f"out = {NORM_SYMBOL[self.final_norm]}(x)")
@@ -491,6 +525,39 @@ def _resi_dual(n: str) -> Sublayers:
             SublayerPlan("mlp", post_norm=n, dual=True))
 
 
+def siamese_stream_scale(block: int) -> float:
+    """SiameseNorm's factor on the branch as added to its Post-Norm-like stream in block `block`
+    (0-based), `1/sqrt(2(l+1))`: the authors' `c = ((self.index+1)*2)**0.5` and `x + z/c`
+    (github Qwen-Applications/SiameseNorm, deit-model-siamesenorm.py, `Block.forward`; the same
+    `c` in dit-model-siamesenorm.py's `DiTBlock.forward` and OLMo_model_hybrid_pre.py's
+    `OLMoSequentialBlock.forward`)."""
+    return 1.0 / math.sqrt(2 * (block + 1))
+
+
+def _siamese(n: str, block: int) -> Sublayers:
+    """SiameseNorm, Li et al. 2026, "SiameseNorm: Breaking the Barrier to Reconciling
+    Pre/Post-Norm" (arXiv 2602.08064): a Post-Norm-like stream `a` and a Pre-Norm-like stream
+    `d`, both started at the embedding, coupled through shared residual blocks. Wired as the
+    authors' code (github Qwen-Applications/SiameseNorm at 70efa00, deit-model-siamesenorm.py;
+    `x` there is `a`, `y` is `d`):
+
+        h = Norm(a)                    `x = self.post_norm1(x)`
+        y = F(Norm(h + Norm(d)))       `z = self.input_norm1(x + self.pre_norm1(y))`, the block
+        a = h + y/sqrt(2(l+1))         `x, y = x + z/c, y + z`, `c = ((self.index+1)*2)**0.5`,
+                                       `l` the 0-based block (`siamese_stream_scale`)
+        d = d + y
+        ... (the same with post_norm2, pre_norm2, input_norm2 around the MLP)
+        out = Norm(Norm(a_L) + Norm(d_L))  `VisionTransformer.forward_features`:
+                                           `self.final_norm(self.pre_norm(x) + self.post_norm(y))`
+
+    Each sublayer has three norms of its own (the stream's, the second stream's and the one on
+    their sum), the model three at the output (`ModelPlan.dual_out_norm` and the final norm)."""
+    c = siamese_stream_scale(block)
+    return tuple(SublayerPlan(kind, in_norm=n, skip_normed=True, dual=True, dual_in_norm=n,
+                              mix_norm=n, stream_scale=c)
+                 for kind in ("attn", "mlp"))  # type: ignore[return-value]
+
+
 # --- the registry ---------------------------------------------------------------------------
 
 def _custom_blocks(cfg: ModelConfig) -> list[str]:
@@ -522,7 +589,8 @@ class PlacementPlans:
 
     block: Callable[[BlockSettings, int], Sublayers] | None = None
     blocks: Callable[[ModelConfig], list[str]] | None = None
-    dual_stream: bool = False  # ResiDual's second, un-normalized stream
+    dual_stream: bool = False  # a second, un-normalized stream (ResiDual, SiameseNorm)
+    dual_out_norm: bool = False  # SiameseNorm: both streams normalized before their sum
 
 
 PLACEMENT_PLANS: dict[str, PlacementPlans] = {
@@ -546,6 +614,8 @@ PLACEMENT_PLANS: dict[str, PlacementPlans] = {
     "subln": PlacementPlans(lambda s, i: _subln(s.norm)),
     "normformer": PlacementPlans(lambda s, i: _normformer(s.norm, s.out_norm)),
     "ngpt": PlacementPlans(lambda s, i: _ngpt()),
+    "siamese": PlacementPlans(lambda s, i: _siamese(s.norm, i), dual_stream=True,
+                              dual_out_norm=True),
     "custom": PlacementPlans(blocks=_custom_blocks),
 }
 
@@ -602,6 +672,7 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
     names = block_names(cfg)
     user = cfg.placement_def
     dual_stream = user is None and PLACEMENT_PLANS[cfg.placement].dual_stream
+    dual_out_norm = user is None and PLACEMENT_PLANS[cfg.placement].dual_out_norm
 
     init = cfg.init or (user.init if user is not None else DEFAULT_INIT[cfg.placement])
     alpha = beta = None
@@ -672,6 +743,7 @@ def build_plan(cfg: ModelConfig) -> ModelPlan:
         constants=constants,
         setting=setting_lines(cfg),
         origin=user_origin(cfg.placement, user, cfg.placement_file),
+        dual_out_norm=n if dual_out_norm else None,
     )
 
 

@@ -18,7 +18,9 @@ twice, and the next-token loss of each reading is reported:
 
 ResiDual's output is `a_L + Norm(d_L)`, so its normed reading is `a_l + FinalNorm(d_l)` (the
 model's own output rule applied at block l), its raw reading `a_l + d_l` and its free reading
-`a_l + Norm(d_l)`.
+`a_l + Norm(d_l)`. SiameseNorm's is `FinalNorm(Norm(a_L) + Norm(d_L))`: its normed reading is
+that rule at block l, its raw reading `a_l + d_l` and its free reading `Norm(Norm(a_l) +
+Norm(d_l))`, every norm without parameters.
 At the last block the normed reading is the model's output whenever the model has a final norm.
 Decoder only: an encoder's head reads a pooled stream, not per-position next-token logits.
 """
@@ -70,6 +72,7 @@ def logit_lens(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
     norm, which = lens_norm(model)
     free = free_norm(model)
     dual = model.plan.dual_stream
+    siamese = dual and model.plan.dual_out_norm is not None
     head = model.lm_head
     normed = torch.zeros(L, dtype=torch.float64)
     raw = torch.zeros(L, dtype=torch.float64)
@@ -80,10 +83,12 @@ def logit_lens(model: nn.Module, batches: Sequence[Batch]) -> dict[str, object]:
             def make(i: int, targets=targets):
                 def hook(_m, _args, block_out) -> None:
                     x, carry = block_out  # a block returns the stream and its carry
-                    d = carry.dual if dual else None
-                    on = x + norm(d) if dual else norm(x)
-                    off = x + d if dual else x
-                    bare = x + free(d) if dual else free(x)
+                    if dual:  # the model's own output rule, applied at block i
+                        d = carry.dual
+                        on, off = model.head_input(x, carry), x + d
+                        bare = free(free(x) + free(d)) if siamese else x + free(d)
+                    else:
+                        on, off, bare = norm(x), x, free(x)
                     normed[i] += model_loss("decoder", head(on), targets).item()
                     raw[i] += model_loss("decoder", head(off), targets).item()
                     freed[i] += model_loss("decoder", head(bare), targets).item()

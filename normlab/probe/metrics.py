@@ -186,8 +186,9 @@ METRICS: tuple[Metric, ...] = (
            label="MLP branch norm / stream norm", column="mlp/x", log_scale=True,
            doc="the same for the MLP sublayer"),
     Metric("dual_norm", PER_BLOCK, **_IN_STREAM, unit="L2 norm",
-           label="ResiDual second-stream norm", log_scale=True,
-           doc="ResiDual only: mean token norm of the second stream `d` after block `l`"),
+           label="second-stream norm", log_scale=True,
+           doc="ResiDual and SiameseNorm only: mean token norm of the second stream `d` after "
+               "block `l`"),
     # -- per block: gradients (C4, C5)
     Metric("attn_grad", PER_BLOCK, **_IN_GRADS, unit="L2 norm",
            label="attention weights gradient norm", column="attn g", log_scale=True,

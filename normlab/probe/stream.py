@@ -9,7 +9,8 @@ and `blocks.{l}.mlp.stream_out`), per batch:
     cos_last      the same between x_{l+1} and the last block's output x_L;  ang_last
     branch_attn   mean over tokens of ||branch added by attention|| / ||stream entering it||
     branch_mlp    the same for the MLP sublayer
-    dual_norm     ResiDual only: mean token norm of the second stream d after the block
+    dual_norm     ResiDual and SiameseNorm only: mean token norm of the second stream d after
+                  the block
 
 Activations are reduced inside the hooks to per-token lengths (`[B, T]` per block), so a probe of
 a 1000-block model holds no more than one block's stream at a time. Angles come from the three

@@ -228,7 +228,7 @@ REF_UNNORMALIZED = ("pre", "sandwich", "lns", "hybrid", "hybrid_star", "olmo2", 
 
 def ref_final_norm(placement: str, names: list[str]) -> bool:
     """Whether the formulas put a norm before the head (`final_norm: auto`)."""
-    return placement == "resi_dual" or any(n in REF_UNNORMALIZED for n in names)
+    return placement in ("resi_dual", "siamese") or any(n in REF_UNNORMALIZED for n in names)
 
 
 def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: int | None = None,
@@ -277,6 +277,16 @@ def ref_stream(model: nn.Module, idx: torch.Tensor, placement: str, *, mix_k: in
                 a = norm(sub.post_norm, a + y)
                 d = d + y
         return a + norm(model.final.norm, d)
+
+    if placement == "siamese":  # SiameseNorm: both streams feed every branch
+        a = d = x
+        for l, blk in enumerate(model.blocks):
+            for sub, fn in ((blk.attn, attn), (blk.mlp, mlp)):
+                a = norm(sub.in_norm, a)
+                y = fn(sub, norm(sub.mix_norm, a + norm(sub.dual_in_norm, d)))
+                a, d = a + y / math.sqrt(2 * (l + 1)), d + y
+        merged = norm(model.final.stream_norm, a) + norm(model.final.dual_norm, d)
+        return norm(model.final.norm, merged) if final_norm else merged
 
     names = block_names(placement, n_blocks, mix_k, custom)
     alpha = (2 * n_blocks) ** 0.25  # DeepNet, decoder-only

@@ -1,5 +1,5 @@
-"""nGPT (`placement: ngpt`), ProRes (`train.prores_steps`) and CompleteP (`model.depth_param`),
-each pinned to its authors' code.
+"""nGPT (`placement: ngpt`), SiameseNorm (`placement: siamese`), ProRes (`train.prores_steps`) and
+CompleteP (`model.depth_param`), each pinned to its authors' code.
 
 - `ngpt`: an independent re-implementation of the authors' model written from github
   NVIDIA/ngpt, model.py (`Block.__init__`, `Block.forward`, `GPT.forward` with `use_nGPT == 1`;
@@ -7,6 +7,11 @@ each pinned to its authors' code.
   the matrices are renormalized as train.py's `normalize_matrices` does, at init and after every
   optimizer step of the one AdamW factory (`normlab.train.optim.adamw`); ngpt trains on CPU.
   The formula cases of tests/nn/test_placements.py run for it through `ref_ngpt_*` below.
+- `siamese`: a re-implementation of the authors' block and model written from github
+  Qwen-Applications/SiameseNorm at 70efa00, deit-model-siamesenorm.py (`Attention`, `Block`,
+  `VisionTransformer.forward_features`; `AuthorsSiameseBlock`, `AuthorsSiameseModel` below),
+  normlab's weights copied into it, gives the same logits, causal (a decoder) and bidirectional
+  (as the authors' ViT); it trains, runs every probe and stacks.
 - ProRes: the factors against the authors' `linear` schedule (github dandingsky/ProRes,
   torchrun_main.py), the branches they scale, a resumed run continuing bit for bit, run ids.
 - CompleteP: the branch multiplier, the block groups' lr and AdamW's eps against the paper's
@@ -20,6 +25,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import math  # noqa: E402
+from functools import partial  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -28,7 +34,7 @@ from torch import nn  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from normlab.config import ConfigError, TrainConfig, load_run_config, make_model_config  # noqa: E402
-from normlab.nn import build_model, build_plan  # noqa: E402
+from normlab.nn import build_model, build_plan, capture  # noqa: E402
 from normlab.nn.block import prores_ramps, set_branch_ramps  # noqa: E402
 from normlab.nn.plan import (  # noqa: E402
     completep_eps_scale,
@@ -42,6 +48,8 @@ from normlab.train.step import set_lr  # noqa: E402
 from tests.nn.test_placements import (  # noqa: E402
     TOL,
     L,
+    T,
+    V,
     assert_differs,
     make_cfg,
     make_model,
@@ -361,6 +369,209 @@ def test_normlab_plan_prints_ngpt():
     r = CliRunner().invoke(app, ["plan", "--placement", "ngpt"])
     assert r.exit_code == 0, r.output
     assert "x = L2(x + a*(L2(Attn[s_qk*L2(Q), s_qk*L2(K)](x)) - L2(x)))" in r.output
+
+
+# --- SiameseNorm: the authors' model, re-implemented from Qwen-Applications/SiameseNorm ---
+
+class AuthorsSiameseAttention(nn.Module):
+    """`Attention` of deit-model-siamesenorm.py with `qkv_bias=True` (the `VisionTransformer`
+    default) and no dropout; `causal` adds the mask of a decoder (the authors' ViT has none)."""
+
+    def __init__(self, dim: int, num_heads: int, causal: bool) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        head_dim = dim // num_heads
+        self.scale = head_dim ** -0.5
+        self.qkv = nn.Linear(dim, dim * 3, bias=True)
+        self.proj = nn.Linear(dim, dim)
+        self.causal = causal
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, C // self.num_heads).permute(
+            2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q @ k.transpose(-2, -1)) * self.scale
+        if self.causal:
+            attn = attn.masked_fill(torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf"))
+        attn = attn.softmax(dim=-1)
+        x = (attn @ v).transpose(1, 2).reshape(B, N, C)
+        return self.proj(x)
+
+
+class AuthorsSiameseMlp(nn.Module):
+    """timm's `Mlp` as the block builds it: fc1, exact GELU, fc2 (dropout 0)."""
+
+    def __init__(self, in_features: int, hidden_features: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_features, in_features)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class AuthorsSiameseBlock(nn.Module):
+    """`Block` of deit-model-siamesenorm.py, line for line (drop_path 0): `x` is the
+    Post-Norm-like stream, `y` the Pre-Norm-like one."""
+
+    def __init__(self, dim: int, num_heads: int, index: int, causal: bool, eps: float) -> None:
+        super().__init__()
+        norm_layer = partial(nn.LayerNorm, eps=eps)
+        self.pre_norm1 = norm_layer(dim)
+        self.post_norm1 = norm_layer(dim)
+        self.attn = AuthorsSiameseAttention(dim, num_heads, causal)
+        self.pre_norm2 = norm_layer(dim)
+        self.post_norm2 = norm_layer(dim)
+        self.input_norm1 = norm_layer(dim)
+        self.input_norm2 = norm_layer(dim)
+        self.index = index
+        self.mlp = AuthorsSiameseMlp(dim, 4 * dim)
+
+    def forward(self, x, y):
+        c = ((self.index + 1) * 2) ** 0.5
+        x = self.post_norm1(x)
+        z = self.input_norm1(x + self.pre_norm1(y))
+        z = self.attn(z)
+        x, y = x + z / c, y + z
+        x = self.post_norm2(x)
+        z = self.input_norm2(x + self.pre_norm2(y))
+        z = self.mlp(z)
+        x, y = x + z / c, y + z
+        return x, y
+
+
+class AuthorsSiameseModel(nn.Module):
+    """`VisionTransformer.forward_features` of the same file, token and position embeddings in
+    place of the patch embedding and class token: `y = x.clone()`, the blocks, then
+    `self.final_norm(self.pre_norm(x) + self.post_norm(y))`."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, depth: int, seq: int, causal: bool,
+                 eps: float) -> None:
+        super().__init__()
+        norm_layer = partial(nn.LayerNorm, eps=eps)
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(AuthorsSiameseBlock(dim, heads, i, causal, eps)
+                                    for i in range(depth))
+        self.pre_norm = norm_layer(dim)
+        self.post_norm = norm_layer(dim)
+        self.final_norm = norm_layer(dim)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe.weight[: idx.shape[1]]
+        y = x.clone()
+        for blk in self.blocks:
+            x, y = blk(x, y)
+        x = (self.pre_norm(x) + self.post_norm(y))
+        return self.final_norm(x)
+
+
+@torch.no_grad()
+def copy_normlab_into_authors(model: nn.Module, theirs: AuthorsSiameseModel) -> None:
+    """normlab's weights into the authors' layout: a sublayer's `in_norm` is their `post_norm`,
+    `dual_in_norm` their `pre_norm`, `mix_norm` their `input_norm`; the model's `stream_norm`,
+    `dual_norm` and `norm` under `final` are their `pre_norm`, `post_norm` and `final_norm`."""
+    theirs.wte.weight.copy_(model.tok_emb.weight)
+    theirs.wpe.weight.copy_(model.pos_emb.weight)
+    pairs = [(theirs.pre_norm, model.final.stream_norm), (theirs.post_norm, model.final.dual_norm),
+             (theirs.final_norm, model.final.norm)]
+    for a, b in zip(theirs.blocks, model.blocks, strict=True):
+        pairs += [(a.attn.qkv, b.attn.fn.qkv), (a.attn.proj, b.attn.fn.proj),
+                  (a.mlp.fc1, b.mlp.fn.fc_in), (a.mlp.fc2, b.mlp.fn.fc_out),
+                  (a.post_norm1, b.attn.in_norm), (a.pre_norm1, b.attn.dual_in_norm),
+                  (a.input_norm1, b.attn.mix_norm), (a.post_norm2, b.mlp.in_norm),
+                  (a.pre_norm2, b.mlp.dual_in_norm), (a.input_norm2, b.mlp.mix_norm)]
+    for a, b in pairs:
+        a.load_state_dict(b.state_dict())
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+def test_siamese_matches_the_authors_model(kind):
+    """normlab's weights (every norm gain and bias moved off its init) copied into the authors'
+    block and model (deit-model-siamesenorm.py, re-implemented above) give the same final stream
+    and logits. A one-off run of that file itself (its `Block` and `forward_features` as
+    released, timm 1.0.31's `Mlp`; a bidirectional 4-block model of width 32, float64) agreed
+    with normlab's `kind: encoder` to 2.2e-15 over the final stream."""
+    model = make_model(placement="siamese", kind=kind, norm_eps=1e-6)
+    theirs = AuthorsSiameseModel(V, model.cfg.d_model, model.cfg.n_heads, L,
+                                 model.cfg.max_seq_len, kind == "decoder", 1e-6).double()
+    copy_normlab_into_authors(model, theirs)
+    idx = tokens(t=T)
+    with torch.no_grad():
+        ref = theirs(idx)
+        torch.testing.assert_close(model.stream(idx), ref, **TOL)
+        if kind == "decoder":
+            torch.testing.assert_close(model(idx).logits, ref @ model.lm_head.weight.T, **TOL)
+        # each of a sublayer's three norms is where the authors put it: swap two and it shows
+        blk = model.blocks[1].mlp
+        gains = blk.dual_in_norm.weight.clone()
+        blk.dual_in_norm.weight.copy_(blk.mix_norm.weight)
+        blk.mix_norm.weight.copy_(gains)
+        assert_differs(model.stream(idx), ref)
+
+
+def test_siamese_streams_at_init():
+    """Both streams start at the embedding, and block l's branch enters the first stream times
+    1/sqrt(2l) and the second whole (taps `branch_added`, `stream_in`, `stream_out`)."""
+    model = build_model(make_cfg(placement="siamese", n_blocks=3), seed=0).double()
+    idx = tokens()
+    taps = ["blocks.*.*.branch_added", "blocks.*.*.stream_in", "blocks.*.*.stream_out"]
+    with torch.no_grad(), capture(model, taps) as cap:
+        model(idx)
+    for i, blk in enumerate(model.blocks):
+        for kind in ("attn", "mlp"):
+            sub, at = getattr(blk, kind), f"blocks.{i}.{kind}"
+            h = sub.in_norm(cap[f"{at}.stream_in"])
+            want = h + cap[f"{at}.branch_added"] / math.sqrt(2 * (i + 1))
+            torch.testing.assert_close(cap[f"{at}.stream_out"], want, **TOL)
+    assert model.plan.dual_stream and model.plan.dual_out_norm == "layernorm"
+    assert model.plan.init == "normal" and model.plan.final_norm == "layernorm"
+
+
+def test_siamese_trains_a_few_steps_on_cpu(tmp_path):
+    from normlab.train import train_run
+    from normlab.train.logging import read_metrics
+
+    cfg = load_run_config(None, [
+        "model.placement=siamese", "model.n_blocks=2", "model.d_model=32", "model.n_heads=2",
+        "model.max_seq_len=32", "data.seq_len=32", "train.batch_size=8", "train.eval_batches=1",
+        "train.log_every=1", "train.device=cpu", "train.steps=15", "train.lr=1e-2",
+        "train.eval_every=0"])
+    assert run_unstackable_reason(cfg) is None  # it stacks (tests/train/test_batched.py)
+    s = train_run(cfg, tmp_path, progress=False)
+    assert s["outcome"] in ("completed", "stalled"), s
+    rows = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")
+    assert all(math.isfinite(r["train_loss"]) for r in rows)
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"] - 0.3, (rows[0], rows[-1])
+
+
+def test_siamese_runs_every_probe():
+    """Every probe runs; the logit lens reads block l through the model's own output rule, so
+    at the last block its normed reading is the model's loss; `dual_norm` is the second
+    stream's."""
+    from normlab.probe import text_batches
+    from normlab.probe.metrics import PROBES
+    from normlab.probe.suite import probe_model
+
+    model = build_model(make_model_config(placement="siamese", n_blocks=3, d_model=16,
+                                          n_heads=2, max_seq_len=32), seed=0)
+    batches = text_batches(n_batches=1, batch_size=2, seq_len=8)
+    res = probe_model(model, batches, PROBES, update_steps=2)
+    pb = res["per_block"]
+    assert len(pb["dual_norm"]) == 3 and all(v > 0 for v in pb["dual_norm"])
+    assert pb["lens_normed"][-1] == pytest.approx(res["summary"]["loss"], rel=1e-5)
+    assert len(pb["drop_dloss"]) == 3 and len(pb["skip_effect"]) == 3
+
+
+def test_normlab_plan_prints_siamese():
+    from normlab.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "--placement", "siamese", "--blocks", "2"])
+    assert r.exit_code == 0, r.output
+    assert "h = LN(a);  y = Attn(LN(h + LN(d)));  a = h + 0.5*y;  d = d + y" in r.output
+    assert "out = LN(LN(a) + LN(d))" in r.output
 
 
 # --- ProRes ---

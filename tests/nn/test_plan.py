@@ -64,6 +64,20 @@ block   0 mlp  [resi_dual]  a = LN(a + MLP(a));  d = d + MLP(a)
 block   1 attn [resi_dual]  a = LN(a + Attn(a));  d = d + Attn(a)
 block   1 mlp  [resi_dual]  a = LN(a + MLP(a));  d = d + MLP(a)
 out = a + LN(d)"""),
+    ({'n_blocks': 2, 'placement': 'siamese'}, """\
+placement siamese, 2 blocks, init normal
+x = Emb(tokens);  a = x;  d = x
+block   0 attn [siamese]  h = LN(a);  y = Attn(LN(h + LN(d)));  a = h + 0.7071*y;  d = d + y
+block   0 mlp  [siamese]  h = LN(a);  y = MLP(LN(h + LN(d)));  a = h + 0.7071*y;  d = d + y
+block   1 attn [siamese]  h = LN(a);  y = Attn(LN(h + LN(d)));  a = h + 0.5*y;  d = d + y
+block   1 mlp  [siamese]  h = LN(a);  y = MLP(LN(h + LN(d)));  a = h + 0.5*y;  d = d + y
+out = LN(LN(a) + LN(d))"""),
+    ({'n_blocks': 1, 'placement': 'siamese', 'norm': 'rmsnorm', 'final_norm': 'off'}, """\
+placement siamese, 1 blocks, init normal
+x = Emb(tokens);  a = x;  d = x
+block   0 attn [siamese]  h = RMS(a);  y = Attn(RMS(h + RMS(d)));  a = h + 0.7071*y;  d = d + y
+block   0 mlp  [siamese]  h = RMS(a);  y = MLP(RMS(h + RMS(d)));  a = h + 0.7071*y;  d = d + y
+out = RMS(a) + RMS(d)"""),
     ({'n_blocks': 2, 'placement': 'b2t'}, """\
 placement b2t, 2 blocks, init xavier
 x = Emb(tokens)
@@ -195,10 +209,22 @@ def test_unknown_block_placement():
 
 
 def test_skip_normed_needs_an_input_norm():
-    message = ("skip_normed takes the residual after in_norm: it needs an in_norm and no "
-               "second stream (dual)")
+    message = ("skip_normed takes the residual after in_norm: it needs an in_norm, and with a "
+               "second stream (dual) a branch that reads both (dual_in_norm)")
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         SublayerPlan("mlp", skip_normed=True)
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         SublayerPlan("mlp", in_norm="layernorm", skip_normed=True, dual=True)
     assert SublayerPlan("mlp", in_norm="layernorm", skip_normed=True).skip_normed
+    assert SublayerPlan("mlp", in_norm="layernorm", skip_normed=True, dual=True,
+                        dual_in_norm="layernorm").skip_normed  # SiameseNorm's
+
+
+@pytest.mark.parametrize(("fields", "needle"), [
+    ({"dual_in_norm": "layernorm"}, "they need dual"),
+    ({"stream_scale": 0.5}, "they need dual"),
+    ({"mix_norm": "layernorm", "dual": True}, "it needs dual_in_norm"),
+])
+def test_siamese_fields_need_the_second_stream(fields, needle):
+    with pytest.raises(ValueError, match=needle):
+        SublayerPlan("attn", **fields)

@@ -73,7 +73,7 @@ def test_stacked_model_is_its_members(options):
     """Loss and gradient of each member equal its own model's, for every placement; a member
     with NaN weights touches no other member."""
     for placement in ("pre", "post", "sandwich", "deepnorm", "admin", "resi_dual", "b2t",
-                      "hybrid", "hybrid_star", "rezero", "lns"):
+                      "hybrid", "hybrid_star", "rezero", "lns", "siamese"):
         if placement.startswith("hybrid") and options.get("norm") == "dyt":
             continue
         cfg = make_model_config(placement=placement, n_blocks=2, d_model=16, n_heads=2,
@@ -165,7 +165,7 @@ def test_unstackable_options_have_reasons():
 
 # -- a stacked group against separate runs ------------------------------------------------------
 
-@pytest.mark.parametrize("placement", ["pre", "post", "admin", "resi_dual"])
+@pytest.mark.parametrize("placement", ["pre", "post", "admin", "resi_dual", "siamese"])
 def test_group_matches_separate_runs(tmp_path, placement):
     cfgs = configs(f"model.placement={placement}")
     group = train_group(cfgs, tmp_path / "group")
