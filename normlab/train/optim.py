@@ -59,9 +59,10 @@ OPTIMIZER_FIELDS = ("lr", "weight_decay", "beta1", "beta2", "eps")
 # 0.2 gamma sqrt(max(A, B)) [...] Research results show that with this adjustment Muon can
 # directly reuse the learning rate and weight decay tuned for AdamW." (Liu et al. 2025, "Muon is
 # Scalable for LLM Training", arXiv 2502.16982.) So `train.lr` means one update RMS for both
-# optimizers, and a depth x lr sweep over `train.optimizer` compares them on one lr axis; torch's
-# default ("original", Keller Jordan's sqrt(max(1, A/B))) would want lrs some 0.2 sqrt(d) times
-# larger for the matrices than for the AdamW rest.
+# optimizers, and a depth x lr sweep over `train.optimizer` compares them on one lr axis. Under
+# torch's default ("original": sqrt(max(1, A/B)), Keller Jordan's) an orthogonalized step's
+# entries have an RMS of about 1/sqrt(max(A, B)), so the matrices would need an lr 0.2 sqrt(max(A,
+# B)) times the AdamW rest's for the same update size, a factor that moves with the width.
 MUON_ADJUST_LR = "match_rms_adamw"
 
 
