@@ -561,7 +561,18 @@ class TrainConfig(_Frozen):
     steps: int = Field(200, ge=1, description="optimizer steps")
     batch_size: int = Field(16, ge=1, description="sequences per step (all processes together)")
     grad_accum: int = Field(1, ge=1, description="micro-batches accumulated per step")
-    lr: float = Field(1e-3, gt=0.0, description="peak AdamW learning rate")
+    lr: float = Field(1e-3, gt=0.0, description="peak learning rate (AdamW's, and Muon's "
+                      "with optimizer: muon)")
+    optimizer: Literal["adamw", "muon"] = Field(
+        "adamw", description="adamw (Loshchilov & Hutter 2019), or muon: torch.optim.Muon (K. "
+        "Jordan et al. 2024) for the 2-D weight matrices inside the blocks (the attention and "
+        "MLP projections) and AdamW with the settings below for the rest (embeddings, head, "
+        "norms, biases, gates), as Muon's authors recommend. Muon's step is scaled to AdamW's "
+        "update RMS (adjust_lr_fn='match_rms_adamw', Liu et al. 2025, arXiv 2502.16982: lr * "
+        "0.2 * sqrt(max(out, in))), so that lr, its schedule and weight_decay (decoupled, as "
+        "AdamW's) mean the same for both and one lr axis compares the two; Muon's momentum "
+        "0.95 (Nesterov) and 5 Newton-Schulz steps are torch's defaults, the authors'. Trains "
+        "alone, never in a stacked group")
     schedule: Literal["constant", "cosine", "linear", "inv_sqrt", "wsd"] = Field(
         "cosine", description="lr after warmup: constant, cosine or linear decay to the floor, "
         "lr * sqrt(warmup/step), or wsd (warmup-stable-decay: constant at lr, then a linear "
@@ -573,7 +584,8 @@ class TrainConfig(_Frozen):
         "linearly to 0 at the end (10-20% in the literature: Hu et al. 2024, MiniCPM; Hagele et "
         "al. 2024)")
     weight_decay: float = Field(
-        0.1, ge=0.0, description="AdamW decay of weight matrices (not norms, biases, embeddings)")
+        0.1, ge=0.0, description="decoupled decay of weight matrices (not norms, biases, "
+        "embeddings): AdamW's, and Muon's with optimizer: muon")
     beta1: float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1")
     beta2: float = Field(0.95, ge=0.0, lt=1.0, description="AdamW beta2")
     eps: float = Field(1e-8, gt=0.0, description="AdamW epsilon")
@@ -670,7 +682,7 @@ LABELS = ("name", "tags")
 # Train fields added after run ids were first issued: hashed only when set away from their
 # default, so every run recorded before they existed keeps its id (and its folder).
 HASHED_WHEN_SET = ("stall_margin", "keep_checkpoints", "extends", "decay_frac",
-                   "prores_steps")
+                   "prores_steps", "optimizer")
 # The same for model fields added later (the analysed settings of the theory claims).
 MODEL_HASHED_WHEN_SET = ("attention", "embedding", "placement_def", "qk_norm", "depth_param",
                          "depth_base", "depth_alpha")

@@ -98,6 +98,16 @@ class FinetuneConfig(_Frozen):
     log_every: int | None = Field(None, ge=1, description="steps between the loss curve's "
                                   "points; null: a fiftieth of the steps (at least 1)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_optimizer(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "optimizer" in data:
+            raise ValueError(
+                f"optimizer: fine-tuning trains with AdamW only (BERT's recipe), got "
+                f"{data['optimizer']!r}; a run trained with train.optimizer: muon is fine-tuned "
+                "with AdamW like any other: remove optimizer")
+        return data
+
     @field_validator(*_INTEGERS, mode="before")
     @classmethod
     def _not_a_bool(cls, value: Any) -> Any:

@@ -505,17 +505,17 @@ def _device(cfg: Any) -> str:
 
 
 def time_steps(cfg: Any, steps: int = 3, warmup_steps: int = 2) -> float:
-    """Seconds per steady training step (forward, backward, AdamW) of `cfg`'s model on random
-    bytes on its device (`train.device`), after `warmup_steps` untimed steps (first calls
+    """Seconds per steady training step (forward, backward, optimizer step) of `cfg`'s model on
+    random bytes on its device (`train.device`), after `warmup_steps` untimed steps (first calls
     allocate and pick kernels)."""
     from normlab.nn import build_model
-    from normlab.train.optim import adamw
+    from normlab.train.optim import build_optimizer
 
     device = _device(cfg)
     # a measurement: the caller's generators untouched
     with torch.random.fork_rng(devices=[0] if device == "cuda" else []):
         model = build_model(cfg.model, seed=0).to(device)
-        opt = adamw(model, cfg.train, fused=True)  # the optimizer a run uses
+        opt = build_optimizer(model, cfg.train, fused=True)  # the optimizer a run uses
         gen = torch.Generator().manual_seed(0)
         idx = torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.data.seq_len),
                             generator=gen).to(device)

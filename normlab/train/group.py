@@ -112,7 +112,10 @@ UNSTACKABLE_TRAIN = {"grad_accum": "gradient accumulation",
                      "deterministic": "deterministic algorithms",
                      "extends": "continuing another run's checkpoint",
                      # (each member's branch factors would need their own [M] ramp per block)
-                     "prores_steps": "ProRes residual warmup"}
+                     "prores_steps": "ProRes residual warmup",
+                     "optimizer": "Muon (Newton-Schulz orthogonalization of each member's own "
+                                  "[out, in] matrices, not StackedAdamW's elementwise step over "
+                                  "the stacked [M, out, in] parameters)"}
 UNSTACKABLE_MODEL = {"kind": "encoders", "dropout": "dropout",  # (`unstackable_reason` says why)
                      # (`StackedAdamW` takes one lr and eps per member, not CompleteP's groups)
                      "depth_param": "CompleteP's per-group learning rates and AdamW eps",

@@ -78,7 +78,7 @@ from normlab.train.numerics import (
     match_numerics,
     numerics_in_force,
 )
-from normlab.train.optim import adamw, fused_available
+from normlab.train.optim import build_optimizer, fused_available
 from normlab.train.perf import quick_peak_tflops, train_flops_per_token
 from normlab.train.precision import (
     Precision,
@@ -593,7 +593,7 @@ def _train_held(cfg: RunConfig, run_dir: Path, data: Any, dist: distributed.Dist
     model = build_model(cfg.model, seed=tc.seed, profile_batch=sampler.batch(0)[0]).to(device)
     if device.type != "cpu" and isinstance(sampler, BatchSampler):  # batches gathered there
         sampler = sampler.to(device)
-    optimizer = adamw(model, tc, fused=fused_available(device))
+    optimizer = build_optimizer(model, tc, fused=fused_available(device))
     spike = SpikeDetector(factor=tc.spike_factor, patience=tc.spike_patience)
     model.activation_checkpointing = tc.activation_checkpointing
     net = dist.wrap(model)

@@ -162,7 +162,8 @@ def test_the_default_margin_keeps_run_ids_recorded_before_it(tmp_path, corpus):
     c = cfg(corpus, *STALLS)
     old = c.to_dict()
     for key in ("stall_margin", "compile", "activation_checkpointing", "name", "tags",
-                "keep_checkpoints", "deterministic", "extends", "decay_frac", "prores_steps"):
+                "keep_checkpoints", "deterministic", "extends", "decay_frac", "prores_steps",
+                "optimizer"):
         del old["train"][key]
     for key in ("attention", "embedding", "placement_def", "qk_norm", "depth_param",
                 "depth_base", "depth_alpha"):  # model fields added later still
