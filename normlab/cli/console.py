@@ -9,7 +9,6 @@ must print as it is, not be read as a style tag. Styles are given as `style=` or
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -22,21 +21,9 @@ from rich.text import Text
 import normlab
 from normlab.warnings import NormlabNote, NormlabWarning
 
-
-def _width(stream: Any) -> int | None:
-    """Rich wraps at 80 columns when output is not a terminal; logs and CI read better wider.
-    A terminal's own width, or a width asked for with COLUMNS (as Rich reads it), is kept."""
-    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
-
-
-console = Console(width=_width(sys.stdout), markup=False)
-err_console = Console(stderr=True, width=_width(sys.stderr), markup=False)
-
-
-def fits_a_width(out: Console) -> bool:
-    """Whether a table printed on `out` should fit its width (a terminal, or COLUMNS given)
-    rather than be printed as wide as it needs (a file or a pipe, where nothing is folded)."""
-    return out.is_terminal or os.environ.get("COLUMNS", "").isdigit()
+# Rich wraps at 80 columns when output is not a terminal; logs and CI read better wider.
+console = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, markup=False)
 
 
 def fail(message: str, code: int = 2) -> None:

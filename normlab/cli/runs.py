@@ -31,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from normlab.cli.app import app
-from normlab.cli.console import console, fail, fits_a_width
+from normlab.cli.console import console, fail
 from normlab.sweep.state import read_sweep_file
 from normlab.train.listing import (
     applied,
@@ -76,7 +76,7 @@ def runs(root: Annotated[Path, typer.Argument(
         sys.stdout.write(render(listing.records(), listing.record_keys, format))
         return
     table = runs_table(root, listing=listing)
-    if fits_a_width(console) and not wide:
+    if console.is_terminal and not wide:
         if _natural_width(table) > console.width:
             table, dropped = terminal_table(_title(listing), runs_columns(listing, compact=True),
                                             console.width)

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from normlab.cli.app import app, check_output_folder, command_group, output_file
-from normlab.cli.console import console, fail, fits_a_width
+from normlab.cli.console import console, fail
 from normlab.cli.names import did_you_mean
 from normlab.config import ConfigError
 
@@ -187,7 +187,7 @@ def sweep_summarize(
         table, path = summarize(dir, format, out)
     except SummaryError as e:
         fail(str(e))
-    if path is None and fits_a_width(console):  # fitted to the terminal, nothing cut
+    if path is None and console.is_terminal:  # fitted to the terminal, nothing cut
         fitted, note = fit_rich(table, console.width)
         console.print(fitted)
         if note:

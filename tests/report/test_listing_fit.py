@@ -172,26 +172,3 @@ def test_sweep_summarize_fits_80_and_100_columns_without_cutting_a_run_id(mixed,
                 run["data.task"] == "khop")
         for head in ("train loss", "best val", "tok/s", "step"):
             assert head in heads or head in " ".join(after.split()), head
-
-
-@pytest.mark.parametrize("columns", [None, "80"])
-def test_a_pipe_gets_the_whole_table_unless_columns_asks_for_a_width(mixed, columns):
-    """`normlab runs | less` keeps every column unfolded; `COLUMNS=80 normlab runs | less` fits 80
-    columns as a terminal of 80 would (the console's width is read when the CLI starts)."""
-    import subprocess
-    import sys
-
-    from tests.subprocess_env import subprocess_env
-
-    env = subprocess_env()
-    env.pop("COLUMNS", None)
-    if columns:
-        env["COLUMNS"] = columns
-    p = subprocess.run([sys.executable, "-m", "normlab", "runs", str(mixed)], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    widest = max(len(line) for line in p.stdout.splitlines())
-    if columns:
-        assert widest <= 80 and "left out at 80 columns" in p.stdout
-    else:
-        assert widest > 100 and "left out" not in p.stdout
