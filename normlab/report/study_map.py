@@ -329,6 +329,8 @@ def study_map_figure(grids: TunedGrids):
         c.all_failed and ("diverged" if c.diverged >= c.stalled else "stalled") == o
         for r in rows for c in r.cells)]
     handles = [Patch(facecolor=COLORS[o], label=f"every seed {o}") for o in present]
+    if any(r.above_best(c) is None and not c.all_failed for r in rows for c in r.cells):
+        handles.append(Patch(facecolor=COLORS["not finished"], label="no loss recorded"))
     handles.append(Patch(fill=False, edgecolor="black", linewidth=2.2, label="best lr"))
     if not all(r.bracketed for r in rows if r.best_lr is not None):
         handles.append(Patch(fill=False, edgecolor="black", linewidth=2.2, linestyle="--",

@@ -262,5 +262,16 @@ def test_cells_are_no_wider_than_the_closest_columns():
     ax = study_map_figure(grids).axes[0]
     boxes = sorted((p.get_x(), p.get_x() + p.get_width()) for p in ax.patches
                    if (p.get_gid() or "").startswith("map cell"))
-    assert all(a[1] <= b[0] * (1 + 1e-9) for a, b in zip(boxes, boxes[1:]))
+    assert all(a[1] <= b[0] * (1 + 1e-9) for a, b in zip(boxes, boxes[1:], strict=False))
     assert math.isclose(boxes[0][1] / boxes[0][0], 1.5)
+
+
+def test_a_cell_without_a_loss_is_grey_and_says_so():
+    """A loss written as "NaN" (JSON has none) or missing: the cell is drawn, grey, with "-"."""
+    grid = _grid([0.001, 0.002], [2.5, "NaN"], [OK, OK], 0.001)
+    grids = tuned_grids([("C9", {"tuning": {"pre": grid}})])
+    fig = study_map_figure(grids)
+    cells, texts, _ = _drawn(fig)
+    assert cells[cell_gid(0, 0.002)] == to_hex(COLORS["not finished"])
+    assert texts[cell_gid(0, 0.002)] == "-"
+    assert "no loss recorded" in [t.get_text() for t in fig.legends[0].get_texts()]
