@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from normlab.report.numbers import fmt, is_number
+from normlab.report.numbers import is_number
 from normlab.sweep.maps import COLORS, draw_cell, loss_colormap, mark_cell, shade
 from normlab.sweep.plotting import PLACEMENT_STYLES, figure_bytes, new_figure
 
@@ -362,5 +362,6 @@ def study_map_svg(grids: TunedGrids, warmup_steps: Any = None) -> bytes | None:
         "border marks the row's best learning rate, dashed where it lies at the grid's edge "
         "(the optimum is not bracketed: it may lie beyond).")
     alt = (f"Heatmap of {len(rows)} tuned grids by learning rate: "
-           + "; ".join(f"{r.label}, best lr {fmt(r.best_lr)}" for r in rows) + ".")
+           + "; ".join(f"{r.label}, best lr {r.best_lr:g}" if r.best_lr else r.label
+                     for r in rows) + ".")
     return figure_bytes(fig, "svg", alt=alt, caption=caption)

@@ -275,3 +275,14 @@ def test_a_cell_without_a_loss_is_grey_and_says_so():
     assert cells[cell_gid(0, 0.002)] == to_hex(COLORS["not finished"])
     assert texts[cell_gid(0, 0.002)] == "-"
     assert "no loss recorded" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_a_tiny_study_renders_with_its_map(tiny_study_dir, tmp_path):
+    """A real study at profile `tiny`: its grids as the claims recorded them, each drawn."""
+    study = json.loads((tiny_study_dir / "study.json").read_text())
+    expected = tuned_grids([(c["id"], c.get("numbers") or {}) for c in study["claims"]])
+    assert expected.rows and not expected.notes
+    section = _map_section(_report(tiny_study_dir, tmp_path / "report.html"))
+    assert "<svg" in section and "Stability map" in section
+    drawn = re.findall(r'id="map-map cell (\d+) ([0-9.e-]+)"', section)
+    assert len(drawn) == sum(len(r.cells) for r in expected.rows)
