@@ -30,6 +30,7 @@ from normlab.report.numbers import (
 )
 from normlab.report.runs import RunsView, find_folders, href, read_runs, runs_view
 from normlab.report.study import ClaimView, Study
+from normlab.report.study_map import study_map_svg, tuned_grids
 from normlab.study.schema import VERDICTS, Effect
 from normlab.study.table import verdict_rows
 
@@ -259,6 +260,19 @@ def parts_text(h: dict[str, Any]) -> str:
     return "; ".join(out)
 
 
+def stability_map(study: Study) -> tuple[Figure | None, list[str]]:
+    """The study's stability map (`normlab.report.study_map`) and the notes on what it left
+    out; no figure when the study tuned nothing."""
+    grids = tuned_grids([(v.claim.id, v.claim.numbers) for v in study.claims])
+    settings = study.header.get("profile_settings")
+    warmup = settings.get("warmup") if isinstance(settings, dict) else None
+    try:
+        svg = study_map_svg(grids, warmup)
+    except Exception as e:  # a map is a bonus: its failure must not cost the whole report
+        return None, [*grids.notes, f"stability map unavailable: {type(e).__name__}: {e}"]
+    return (figure_from_bytes(svg, "map-") if svg else None), grids.notes
+
+
 def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
     h = study.header
     header = []
@@ -292,11 +306,13 @@ def study_context(study: Study, page_dir: Path) -> dict[str, Any]:
     counts = [(v, sum(c.claim.verdict == v for c in study.claims)) for v in VERDICTS]
     anchors = {v.claim.id: v.anchor for v in study.claims}
     rows = verdict_rows([{**v.claim.to_dict(), **v.extra} for v in study.claims])
+    map_figure, map_notes = stability_map(study)
     return {
         "verdict_rows": [(r, anchors.get(r.claim, "")) for r in rows],
         "title": f"normlab study ({h['profile']})" if h.get("profile") else "normlab study",
         "header": header, "counts": [(v, n) for v, n in counts if n],
         "settings": settings_table,
+        "stability_map": map_figure, "stability_notes": map_notes,
         "claims": [claim_page(study, v) for v in study.claims],
         "runs": runs, "runs_href": href(runs_dir, page_dir),
         "commit": h.get("git_commit") or ""}

@@ -219,27 +219,57 @@ def _fixed_text(table: SweepTable, skip: set[str]) -> str:
     return ", ".join(parts)
 
 
+def loss_colormap():
+    """The greens of completed cells, from dark (the lowest loss on a map, at 0) to pale (the
+    highest, at 1): one colormap for every panel, so panels compare, and for a colorbar."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    return ListedColormap(colormaps["Greens"](np.linspace(0.8, 0.2, 256)), name="normlab_loss")
+
+
+def shade(colormap, u: float) -> tuple[Any, bool]:
+    """The colour at `u` in [0, 1] of `loss_colormap` and whether it is dark (white text)."""
+    return colormap(min(max(u, 0.0), 1.0)), u < 0.4
+
+
 def _loss_shades(losses: list[float | None]):
     """Completed cells: a green from pale (the worst loss on the figure) to dark (the best),
     one scale for every panel so panels compare."""
-    from matplotlib import colormaps
-
     values = [v for v in losses if v is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
-    greens = colormaps["Greens"]
+    colormap = loss_colormap()
+    return lambda loss: shade(colormap, (loss - lo) / (hi - lo) if hi > lo else 0.5)
 
-    def shade(loss: float) -> tuple[Any, bool]:
-        t = 1.0 - (loss - lo) / (hi - lo) if hi > lo else 0.5
-        return greens(0.2 + 0.6 * t), t > 0.6
 
-    return shade
+def draw_cell(ax, box: tuple[float, float, float, float], center: tuple[float, float],
+              color: Any, text: str, *, dark: bool, gid: str | None = None) -> None:
+    """One cell of a map: the rectangle `box` (left, bottom, width, height) in `color` with a
+    white edge, `text` at `center` (white on a `dark` colour). `gid` names both artists (as
+    `gid` and `gid` + " text"), so that what was drawn can be read back."""
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle(box[:2], box[2], box[3], facecolor=color, edgecolor="white",
+                           linewidth=1.5, gid=gid))
+    ax.text(*center, text, ha="center", va="center", fontsize=7.5,
+            color="white" if dark else "black", gid=f"{gid} text" if gid else None)
+
+
+def mark_cell(ax, box: tuple[float, float, float, float], *, linestyle: Any = "-",
+              gid: str | None = None) -> None:
+    """The heavy border of a map's best cell, on `box` (a cell's box, a little inset)."""
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle(box[:2], box[2], box[3], fill=False, edgecolor="black",
+                           linewidth=2.2, linestyle=linestyle, gid=gid))
 
 
 def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = "train.warmup",
                   y: str = "train.lr", panel: str | None = "model.placement",
                   metric: str = "val_loss", title: str | None = None) -> MapInfo:
     """Write the heatmap PNG to `out`; returns what was drawn."""
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch
 
     table = _load(source)
     cells = aggregate(table, x, y, panel, metric)
@@ -253,7 +283,7 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
     fig = _figure(w * len(panels) + 0.4, max(2.8, 0.62 * len(ys) + 1.9))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     n_seeds = max((c.n for c in cells.values()), default=0)
-    shade = _loss_shades([c.mean_loss for c in cells.values() if c.category == "completed"])
+    loss_shade = _loss_shades([c.mean_loss for c in cells.values() if c.category == "completed"])
     for ax, pv in zip(axes, panels, strict=True):
         best = min(((c.mean_loss, k) for k, c in cells.items()
                     if k[0] == pv and c.mean_loss is not None and c.category == "completed"),
@@ -266,14 +296,11 @@ def stability_map(source: SweepTable | Path | str, out: Path | str, *, x: str = 
                 cat = cell.category
                 color, dark = COLORS[cat], cat in ("failed", "diverged")
                 if cat == "completed" and cell.mean_loss is not None:
-                    color, dark = shade(cell.mean_loss)
-                ax.add_patch(Rectangle((xi - 0.5, yi - 0.5), 1, 1, facecolor=color,
-                                       edgecolor="white", linewidth=1.5))
-                ax.text(xi, yi, cell.text(), ha="center", va="center", fontsize=7.5,
-                        color="white" if dark else "black")
+                    color, dark = loss_shade(cell.mean_loss)
+                draw_cell(ax, (xi - 0.5, yi - 0.5, 1, 1), (xi, yi), color, cell.text(),
+                          dark=dark)
                 if best is not None and best[1] == (pv, yv, xv):
-                    ax.add_patch(Rectangle((xi - 0.47, yi - 0.47), 0.94, 0.94, fill=False,
-                                           edgecolor="black", linewidth=2.2))
+                    mark_cell(ax, (xi - 0.47, yi - 0.47, 0.94, 0.94))
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_ylim(-0.5, len(ys) - 0.5)
         ax.set_xticks(range(len(xs)), [format_value(v) for v in xs])
