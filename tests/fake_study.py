@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from normlab.study.claims import c14_khop_depth, with_settings
 from normlab.study.context import MatchedPair, ProbedPair, ProbedRun, RunRecord, TunedGrid
 from normlab.study.profiles import PROFILES
 
@@ -106,7 +106,7 @@ class FakeStudy:
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
         self.device = "cpu"
-        self.profile = replace(PROFILES[profile], **(settings or {}))
+        self.profile = with_settings(PROFILES[profile], **(settings or {}))
         self.logged: list[str] = []
         self.log = self.logged.append
         self.claims: list[str] | None = None
@@ -213,8 +213,8 @@ class FakeStudy:
         recs = tuple(RunRecord(f"khop-{placement}-{blocks}-{s}", s,
                                "stalled" if stalled else "completed", 1.0 if stalled else 0.3,
                                stalled, val_loss=1.0 if stalled else 0.3) for s in range(SEEDS))
-        return TunedGrid(f"khop {placement}", self.profile.khop_warmup, (3e-3,), {3e-3: recs},
-                         3e-3, True)
+        warmup = c14_khop_depth.CLAIM.settings(self.profile).khop_warmup
+        return TunedGrid(f"khop {placement}", warmup, (3e-3,), {3e-3: recs}, 3e-3, True)
 
     def khop_calibration(self) -> dict[int, list[RunRecord]]:
         self.requests.append({"kind": "khop calibration"})

@@ -228,6 +228,30 @@ class ProbedPair:
         return cls(MatchedPair.from_json(d["pair"]), seeds)
 
 
+class WorkPlan(Protocol):
+    """What a claim's `work(plan)` hook adds to a study's time estimate
+    (`normlab.study.runner.estimate`) for the runs and work it asks for beyond the grids every
+    claim's `trains` names: nothing is trained, finished runs count 0 s.
+
+    `folder` is the study's folder (quiet), for run configs; `tuned(family, warmup)` a grid of
+    the profile's depth as its finished runs tune it (None while some are not finished);
+    `grid(...)` replays one more grid's tuning (`StudyFolder`'s rule) on `configs(lr)`, every
+    seed's run at an lr; `runs(configs)` counts runs; `later(configs)` counts runs that are
+    not known yet (as to train); `work(kind, units, cached, steps)` counts other work in
+    training steps of the profile's shape (`parallel`: shared by the workers)."""
+
+    folder: Any
+    profile: Profile
+
+    def tuned(self, family: str, warmup: int) -> TunedGrid | None: ...
+    def grid(self, label: str, warmup: int, start: Sequence[float],
+             configs: Callable[[float], list[Any]]) -> TunedGrid | None: ...
+    def runs(self, configs: list[Any]) -> None: ...
+    def later(self, configs: list[Any]) -> None: ...
+    def work(self, kind: str, units: int, cached: int, steps: float,
+             parallel: bool = False) -> None: ...
+
+
 class StudyContext(Protocol):
     """Everything a claim's `measure(ctx)` may read. Measurements are computed once per study
     and cached; a claim never trains or probes outside these methods."""

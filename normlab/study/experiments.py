@@ -270,20 +270,16 @@ class StudyFolder(StudyContext):
         self.train(configs)
 
     def tuned_specs(self) -> list[tuple[str, int]]:
-        """The `(family, warmup)` grids the selected claims tune (each claim's spec)."""
-        p = self.profile
+        """The `(family, warmup)` grids the selected claims tune in the profile
+        (`normlab.study.claims.trained_by_claim`)."""
         from normlab.study.claims import trained_by_claim
 
-        by_claim = trained_by_claim()
+        p = self.profile
+        by_claim = trained_by_claim(p)
         claims = self.claims if self.claims is not None else list(by_claim)
         specs: list[tuple[str, int]] = []
         for cid in claims:
             for family, with_warmup in by_claim.get(cid, ()):
-                if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
-                        p.same_inits:
-                    continue
-                if family == "pre_nofinal" and (not p.c11_trained_without or p.c11_blocks):
-                    continue  # not trained, or trained at the deep models' depth
                 spec = (family, p.warmup if with_warmup else 0)
                 if spec not in specs:
                     specs.append(spec)
@@ -514,7 +510,9 @@ class StudyFolder(StudyContext):
         `profile.c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
         "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
         a pair inside the warmup marked as such (left out by C10)."""
-        if self.profile.c10_pairs == "trajectories":
+        from normlab.study.claims import c10_transfer
+
+        if c10_transfer.CLAIM.settings(self.profile).c10_pairs == "trajectories":
             return self.trajectory_pairs(self.c10_trajectory_runs(), warmup=self.profile.warmup)
         pair = self.matched_pair()
         if not pair.found:
@@ -599,20 +597,25 @@ class StudyFolder(StudyContext):
                         for s in range(p.seeds)])
 
     def deep_families(self) -> list[str]:
-        """The families this study trains at `deep_blocks` blocks."""
-        return ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
+        """The families this study trains at `deep_blocks` blocks: pre and post, and C11's
+        where it decides at that depth in this study."""
+        from normlab.study.claims import c11_final_norm
 
-    def c11_deep(self) -> bool:
-        """C11 decides at the deep models' depth (`profile.c11_blocks`) in this study."""
-        p = self.profile
-        return bool(p.deep_blocks) and p.c11_blocks == p.deep_blocks and p.c11_trained_without \
-            and (self.claims is None or "C11" in self.claims)
+        c11 = self.claims is None or "C11" in self.claims
+        return ["pre", "post"] + (list(c11_final_norm.deep_families(self.profile)) if c11
+                                  else [])
 
     # -- the k-hop task (C14) ---------------------------------------------------------------------
+    def khop_settings(self) -> Any:
+        """C14's settings in this study's profile (its k-hop sizes)."""
+        from normlab.study.claims import c14_khop_depth
+
+        return c14_khop_depth.CLAIM.settings(self.profile)
+
     def khop_config(self, placement: str, lr: float, seed: int, blocks: int) -> RunConfig:
         """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
         `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
-        p = self.profile
+        p = self.khop_settings()
         steps = p.khop_steps
         return self.placed([
             f"model.placement={placement}", f"model.n_blocks={blocks}",
@@ -632,7 +635,7 @@ class StudyFolder(StudyContext):
         scored by validation loss over the answered positions), `khop_seeds` seeds. Every
         placement and depth of the profile not yet tuned is tuned with it (`_tune_together`):
         their first grids, and then each round of their extensions, train in one go."""
-        p = self.profile
+        p = self.khop_settings()
         key = f"khop:{placement}:{blocks}"
         if key in self._memo:
             return self._memo[key]
@@ -665,7 +668,7 @@ class StudyFolder(StudyContext):
         (`normlab.study.khop_source.calibration_sets`) at the profile's calibration budget."""
         from normlab.study.khop_source import calibration_sets
 
-        p = self.profile
+        p = self.khop_settings()
         return self.placed(calibration_sets(blocks, seed, p.khop_cal_steps, p.khop_cal_lr,
                                             p.khop_cal_warmup, p.khop_cal_eval_batches))
 
@@ -677,7 +680,7 @@ class StudyFolder(StudyContext):
 
         if "khop_calibration" in self._memo:
             return self._memo["khop_calibration"]
-        p = self.profile
+        p = self.khop_settings()
         cells = [(d, s) for d in load_table().depths(WIDTH) for s in range(p.khop_cal_seeds)]
         cfgs = [self.khop_calibration_config(s, d) for d, s in cells]
         out: dict[int, list[RunRecord]] = {d: [] for d, _s in cells}
@@ -694,7 +697,7 @@ class StudyFolder(StudyContext):
         profile's `khop_max_hops`)."""
         from normlab.train import read_summary
 
-        hops = range(1, self.profile.khop_max_hops + 1) if hops is None else hops
+        hops = range(1, self.khop_settings().khop_max_hops + 1) if hops is None else hops
         out = []
         for r in records:
             summary = read_summary(self.runs_root / r.run_id) or {}
@@ -827,15 +830,6 @@ TRAINING_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre_xavier_wsd": ("pre", {"init": "xavier"}),
     "post_gpt2_wsd": ("post", {"init": "gpt2_scaled"}),
 }
-
-# The init a family shares with the other placement's paper family (C9's same-init pairings:
-# profile.same_inits says which the profile trains).
-SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled",
-                      # C9's runs, under the wsd schedule (docs/study.md, C9): the Xavier
-                      # pairing (pre_xavier_wsd vs post_wsd) and the GPT-2-scaled one (pre_wsd
-                      # vs post_gpt2_wsd)
-                      "pre_xavier_wsd": "xavier", "post_wsd": "xavier",
-                      "pre_wsd": "gpt2_scaled", "post_gpt2_wsd": "gpt2_scaled"}
 
 # Train fields a family sets beyond the profile's (C9's families: the wsd schedule, whose end of
 # the stable phase is where its convergence premise is read).

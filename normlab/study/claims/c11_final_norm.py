@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from normlab.probe.fits import mean_ci
@@ -18,9 +19,27 @@ from normlab.study.claims.common import (
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
+from normlab.study.profiles import Profile
 from normlab.study.schema import ClaimResult
 
 _SRC = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C11's own settings."""
+
+    # also tune pre without a final norm on its own grid (else the ablation alone decides)
+    c11_trained_without: bool = True
+    # the depth at which pre with and without a final norm are compared (None: the profile's
+    # train_blocks; its deep_blocks: the deep runs, tuned at that depth)
+    c11_blocks: int | None = None
+
+
+# each profile's (the others: the defaults)
+SETTINGS = {"quick": Settings(c11_trained_without=False), "long": Settings(c11_blocks=12),
+            "gpu": Settings(c11_blocks=24)}
 
 CLAIM = Claim(
     id="C11", title="Pre-LN needs a final norm",
@@ -32,6 +51,7 @@ CLAIM = Claim(
     setting="Pre-LN language models (GPT-2: 12-48 blocks)",
     paper="GPT-2 added the final norm; no published loss gap at this size.",
     trains=(("pre", True), ("post", True), ("pre_nofinal", True)),
+    settings_class=Settings, per_profile=SETTINGS,
     predictions=(
         PredictionSpec("pre, trained without vs with",
                        "val loss(no final norm, tuned) - val loss(final norm, tuned)",
@@ -61,30 +81,46 @@ CLAIM = Claim(
 )
 
 
+def grids(profile: Profile) -> tuple[tuple[str, bool], ...]:
+    """The grids C11 tunes at the profile's depth: pre without a final norm only where it is
+    trained (`c11_trained_without`) and not at the deep models' depth (`c11_blocks`)."""
+    own = CLAIM.settings(profile)
+    return tuple(g for g in CLAIM.trains if g[0] != "pre_nofinal"
+                 or (own.c11_trained_without and not own.c11_blocks))
+
+
+def deep_families(profile: Profile) -> tuple[str, ...]:
+    """The families C11 adds to the deep runs: pre without a final norm where C11 decides at
+    the deep models' depth."""
+    own = CLAIM.settings(profile)
+    deep = bool(profile.deep_blocks) and own.c11_blocks == profile.deep_blocks
+    return ("pre_nofinal",) if deep and own.c11_trained_without else ()
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
-    p = ctx.profile
+    p, own = ctx.profile, CLAIM.settings(ctx.profile)
     # the depth the trained comparison is made at: the 6-block runs, or (c11_blocks) the deep
     # runs, each family tuned at that depth
-    blocks = p.c11_blocks or p.train_blocks
-    at = {"blocks": p.c11_blocks} if p.c11_blocks else {}
-    if p.c11_blocks:
+    blocks = own.c11_blocks or p.train_blocks
+    at = {"blocks": own.c11_blocks} if own.c11_blocks else {}
+    if own.c11_blocks:
         ctx.prefetch_deep()  # its deep runs and C12's, trained in one go
     on = ctx.tuned("pre", **at)
-    off = ctx.tuned("pre_nofinal", **at) if p.c11_trained_without else None
+    off = ctx.tuned("pre_nofinal", **at) if own.c11_trained_without else None
     predictions = []
     if off is not None:
         where = {"subject": f"pre, trained without vs with, {blocks} blocks"} \
-            if p.c11_blocks else {}
+            if own.c11_blocks else {}
         predictions.append(CLAIM.predict("pre, trained without vs with",
                                          _per_seed(off.best, on.best), **where))
-    shallow_grid = ctx.tuned("pre") if p.c11_blocks else on
+    shallow_grid = ctx.tuned("pre") if own.c11_blocks else on
     shallow_measures = ctx.final_norm_measures(shallow_grid.best)
     shallow = [m["cost"] for m in shallow_measures]
     predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
                                      subject=f"pre, {p.train_blocks} blocks"))
     tuned = [on] if off is None else [on, off]
     numbers: dict[str, Any] = {
-        **({"blocks": blocks} if p.c11_blocks else {}),
+        **({"blocks": blocks} if own.c11_blocks else {}),
         "tuning": {"with": on.numbers()} | ({} if off is None else {"without": off.numbers()}),
         f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
     note = _bracket_note(*tuned)
@@ -95,7 +131,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
                 + note).strip()
     if ctx.claims is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
-    deep = on if p.c11_blocks == p.deep_blocks and p.c11_blocks else ctx.deep_grid("pre")
+    deep = on if own.c11_blocks == p.deep_blocks and own.c11_blocks else ctx.deep_grid("pre")
     deep_measures = ctx.final_norm_measures(deep.best) if deep is not None else []
     deep_cost = [m["cost"] for m in deep_measures]
     if deep_cost:
@@ -144,4 +180,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
     return result
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, grids=grids)

@@ -11,7 +11,7 @@ reveals that transformers trained on the task obey the same threshold".
 
 Design (docs/study.md, C14; the size is the smallest at which depth visibly mattered in the
 feasibility search, `scripts/khop_feasibility.py`, docs/results/khop_feasibility): each placement
-of `profile.khop_placements` at each depth of `profile.khop_depths`, tuned on its own lr grid
+of `khop_placements` at each depth of `khop_depths`, tuned on its own lr grid
 (`StudyContext.khop_tuned`: extended at an edge that wins, scored by validation loss), paired
 seeds. Per run, the final validation accuracy per hop count; per seed its *hop score*, the mean
 accuracy over hop counts 1..K, and the *hops solved*, the largest k such that every hop count up
@@ -34,7 +34,7 @@ In the long profile (2-3 blocks) the large-t premise fails by construction, so C
 there: it decides nothing and reports the numbers a deciding design needs (docs/study.md, C14,
 and the design review of the long profile).
 
-Calibration rung (`profile.khop_calibration`; docs/study.md, C14; fixed before any of its runs):
+Calibration rung (`khop_calibration`; docs/study.md, C14; fixed before any of its runs):
 before the placements are compared, pre is trained in Sanford et al.'s own setting (their
 released configs, `normlab.study.khop_source`) at depths 2-6, and for each hop count 1-16 the
 smallest depth whose seed-mean error is at most 0.1 is compared with the same depth read from
@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from normlab.probe.fits import mean_ci
@@ -62,7 +63,7 @@ from normlab.study.claims.common import (
     not_decided,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import RunRecord, StudyContext, TunedGrid
+from normlab.study.context import RunRecord, StudyContext, TunedGrid, WorkPlan
 from normlab.study.khop_source import (
     MAX_HOPS,
     SOLVED_ERROR,
@@ -91,6 +92,56 @@ _PAPER = ("Sanford et al.'s released errors (GPT-2, width 128, 4 heads, 100 toke
           + ", ".join(f"{d}: {k}" for d, k in PAPER_SOLVED.items())
           + " (16: every hop count tried); the seed gives no number.")
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C14's own sizes: the k-hop models (data.task: khop), each placement at each depth tuned
+    on its own lr grid; the size is the smallest at which depth mattered in the feasibility
+    search (docs/study.md, C14). No depths: C14 not run."""
+
+    khop_depths: tuple[int, ...] = ()
+    khop_placements: tuple[str, ...] = ("pre", "post", "deepnorm", "mix", "lns")
+    khop_width: int = 64
+    khop_heads: int = 4
+    khop_seq_len: int = 32
+    khop_alphabet: int = 4
+    khop_max_hops: int = 3
+    khop_steps: int = 1200
+    khop_batch_size: int = 32
+    khop_lrs: tuple[float, ...] = (1.5e-3, 3e-3, 6e-3)
+    khop_warmup: int = 100
+    khop_seeds: int = 3
+    khop_eval_batches: int = 8
+    # the calibration rung (docs/study.md, C14): before the placements are compared, pre is
+    # trained in Sanford et al.'s own setting (their released configs: width 128, 4 heads,
+    # depths 2-6, 99 tokens over 4 letters, hops 0-16, batch 32, their targets and optimizer;
+    # normlab.study.khop_source) for `khop_cal_steps` steps at the fixed lr `khop_cal_lr`, and
+    # the smallest depth that solves each hop count is compared with theirs. Off: not run.
+    khop_calibration: bool = False
+    khop_cal_steps: int = 10_000  # a tenth of their 100,000
+    khop_cal_lr: float = 1e-3  # ten times their 1e-4: the same lr x steps
+    khop_cal_warmup: int = 100  # their 1000 of 100,000 steps: 1%
+    # one run per depth, as their table has: their dropout (0.1) keeps runs from being stacked,
+    # so each seed costs a full run per depth
+    khop_cal_seeds: int = 1
+    khop_cal_eval_batches: int = 54  # 1728 sequences: at least 100 per hop count, as theirs
+
+
+# each profile's (the others: the defaults, no k-hop models)
+SETTINGS = {
+    "tiny": Settings(khop_depths=(1, 2), khop_placements=("pre", "post"), khop_width=16,
+                     khop_heads=2, khop_seq_len=12, khop_max_hops=2, khop_steps=8,
+                     khop_batch_size=8, khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2,
+                     khop_eval_batches=1),
+    "long": Settings(khop_depths=(2, 3)),
+    # designed before any of its runs (docs/study.md, "The gpu profile")
+    "gpu": Settings(khop_depths=(2, 3, 4, 6), khop_placements=("pre", "post"), khop_width=128,
+                    khop_heads=4, khop_seq_len=64, khop_max_hops=8, khop_steps=3000,
+                    khop_batch_size=32, khop_lrs=(1e-3, 3e-3), khop_warmup=150, khop_seeds=4,
+                    khop_calibration=True),
+}
+
 CLAIM = Claim(
     id="C14", title="Pre-LN is effectively shallower: it solves fewer hops at equal depth",
     statement="At equal depth and training budget, a Pre-LN decoder solves fewer hops of the "
@@ -105,6 +156,7 @@ CLAIM = Claim(
             "sequences of 100 tokens over 4 letters, hop counts 0-16, 100,000 steps of 32 "
             "(the released configs); the seed: deep Pre-LN models, no size",
     paper=_PAPER,
+    settings_class=Settings, per_profile=SETTINGS,
     needs=(f"k-hop models of {2 * SHALLOW_BLOCKS} blocks or more (the deeper half past block "
            f"{SHALLOW_BLOCKS}) on hop counts that such a depth needs (by Sanford et al.'s "
            "relation, hops of 16 and more, sequences of 100 tokens or more), each placement "
@@ -177,7 +229,7 @@ def calibration_decision(ours: Mapping[int, Mapping[int, float]],
 def calibration_rung(ctx: StudyContext) -> dict[str, Any]:
     """Train (or read) pre in Sanford et al.'s setting (`ctx.khop_calibration`) and decide the
     rung against their released errors; its numbers for the claim's result."""
-    p = ctx.profile
+    p = CLAIM.settings(ctx.profile)
     table = load_table()
     runs: dict[int, list[RunRecord]] = ctx.khop_calibration()
     acc = {d: ctx.khop_accuracy(recs, CAL_HOPS) for d, recs in runs.items()}
@@ -223,7 +275,7 @@ def calibration_words(cal: Mapping[str, Any]) -> str:
 
 
 def measure(ctx: StudyContext) -> ClaimResult:
-    p = ctx.profile
+    p = CLAIM.settings(ctx.profile)
     method = ("The k-hop induction heads task (normlab.data.khop): each placement at each "
               "depth tuned on its own lr grid, paired seeds; per run the final validation "
               "accuracy per hop count; per seed the hop score (mean accuracy over hop counts) "
@@ -303,4 +355,20 @@ def measure(ctx: StudyContext) -> ClaimResult:
     return result
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """C14's runs: each placement at each depth over its own lr grid on the k-hop task, and
+    the calibration rung's runs where the profile has it."""
+    own = CLAIM.settings(plan.profile)
+    if not own.khop_depths:
+        return
+    for pl in own.khop_placements:
+        for d in own.khop_depths:
+            plan.grid(f"khop {pl}, {d} blocks", own.khop_warmup, own.khop_lrs,
+                      lambda lr, pl=pl, d=d: [plan.folder.khop_config(pl, lr, s, d)
+                                              for s in range(own.khop_seeds)])
+    if own.khop_calibration:  # pre in Sanford et al.'s setting
+        plan.runs([plan.folder.khop_calibration_config(s, d) for d in load_table().depths(WIDTH)
+                   for s in range(own.khop_cal_seeds)])
+
+
+CLAIM = CLAIM.bind(measure, work=work)
