@@ -507,7 +507,7 @@ class StudyFolder(StudyContext):
 
     def c10_checkpoints(self) -> list[Pretrained]:
         """The pre and post checkpoints C10 fine-tunes, one per placement and seed: with
-        `profile.c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
+        C10's `c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
         "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
         a pair inside the warmup marked as such (left out by C10)."""
         from normlab.study.claims import c10_transfer
