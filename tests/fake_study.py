@@ -12,6 +12,9 @@ claim's rule is tested without training or building a model.
   `unbracketed_<family>` its best at an edge;
   `fn<blocks>` the cost of dropping the final norm (`rms<blocks>`, `rms<blocks>_init` the raw
   final stream's RMS); `deep_seeds` the deep runs' seeds.
+- **A claim's own measurements** (`own(measurement, ...)`): the fake's planted method of the
+  measurement's name: C10's `c10_checkpoints`, C11's `final_norm_measures` (above) and C14's
+  k-hop measurements (below).
 - **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
   per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
   `stalled_khop_<placement>` every seed stalled. C14's calibration rung (`khop_calibration`):
@@ -117,6 +120,11 @@ class FakeStudy:
         self.requests: list[dict[str, Any]] = []
         self.cached_names: list[str] = []
         self._late: dict[int, float] = {}  # per record (by identity): its planted late fall
+
+    def own(self, measurement, *args) -> Any:
+        """A claim's own measurement (`StudyContext.own`): this fake's planted one of the same
+        name."""
+        return getattr(self, measurement.__name__)(*args)
 
     def cached(self, name: str, compute) -> Any:
         """Computes every time, recording the name in `cached_names`."""

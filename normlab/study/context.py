@@ -253,8 +253,10 @@ class WorkPlan(Protocol):
 
 
 class StudyContext(Protocol):
-    """Everything a claim's `measure(ctx)` may read. Measurements are computed once per study
-    and cached; a claim never trains or probes outside these methods."""
+    """Everything a claim's `measure(ctx)` may read: the primitives the claims share.
+    Measurements are computed once per study and cached; a claim never trains or probes
+    outside these methods, and a measurement of its own is a function of its module that it
+    runs through `own` (on the study's folder, from these primitives)."""
 
     out: Path
     fig_dir: Path
@@ -286,17 +288,14 @@ class StudyContext(Protocol):
     def deep_grid(self, placement: str) -> TunedGrid | None: ...
     def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25,
                          end: int | None = None) -> list[float]: ...
-    def final_norm_measures(self, records: Sequence[RunRecord]) -> list[dict[str, float]]: ...
 
-    # the k-hop task (C14)
-    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid: ...
-    def khop_accuracy(self, records: Sequence[RunRecord], hops: Sequence[int] | None = None
-                      ) -> list[dict[int, float]]: ...
-    def khop_calibration(self) -> dict[int, list[RunRecord]]: ...
+    # a claim's own measurement: `measurement(folder, *args)`, a function of the claim's
+    # module built from the shared primitives (`StudyFolder.own`); the claim tests' fake serves
+    # a planted one by the function's name
+    def own(self, measurement: Callable[..., Any], *args: Any) -> Any: ...
 
     # trained models
     def trained_probes(self) -> ProbedPair: ...
     def init_probes(self) -> ProbedPair:
         """Stream, merge and drop probes of `trained_probes`' runs' own models at step 0."""
-    def c10_checkpoints(self) -> list[Pretrained]: ...
     def c12_checkpoints(self) -> list[Pretrained]: ...

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from normlab.cli import app
 from normlab.config import ConfigError
 from normlab.study.claims import REGISTRY
+from normlab.study.claims.c14_khop_depth import khop_config
 from normlab.study.context import EX_TEMPFAIL, TimeLimit, TimeLimitReached
 from normlab.study.devices import study_device
 from normlab.study.experiments import StudyFolder
@@ -117,7 +118,7 @@ def test_every_run_of_the_study_takes_its_device(tmp_path):
         assert ctx.family_config("pre", 1e-3, 2, 0).train.device == device
         assert ctx.family_config("post", 1e-3, 2, 1, blocks=TINY.deep_blocks or 8,
                                  trajectory=True).train.device == device
-        assert ctx.khop_config("pre", 1e-3, 0, 2).train.device == device
+        assert khop_config(ctx, "pre", 1e-3, 0, 2).train.device == device
         assert _StepTimer(1, device).train_config(TINY).train.device == device
     # the device is part of a run's id: a study continued elsewhere reuses by `placed`
     assert on_gpu.family_config("pre", 1e-3, 2, 0).run_id() != \

@@ -31,7 +31,7 @@ Checkpoints come as :class:`Pretrained` records, paired by seed at matched loss
 come from is the claim's ``c10_pairs`` (``Settings``): the tuned cells whose mean losses are
 closest, or (the long profile) each placement trained again at its own tuned lr keeping its
 weights along the way, each seed's pair the most trained kept checkpoints within the tolerance
-(``StudyContext.c10_checkpoints``); a pretrained checkpoint kept along a run is fine-tuned from
+(:func:`c10_checkpoints`); a pretrained checkpoint kept along a run is fine-tuned from
 that step.
 
 The frozen linear probe (``Settings.finetune_probe``, on in the long profile): each matched
@@ -79,7 +79,8 @@ from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import claim_result, matched_pairs
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext, WorkPlan
+from normlab.study.context import RunRecord, StudyContext, WorkPlan
+from normlab.study.experiments import StudyFolder, record
 from normlab.study.profiles import Profile
 from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 
@@ -374,10 +375,46 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
     return out
 
 
+# -- C10's own measurements, run on the study's folder (`StudyContext.own`) -------------------
+def c10_checkpoints(folder: StudyFolder) -> list[Pretrained]:
+    """The pre and post checkpoints C10 fine-tunes, one per placement and seed: with
+    `c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
+    "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
+    a pair inside the warmup marked as such (left out by C10)."""
+    if CLAIM.settings(folder.profile).c10_pairs == "trajectories":
+        return folder.trajectory_pairs(c10_trajectory_runs(folder), warmup=folder.profile.warmup)
+    pair = folder.matched_pair()
+    if not pair.found:
+        return []
+    out = []
+    for pl in ("pre", "post"):
+        for r in folder.tuned(pl).cell(pair.lr(pl)):  # type: ignore[arg-type]
+            out.append(Pretrained(pl, r.seed, folder.runs_root / r.run_id,
+                                  r.val_loss if r.val_loss is not None else math.nan,
+                                  r.outcome))
+    return out
+
+
+def c10_trajectory_runs(folder: StudyFolder) -> dict[str, dict[int, RunRecord]]:
+    """Pre and post at the profile's depth, each at its own tuned lr (`tuned`, with
+    warmup), every seed trained again keeping its weights `deep_evals` times along the
+    way (the same model, data and schedule as the tuned cell: only evaluations and kept
+    weights differ). C10's pairs are taken along them (docs/study.md, C10)."""
+    p = folder.profile
+    configs = {(pl, s): folder.family_config(pl, folder.tuned(pl).best_lr, p.warmup, s,
+                                           trajectory=True)
+               for pl in PRE_POST for s in range(p.seeds)}
+    summaries = folder.train(list(configs.values()))
+    out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PRE_POST}
+    for ((pl, s), cfg), summary in zip(configs.items(), summaries, strict=True):
+        out[pl][s] = record(cfg, summary, lr=cfg.train.lr, warmup=p.warmup, seed=s)
+    return out
+
+
 def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
             ) -> ClaimResult:
     title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
-    given = list(ctx.c10_checkpoints() if checkpoints is None else checkpoints)
+    given = list(ctx.own(c10_checkpoints) if checkpoints is None else checkpoints)
     s = c10_settings(ctx)
     p = ctx.profile
     pairing = ("paired by seed" if CLAIM.settings(p).c10_pairs == "cells" else
@@ -482,7 +519,7 @@ def work(plan: WorkPlan) -> None:
                    for pl, g in (("pre", pre), ("post", post)) for s in range(p.seeds)])
     pairs = p.seeds
     if pre is not None and post is not None and own.c10_pairs == "cells":
-        pairs = len(matched_pairs(plan.folder.c10_checkpoints(), p.match_tolerance)[0])
+        pairs = len(matched_pairs(c10_checkpoints(plan.folder), p.match_tolerance)[0])
     if not pairs:
         return
     per_seed, steps = finetune_units(p)

@@ -12,7 +12,7 @@ reveals that transformers trained on the task obey the same threshold".
 Design (docs/study.md, C14; the size is the smallest at which depth visibly mattered in the
 feasibility search, `scripts/khop_feasibility.py`, docs/results/khop_feasibility): each placement
 of `khop_placements` at each depth of `khop_depths`, tuned on its own lr grid
-(`StudyContext.khop_tuned`: extended at an edge that wins, scored by validation loss), paired
+(`khop_tuned`: extended at an edge that wins, scored by validation loss), paired
 seeds. Per run, the final validation accuracy per hop count; per seed its *hop score*, the mean
 accuracy over hop counts 1..K, and the *hops solved*, the largest k such that every hop count up
 to k is answered with accuracy >= 0.9 (reported with its interval).
@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from normlab.config import RunConfig
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
@@ -64,6 +65,7 @@ from normlab.study.claims.common import (
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import RunRecord, StudyContext, TunedGrid, WorkPlan
+from normlab.study.experiments import Grid, StudyFolder, record
 from normlab.study.khop_source import (
     MAX_HOPS,
     SOLVED_ERROR,
@@ -184,6 +186,105 @@ CLAIM = Claim(
 )
 
 
+# -- C14's own measurements, run on the study's folder (`StudyContext.own`) -------------------
+def khop_config(folder: StudyFolder, placement: str, lr: float, seed: int, blocks: int
+                ) -> RunConfig:
+    """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
+    `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
+    p = CLAIM.settings(folder.profile)
+    steps = p.khop_steps
+    return folder.placed([
+        f"model.placement={placement}", f"model.n_blocks={blocks}",
+        f"model.d_model={p.khop_width}", f"model.n_heads={p.khop_heads}",
+        f"model.max_seq_len={p.khop_seq_len}",
+        f"model.vocab_size={p.khop_alphabet + p.khop_max_hops}",
+        "data.task=khop", f"data.khop_alphabet={p.khop_alphabet}", "data.khop_min_hops=1",
+        f"data.khop_max_hops={p.khop_max_hops}", f"data.seq_len={p.khop_seq_len}",
+        f"train.steps={steps}", f"train.batch_size={p.khop_batch_size}", f"train.lr={lr}",
+        f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
+        f"train.eval_every={max(1, steps // 4)}",
+        f"train.eval_batches={p.khop_eval_batches}",
+        f"train.log_every={max(1, steps // 10)}"])
+
+
+def khop_tuned(folder: StudyFolder, placement: str, blocks: int) -> TunedGrid:
+    """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,
+    scored by validation loss over the answered positions), `khop_seeds` seeds. Every
+    placement and depth of the profile not yet tuned is tuned with it (`tune_together`):
+    their first grids, and then each round of their extensions, train in one go."""
+    p = CLAIM.settings(folder.profile)
+    key = f"khop:{placement}:{blocks}"
+    if key in folder.memo:
+        return folder.memo[key]
+    cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
+             if f"khop:{pl}:{d}" not in folder.memo]
+    if (placement, blocks) not in cells:
+        cells.append((placement, blocks))
+    seeds = range(p.khop_seeds)
+
+    def grid(pl: str, depth: int) -> Grid:
+        def configs(lrs: list[float]) -> list[RunConfig]:
+            return [khop_config(folder, pl, lr, s, depth) for lr in lrs for s in seeds]
+
+        def read(lrs: list[float]) -> dict[float, list[RunRecord]]:
+            cfgs = configs(lrs)  # in the order of (lr, seed) below
+            out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
+            for (lr, s), cfg, summary in zip(((lr, s) for lr in lrs for s in seeds), cfgs,
+                                             folder.train(cfgs), strict=True):
+                out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
+            return out
+
+        return Grid(f"khop {pl}, {depth} blocks", p.khop_warmup, p.khop_lrs, configs, read)
+
+    folder.memo.update(folder.tune_together(
+        {f"khop:{pl}:{d}": grid(pl, d) for pl, d in cells}))
+    return folder.memo[key]
+
+
+def khop_calibration_config(folder: StudyFolder, seed: int, blocks: int) -> RunConfig:
+    """One run of C14's calibration rung: pre at `blocks` blocks in Sanford et al.'s setting
+    (`normlab.study.khop_source.calibration_sets`) at the profile's calibration budget."""
+    from normlab.study.khop_source import calibration_sets
+
+    p = CLAIM.settings(folder.profile)
+    return folder.placed(calibration_sets(blocks, seed, p.khop_cal_steps, p.khop_cal_lr,
+                                        p.khop_cal_warmup, p.khop_cal_eval_batches))
+
+
+def khop_calibration(folder: StudyFolder) -> dict[int, list[RunRecord]]:
+    """C14's calibration rung: pre at each depth of Sanford et al.'s table, `khop_cal_seeds`
+    seeds at the fixed lr `khop_cal_lr`, all trained in one go; per depth, the records in
+    the order of the seeds."""
+    from normlab.study.khop_source import WIDTH, load_table
+
+    if "khop_calibration" in folder.memo:
+        return folder.memo["khop_calibration"]
+    p = CLAIM.settings(folder.profile)
+    cells = [(d, s) for d in load_table().depths(WIDTH) for s in range(p.khop_cal_seeds)]
+    cfgs = [khop_calibration_config(folder, s, d) for d, s in cells]
+    out: dict[int, list[RunRecord]] = {d: [] for d, _s in cells}
+    for (d, s), cfg, summary in zip(cells, cfgs, folder.train(cfgs), strict=True):
+        out[d].append(record(cfg, summary, lr=p.khop_cal_lr, warmup=p.khop_cal_warmup,
+                             seed=s))
+    folder.memo["khop_calibration"] = out
+    return out
+
+
+def khop_accuracy(folder: StudyFolder, records: Sequence[RunRecord],
+                  hops: Sequence[int] | None = None) -> list[dict[int, float]]:
+    """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its
+    summary; nan for a hop count it did not record), for `hops` (default: 1 to the
+    profile's `khop_max_hops`)."""
+    from normlab.train import read_summary
+
+    hops = range(1, CLAIM.settings(folder.profile).khop_max_hops + 1) if hops is None else hops
+    out = []
+    for r in records:
+        summary = read_summary(folder.runs_root / r.run_id) or {}
+        out.append({k: float(summary.get(f"val_acc_hop{k}", math.nan)) for k in hops})
+    return out
+
+
 def hops_solved(acc: Mapping[int, float], level: float = SOLVED) -> int:
     """The largest k such that every hop count 1..k has accuracy >= `level` (0: none)."""
     k = 0
@@ -227,12 +328,12 @@ def calibration_decision(ours: Mapping[int, Mapping[int, float]],
 
 
 def calibration_rung(ctx: StudyContext) -> dict[str, Any]:
-    """Train (or read) pre in Sanford et al.'s setting (`ctx.khop_calibration`) and decide the
+    """Train (or read) pre in Sanford et al.'s setting (`khop_calibration`) and decide the
     rung against their released errors; its numbers for the claim's result."""
     p = CLAIM.settings(ctx.profile)
     table = load_table()
-    runs: dict[int, list[RunRecord]] = ctx.khop_calibration()
-    acc = {d: ctx.khop_accuracy(recs, CAL_HOPS) for d, recs in runs.items()}
+    runs: dict[int, list[RunRecord]] = ctx.own(khop_calibration)
+    acc = {d: ctx.own(khop_accuracy, recs, CAL_HOPS) for d, recs in runs.items()}
 
     def mean_error(per_seed: list[dict[int, float]], k: int) -> float:
         values = [a[k] for a in per_seed if not math.isnan(a[k])]
@@ -287,8 +388,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # the calibration rung first: the source's table in its own setting
     cal = calibration_rung(ctx) if p.khop_calibration else None
     grids: dict[tuple[str, int], TunedGrid] = {
-        (pl, d): ctx.khop_tuned(pl, d) for pl in p.khop_placements for d in depths}
-    acc = {key: ctx.khop_accuracy(g.best) for key, g in grids.items()}
+        (pl, d): ctx.own(khop_tuned, pl, d) for pl in p.khop_placements for d in depths}
+    acc = {key: ctx.own(khop_accuracy, g.best) for key, g in grids.items()}
     score = {key: [hop_score(a) for a in runs] for key, runs in acc.items()}
     solved = {key: [float(hops_solved(a)) for a in runs] for key, runs in acc.items()}
 
@@ -364,11 +465,11 @@ def work(plan: WorkPlan) -> None:
     for pl in own.khop_placements:
         for d in own.khop_depths:
             plan.grid(f"khop {pl}, {d} blocks", own.khop_warmup, own.khop_lrs,
-                      lambda lr, pl=pl, d=d: [plan.folder.khop_config(pl, lr, s, d)
+                      lambda lr, pl=pl, d=d: [khop_config(plan.folder, pl, lr, s, d)
                                               for s in range(own.khop_seeds)])
     if own.khop_calibration:  # pre in Sanford et al.'s setting
-        plan.runs([plan.folder.khop_calibration_config(s, d) for d in load_table().depths(WIDTH)
-                   for s in range(own.khop_cal_seeds)])
+        plan.runs([khop_calibration_config(plan.folder, s, d)
+                   for d in load_table().depths(WIDTH) for s in range(own.khop_cal_seeds)])
 
 
 CLAIM = CLAIM.bind(measure, work=work)

@@ -221,7 +221,7 @@ def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float
                   ) -> tuple[dict[int, dict[str, Pretrained]], list[str]]:
     """Pre/post pairs by seed whose validation losses lie within ``tolerance`` and whose runs
     both trained; with the reasons each left-out seed was left out. The study hands C10 and C12
-    their checkpoints (``ctx.c10_checkpoints()``, ``ctx.c12_checkpoints()``, or
+    their checkpoints (C10's ``c10_checkpoints``, ``ctx.c12_checkpoints()``, or
     ``checkpoints=``); one pre and one post checkpoint of the same seed (same data order) is one
     unit, and a pair beyond the tolerance (``profile.match_tolerance``) or with a side that
     stalled or diverged is reported and left out."""

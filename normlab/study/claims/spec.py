@@ -122,17 +122,22 @@ class Claim:
     # the grids the claim tunes in a profile (default: every grid of `trains`)
     grids: Callable[[Profile], tuple[tuple[str, bool], ...]] | None = field(
         default=None, compare=False)
+    # the families the claim adds to the deep models' runs in a profile (beyond pre and post)
+    deep_grids: Callable[[Profile], tuple[str, ...]] | None = field(default=None,
+                                                                     compare=False)
     # the claim's own runs and work beyond its grids, told to the time estimate
     # (`normlab.study.context.WorkPlan`)
     work: Callable[[WorkPlan], None] | None = field(default=None, compare=False)
 
     def bind(self, measure: Callable[[Any], ClaimResult], *,
              grids: Callable[[Profile], tuple[tuple[str, bool], ...]] | None = None,
+             deep_grids: Callable[[Profile], tuple[str, ...]] | None = None,
              work: Callable[[WorkPlan], None] | None = None) -> Claim:
         """The spec with its experiment (a module defines `measure` after its spec); where its
-        settings leave some of `trains` out, the grids it tunes in a profile; where it trains
-        or computes more than its grids, the `work` hook that tells the time estimate."""
-        return replace(self, measure=measure, grids=grids, work=work)
+        settings leave some of `trains` out, the grids it tunes in a profile; the families it
+        adds to the deep runs; where it trains or computes more than its grids, the `work`
+        hook that tells the time estimate."""
+        return replace(self, measure=measure, grids=grids, deep_grids=deep_grids, work=work)
 
     def settings(self, profile: Profile) -> Any:
         """The claim's own settings in `profile`: those a study set on the profile

@@ -182,7 +182,7 @@ def test_c10_pairs_along_trajectories_at_each_placement_s_own_tuned_lr(tmp_path,
         return cfg
 
     monkeypatch.setattr(ex.StudyFolder, "run_config", config)
-    got = ctx.c10_checkpoints()
+    got = c10_transfer.c10_checkpoints(ctx)
     assert {(c.model.placement, c.train.lr, c.train.seed) for c in seen} == {
         (pl, best[pl], s) for pl in ("pre", "post") for s in range(3)}
     for c in seen:

@@ -18,7 +18,7 @@ from planted_runs import C11_GOOD, CLAIMS, check_each_prediction, verdicts
 from normlab.config import load_run_config
 from normlab.nn import build_model
 from normlab.probe import text_batches
-from normlab.study.experiments import final_norm_measures
+from normlab.study.claims.c11_final_norm import run_final_norm
 from normlab.train import load_trained_model, train_run
 
 
@@ -107,7 +107,7 @@ def test_final_norm_measures_against_the_model_s_parts(tmp_path):
     cfg = load_run_config(None, TINY)
     train_run(cfg, tmp_path, progress=False)
     batches = text_batches("shakespeare", n_batches=2, batch_size=4, seq_len=32)
-    got = final_norm_measures(tmp_path / cfg.run_id(), batches)
+    got = run_final_norm(tmp_path / cfg.run_id(), batches)
 
     _, trained = load_trained_model(tmp_path / cfg.run_id())
     trained.eval()

@@ -24,6 +24,10 @@ from normlab.study.claims.c14_khop_depth import (
     calibration_decision,
     hop_score,
     hops_solved,
+    khop_accuracy,
+    khop_calibration_config,
+    khop_config,
+    khop_tuned,
 )
 from normlab.study.context import MatchedPair, RunRecord, TunedGrid
 from normlab.study.experiments import StudyFolder
@@ -110,7 +114,7 @@ def test_khop_config_is_the_feasibility_searchs_run(tmp_path):
     search = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(search)
     folder = StudyFolder(tmp_path, PROFILES["long"], lambda _m: None)
-    ours = folder.khop_config("pre", 3e-3, 1, 3)
+    ours = khop_config(folder, "pre", 3e-3, 1, 3)
     assert ours.data.task == "khop" and ours.model.vocab_size == 4 + 3
     assert ours.run_id() == search.configs(search.SIZES["S2"], 3, 1).run_id()
 
@@ -124,7 +128,7 @@ def test_khop_accuracy_reads_each_runs_summary(tmp_path):
     (run / "summary.json").write_text(json.dumps({"outcome": "completed", "val_acc_hop1": 1.0,
                                                   "val_acc_hop3": 0.5}))
     rec = RunRecord("r1", 0, "completed", 0.3, False)
-    acc = folder.khop_accuracy([rec])[0]
+    acc = khop_accuracy(folder, [rec])[0]
     assert acc[1] == 1.0 and acc[3] == 0.5 and math.isnan(acc[2])
 
 
@@ -216,7 +220,7 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
 
     monkeypatch.setattr(StudyFolder, "train",
                         lambda self, cfgs: batches.append(cfgs) or [planted(c) for c in cfgs])
-    grids = {(pl, d): folder.khop_tuned(pl, d) for pl in ("pre", "post") for d in (2, 3)}
+    grids = {(pl, d): khop_tuned(folder, pl, d) for pl in ("pre", "post") for d in (2, 3)}
     cells = [{(c.model.placement, c.model.n_blocks, c.train.lr) for c in b} for b in batches]
     first = {(pl, d, lr) for pl in ("pre", "post") for d in (2, 3) for lr in p.khop_lrs}
     # the first round in one go, then read grid by grid (finished runs, in a study); then the
@@ -232,7 +236,7 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
         assert g.lrs == p.khop_lrs and g.best_lr == 2e-3 and g.bracketed
         assert [r.seed for r in g.cell(2e-3)] == [0, 1]
         assert [r.score for r in g.cell(2e-3)] == [1.0, 1.0 + 1e-3]
-    assert folder.khop_tuned("post", 3) is grids[("post", 3)]
+    assert khop_tuned(folder, "post", 3) is grids[("post", 3)]
 
 
 # -- the calibration rung: Sanford et al.'s released table -----------------------------------
@@ -359,7 +363,7 @@ def test_the_calibration_runs_are_pre_in_the_sources_setting(tmp_path):
     p = REGISTRY["C14"].settings(PROFILES["gpu"])
     assert p.khop_calibration and p.khop_cal_steps == 10_000 and p.khop_cal_lr == 1e-3
     folder = StudyFolder(tmp_path, PROFILES["gpu"], lambda _m: None)
-    cfg = folder.khop_calibration_config(1, 5)
+    cfg = khop_calibration_config(folder, 1, 5)
     m, d, t = cfg.model, cfg.data, cfg.train
     assert (m.placement, m.n_blocks, m.d_model, m.n_heads, m.max_seq_len) == ("pre", 5, 128, 4,
                                                                               99)
