@@ -13,8 +13,8 @@ claim's rule is tested without training or building a model.
   `fn<blocks>` the cost of dropping the final norm (`rms<blocks>`, `rms<blocks>_init` the raw
   final stream's RMS); `deep_seeds` the deep runs' seeds.
 - **A claim's own measurements** (`own(measurement, ...)`): the fake's planted method of the
-  measurement's name: C10's `c10_checkpoints`, C11's `final_norm_measures` (above) and C14's
-  k-hop measurements (below).
+  measurement's name: C9's `late_improvement`, C10's `c10_checkpoints`, C11's
+  `final_norm_measures` (above) and C14's k-hop measurements (below).
 - **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
   per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
   `stalled_khop_<placement>` every seed stalled. C14's calibration rung (`khop_calibration`):

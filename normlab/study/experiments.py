@@ -581,29 +581,6 @@ class StudyFolder(StudyContext):
 
         return deep_families(self.profile, self.claims)
 
-    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25,
-                         end: int | None = None) -> list[float]:
-        """Per run (one per seed): how much its validation loss still fell over the last `frac`
-        of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
-        the final loss); nan for a run that failed or has no such evaluation. A run near
-        convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
-        phase), the window of `frac` of the steps ends there instead: the loss at the last
-        evaluation at or before `end - frac * steps` minus the one at or before `end`."""
-        from normlab.train.rundir import read_metrics
-
-        out = []
-        stop = self.profile.steps if end is None else end
-        cut = stop - frac * self.profile.steps
-        for r in records:
-            rows = [m for m in read_metrics(self.runs_root / r.run_id / "metrics.jsonl")
-                    if isinstance(m.get("val_loss"), float)]
-            before = [m["val_loss"] for m in rows if m["step"] <= cut]
-            at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
-            final = r.val_loss if end is None else (at_end[-1] if at_end else None)
-            ok = before and isinstance(final, float) and not r.failed
-            out.append(before[-1] - final if ok else math.nan)
-        return out
-
 
 def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:
     """`(step, validation loss)` at each kept checkpoint of a run, and `(None, final loss)` for

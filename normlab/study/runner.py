@@ -26,7 +26,6 @@ from normlab.study.claims import (
     ALL_CLAIMS,
     CLAIM_GROUPS,
     REGISTRY,
-    c07_deepnet_update,
     measures,
     profile_settings,
 )
@@ -216,15 +215,6 @@ def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
     return []
 
 
-# Work that is not a training run, in training steps of the profile's 6-block shape per unit of
-# its size, from the recorded quick study (docs/results/study_quick/log.txt: Xiong's ladder 12 s,
-# the DeepNet update ladder 24 s, Admin's ladder 36 s, at 0.033 s a step). A ladder at init
-# grows with its seeds x the sum of its depths x probe batches (quick: 3 x 45 x 2 = 270), the
-# update ladder with its seeds x update steps (quick: 3 x 24 = 72); the standard profile's
-# recorded ladders (70 s, 44 s, 231 s) lie within a fifth of what these give.
-LADDER_STEPS = {"xiong": 360 / 270, "deepnet": 730 / 72, "admin": 1090 / 270}
-
-
 @dataclass(frozen=True)
 class Work:
     """One kind of a study's work: its units (a training run, a ladder of models at init, a
@@ -278,7 +268,7 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
     runs without warmup, C10's fine-tunings, C14's k-hop models). Training runs share the
     workers in rounds, as the grids tuned together train them (a round of n runs takes
     ceil(n / workers) runs' time); ladders at init and other work (C10's fine-tunings) are
-    counted in training steps of the profile's shape (`LADDER_STEPS`). The steps are timed on
+    counted in training steps of the profile's shape (each claim's `work`). The steps are timed on
     the study's device (`timer`: one that has timed shapes already, or a new one)."""
     p = ctx.profile
     quiet = StudyFolder(ctx.out, p, lambda _m: None, claims=ctx.claims, device=ctx.device)
@@ -344,15 +334,16 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
     quiet._memo.update({_tuned_key(f, w, None): g for (f, w), g in tuned.items()
                         if g is not None})
     plan = _Plan(quiet, p, tuned, grid, runs, rounds, timer)
-    for cid in ALL_CLAIMS:  # each selected claim's own runs and work
-        if cid in selected and REGISTRY[cid].work is not None:
-            REGISTRY[cid].work(plan)  # type: ignore[misc]
+    for cid in ALL_CLAIMS:  # each selected claim's own runs and work (a profile that leaves
+        # the claims at init out: theirs neither)
+        claim = REGISTRY[cid]
+        if cid in selected and claim.work is not None and (p.theory or claim.ladder is None):
+            claim.work(plan)
     rounds = [r for r in [firsts, *rounds, extensions] if r]
     todo_runs = sum(len(r) for r in rounds)
     work = [Work("training runs", finished + todo_runs, finished,
                  sum(timer.round_seconds(r) for r in rounds))]
-    work += _ladder_work(ctx, selected, timer)
-    work += plan.other
+    work += plan.ladders() + plan.other
     return Estimate(tuple(work), timer.measured())
 
 
@@ -367,6 +358,7 @@ class _Plan:
         self.folder, self.profile = folder, profile
         self._tuned, self._grid, self._runs, self._rounds = tuned, grid, runs, rounds
         self._timer = timer
+        self._ladders: dict[str, float] = {}
         self.other: list[Work] = []
 
     def tuned(self, family: str, warmup: int) -> Any:
@@ -381,6 +373,19 @@ class _Plan:
 
     def later(self, configs: list[RunConfig]) -> None:
         self._rounds.append(configs)
+
+    def ladder(self, name: str, steps: float) -> None:
+        self._ladders.setdefault(name, steps)
+
+    def ladders(self) -> list[Work]:
+        """The ladders at init the claims read, those with a cache file counted 0 s."""
+        if not self._ladders:
+            return []
+        left = [k for k in self._ladders if not (self.folder.cache_dir / f"{k}.json").exists()]
+        steps = sum(self._ladders[k] for k in left)
+        step = self._timer.step(self._timer.train_config(self.profile)) if left else 0.0
+        return [Work("ladders at init", len(self._ladders), len(self._ladders) - len(left),
+                     steps * step if left else 0.0)]
 
     def work(self, kind: str, units: int, cached: int, steps: float,
              parallel: bool = False) -> None:
@@ -399,30 +404,6 @@ def _record(ctx: StudyFolder, cfg: RunConfig) -> Any:
 
     return record(cfg, read_summary(ctx.runs_root / cfg.run_id()) or {}, lr=cfg.train.lr,
                   warmup=cfg.train.warmup, seed=cfg.train.seed)
-
-
-def _ladder_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer) -> list[Work]:
-    """The theory claims' ladders at init (their cache files), in steps of the profile's shape
-    (`LADDER_STEPS`)."""
-    from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE
-    from normlab.study.claims.ladder import CACHE_VERSION
-
-    p = ctx.profile
-    if not p.theory:
-        return []
-    update_steps = c07_deepnet_update.CLAIM.settings(p).update_steps
-    at_init = p.init_seeds * sum(p.init_depths) * p.probe_batches
-    ladders = {f"ladder_xiong_{CACHE_VERSION}": ({"C1", "C4", "C5"}, "xiong", at_init),
-               f"ladder_deepnet_{DEEPNET_CACHE}": ({"C7"}, "deepnet",
-                                                   p.init_seeds * update_steps),
-               f"ladder_admin_{CACHE_VERSION}": ({"C8"}, "admin", at_init)}
-    wanted = {k: v for k, v in ladders.items() if v[0] & selected}
-    if not wanted:
-        return []
-    left = [k for k in wanted if not (ctx.cache_dir / f"{k}.json").exists()]
-    steps = sum(LADDER_STEPS[wanted[k][1]] * wanted[k][2] for k in left)
-    return [Work("ladders at init", len(wanted), len(wanted) - len(left),
-                 steps * timer.step(timer.train_config(p)) if left else 0.0)]
 
 
 class _StepTimer:

@@ -24,6 +24,7 @@ from normlab.study.claims.ladder import (
     _at_depth,
     ladder_claim,
     xiong_sweep,
+    xiong_work,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -142,4 +143,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
          "post vs pre": "trend(post) - trend(pre)"}, verdict_rung=-2)
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, work=xiong_work)

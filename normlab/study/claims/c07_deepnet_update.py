@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.ladder import Rows, _slopes, ladder_claim
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
+from normlab.study.context import StudyContext, WorkPlan
 from normlab.study.ladders import Rung, fairseq_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -281,4 +281,13 @@ def _log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
             for x, y in zip(a, b, strict=True)]
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """The DeepNet update ladder, for the time estimate: seeds x update steps, each about 10
+    training steps of the profile's shape (the recorded quick study's log,
+    docs/results/study_quick/log.txt: 24 s at 0.033 s a step for 3 x 24)."""
+    p = plan.profile
+    plan.ladder(f"ladder_deepnet_{DEEPNET_CACHE}",
+                730 / 72 * (p.init_seeds * CLAIM.settings(p).update_steps))
+
+
+CLAIM = CLAIM.bind(measure, work=work)
