@@ -331,7 +331,7 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
                                                            p.deep_blocks) for s in seeds])
     # the grids whose runs are finished, as the folder's tuning (a claim's hook reads them
     # through the folder without training anything)
-    quiet._memo.update({_tuned_key(f, w, None): g for (f, w), g in tuned.items()
+    quiet.memo.update({_tuned_key(f, w, None): g for (f, w), g in tuned.items()
                         if g is not None})
     plan = _Plan(quiet, p, tuned, grid, runs, rounds, timer)
     for cid in ALL_CLAIMS:  # each selected claim's own runs and work (a profile that leaves
