@@ -26,6 +26,7 @@ from normlab.study.claims import (
     ALL_CLAIMS,
     CLAIM_GROUPS,
     REGISTRY,
+    deep_families,
     measures,
     profile_settings,
 )
@@ -323,12 +324,10 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
         tuned[(family, warmup)] = grid(
             family, warmup, p.lrs,
             lambda lr, f=family, w=warmup: [quiet.family_config(f, lr, w, s) for s in seeds])
-    if p.deep_blocks and selected & ({"C11", "C12"} | (
-            {"C1", "C2", "C3", "C13"} if p.probe_deep else set())):
-        for family in quiet.deep_families():
-            grid(family, p.deep_warmup, p.deep_start_lrs,
-                 lambda lr, f=family: [quiet.family_config(f, lr, p.deep_warmup, s,
-                                                           p.deep_blocks) for s in seeds])
+    for family in deep_families(p, selected):  # the deep models the selected claims read
+        grid(family, p.deep_warmup, p.deep_start_lrs,
+             lambda lr, f=family: [quiet.family_config(f, lr, p.deep_warmup, s, p.deep_blocks)
+                                   for s in seeds])
     # the grids whose runs are finished, as the folder's tuning (a claim's hook reads them
     # through the folder without training anything)
     quiet.memo.update({_tuned_key(f, w, None): g for (f, w), g in tuned.items()

@@ -11,7 +11,7 @@ Adding a claim is one module here plus its tests (docs/study.md, "Adding a claim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection
 from dataclasses import asdict, fields, replace
 from typing import Any
 
@@ -60,10 +60,13 @@ def trained_by_claim(profile: Profile | None = None) -> dict[str, tuple[tuple[st
     return {cid: g for cid, g in grids.items() if g}
 
 
-def deep_families(profile: Profile, claims: Sequence[str] | None = None) -> list[str]:
-    """The families a study trains at the profile's `deep_blocks`: pre and post, and those the
-    selected `claims` (None: every claim) add (`Claim.deep_grids`)."""
-    out = ["pre", "post"]
+def deep_families(profile: Profile, claims: Collection[str] | None = None) -> list[str]:
+    """The families a study trains at the profile's `deep_blocks`: those the selected `claims`
+    (None: every claim) read there (`Claim.deep_grids`), in claim order; none in a profile
+    without deep models."""
+    out: list[str] = []
+    if not profile.deep_blocks:
+        return out
     for cid, c in REGISTRY.items():
         if c.deep_grids is not None and (claims is None or cid in claims):
             out += [f for f in c.deep_grids(profile) if f not in out]

@@ -23,7 +23,7 @@ from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import RunRecord, StudyContext
 from normlab.study.experiments import StudyFolder, model_at_init
 from normlab.study.profiles import Profile
-from normlab.study.schema import ClaimResult
+from normlab.study.schema import PRE_POST, ClaimResult
 from normlab.train import load_trained_model
 
 _SRC = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
@@ -150,11 +150,11 @@ def grids(profile: Profile) -> tuple[tuple[str, bool], ...]:
 
 
 def deep_families(profile: Profile) -> tuple[str, ...]:
-    """The families C11 adds to the deep runs: pre without a final norm where C11 decides at
-    the deep models' depth."""
+    """The families C11 reads at the deep models' depth: pre (its diagnostic at depth), trained
+    with post as every deep family is, and pre without a final norm where C11 decides there."""
     own = CLAIM.settings(profile)
     deep = bool(profile.deep_blocks) and own.c11_blocks == profile.deep_blocks
-    return ("pre_nofinal",) if deep and own.c11_trained_without else ()
+    return PRE_POST + (("pre_nofinal",) if deep and own.c11_trained_without else ())
 
 
 def measure(ctx: StudyContext) -> ClaimResult:

@@ -437,4 +437,9 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
 
 
 
-CLAIM = CLAIM.bind(measure)
+def deep_families(_profile: Any) -> tuple[str, ...]:
+    """C12's pairs: pre and post at the deep models' depth."""
+    return PRE_POST
+
+
+CLAIM = CLAIM.bind(measure, deep_grids=deep_families)

@@ -286,3 +286,10 @@ def not_decided(claim: Any, method: str, verdict: str, note: str, **kw: Any) -> 
     return ClaimResult(id=claim.id, title=claim.title, statement=claim.statement,
                        source=claim.source, method=method, verdict=verdict,  # type: ignore
                        rule="", note=note, **kw)
+
+
+def probed_deep(profile: Any) -> tuple[str, ...]:
+    """The families a claim that probes the matched pair (C1's trained diagnostic, C2, C3,
+    C13) reads at `deep_blocks`: pre and post where the profile probes the deep models'
+    trajectory pairs (`probe_deep`), none where it probes the 6-block cells."""
+    return PRE_POST if profile.probe_deep else ()

@@ -122,7 +122,7 @@ class Claim:
     # the grids the claim tunes in a profile (default: every grid of `trains`)
     grids: Callable[[Profile], tuple[tuple[str, bool], ...]] | None = field(
         default=None, compare=False)
-    # the families the claim adds to the deep models' runs in a profile (beyond pre and post)
+    # the families the claim reads at the profile's `deep_blocks` (none: no deep model)
     deep_grids: Callable[[Profile], tuple[str, ...]] | None = field(default=None,
                                                                      compare=False)
     # the claim's own runs and work beyond its grids, told to the time estimate
@@ -135,7 +135,7 @@ class Claim:
              work: Callable[[WorkPlan], None] | None = None) -> Claim:
         """The spec with its experiment (a module defines `measure` after its spec); where its
         settings leave some of `trains` out, the grids it tunes in a profile; the families it
-        adds to the deep runs; where it trains or computes more than its grids, the `work`
+        reads at the deep models' depth; where it trains or computes more than its grids, the `work`
         hook that tells the time estimate."""
         return replace(self, measure=measure, grids=grids, deep_grids=deep_grids, work=work)
 
