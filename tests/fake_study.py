@@ -12,6 +12,9 @@ claim's rule is tested without training or building a model.
   `unbracketed_<family>` its best at an edge;
   `fn<blocks>` the cost of dropping the final norm (`rms<blocks>`, `rms<blocks>_init` the raw
   final stream's RMS); `deep_seeds` the deep runs' seeds.
+- **A claim's own measurements** (`own(measurement, ...)`): the fake's planted method of the
+  measurement's name: C9's `late_improvement`, C10's `c10_checkpoints`, C11's
+  `final_norm_measures` (above) and C14's k-hop measurements (below).
 - **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
   per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
   `stalled_khop_<placement>` every seed stalled. C14's calibration rung (`khop_calibration`):
@@ -33,10 +36,10 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from normlab.study.claims import c14_khop_depth, with_settings
 from normlab.study.context import MatchedPair, ProbedPair, ProbedRun, RunRecord, TunedGrid
 from normlab.study.profiles import PROFILES
 
@@ -106,7 +109,7 @@ class FakeStudy:
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
         self.device = "cpu"
-        self.profile = replace(PROFILES[profile], **(settings or {}))
+        self.profile = with_settings(PROFILES[profile], **(settings or {}))
         self.logged: list[str] = []
         self.log = self.logged.append
         self.claims: list[str] | None = None
@@ -117,6 +120,11 @@ class FakeStudy:
         self.requests: list[dict[str, Any]] = []
         self.cached_names: list[str] = []
         self._late: dict[int, float] = {}  # per record (by identity): its planted late fall
+
+    def own(self, measurement, *args) -> Any:
+        """A claim's own measurement (`StudyContext.own`): this fake's planted one of the same
+        name."""
+        return getattr(self, measurement.__name__)(*args)
 
     def cached(self, name: str, compute) -> Any:
         """Computes every time, recording the name in `cached_names`."""
@@ -213,8 +221,8 @@ class FakeStudy:
         recs = tuple(RunRecord(f"khop-{placement}-{blocks}-{s}", s,
                                "stalled" if stalled else "completed", 1.0 if stalled else 0.3,
                                stalled, val_loss=1.0 if stalled else 0.3) for s in range(SEEDS))
-        return TunedGrid(f"khop {placement}", self.profile.khop_warmup, (3e-3,), {3e-3: recs},
-                         3e-3, True)
+        warmup = c14_khop_depth.CLAIM.settings(self.profile).khop_warmup
+        return TunedGrid(f"khop {placement}", warmup, (3e-3,), {3e-3: recs}, 3e-3, True)
 
     def khop_calibration(self) -> dict[int, list[RunRecord]]:
         self.requests.append({"kind": "khop calibration"})

@@ -228,9 +228,37 @@ class ProbedPair:
         return cls(MatchedPair.from_json(d["pair"]), seeds)
 
 
+class WorkPlan(Protocol):
+    """What a claim's `work(plan)` hook adds to a study's time estimate
+    (`normlab.study.runner.estimate`) for the runs and work it asks for beyond the grids every
+    claim's `trains` names: nothing is trained, finished runs count 0 s.
+
+    `folder` is the study's folder (quiet), for run configs; `tuned(family, warmup)` a grid of
+    the profile's depth as its finished runs tune it (None while some are not finished);
+    `grid(...)` replays one more grid's tuning (`StudyFolder`'s rule) on `configs(lr)`, every
+    seed's run at an lr; `runs(configs)` counts runs; `later(configs)` counts runs that are
+    not known yet (as to train); `ladder(name, steps)` a ladder at init cached as `name`
+    (counted once, whichever claims read it); `work(kind, units, cached, steps)` other work;
+    `steps` in training steps of the profile's shape (`parallel`: shared by the workers)."""
+
+    folder: Any
+    profile: Profile
+
+    def tuned(self, family: str, warmup: int) -> TunedGrid | None: ...
+    def grid(self, label: str, warmup: int, start: Sequence[float],
+             configs: Callable[[float], list[Any]]) -> TunedGrid | None: ...
+    def runs(self, configs: list[Any]) -> None: ...
+    def later(self, configs: list[Any]) -> None: ...
+    def ladder(self, name: str, steps: float) -> None: ...
+    def work(self, kind: str, units: int, cached: int, steps: float,
+             parallel: bool = False) -> None: ...
+
+
 class StudyContext(Protocol):
-    """Everything a claim's `measure(ctx)` may read. Measurements are computed once per study
-    and cached; a claim never trains or probes outside these methods."""
+    """Everything a claim's `measure(ctx)` may read: the primitives the claims share.
+    Measurements are computed once per study and cached; a claim never trains or probes
+    outside these methods, and a measurement of its own is a function of its module that it
+    runs through `own` (on the study's folder, from these primitives)."""
 
     out: Path
     fig_dir: Path
@@ -260,19 +288,14 @@ class StudyContext(Protocol):
     def prefetch(self, specs: list[tuple[str, list[float], int]]) -> None: ...
     def prefetch_deep(self) -> None: ...
     def deep_grid(self, placement: str) -> TunedGrid | None: ...
-    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25,
-                         end: int | None = None) -> list[float]: ...
-    def final_norm_measures(self, records: Sequence[RunRecord]) -> list[dict[str, float]]: ...
 
-    # the k-hop task (C14)
-    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid: ...
-    def khop_accuracy(self, records: Sequence[RunRecord], hops: Sequence[int] | None = None
-                      ) -> list[dict[int, float]]: ...
-    def khop_calibration(self) -> dict[int, list[RunRecord]]: ...
+    # a claim's own measurement: `measurement(folder, *args)`, a function of the claim's
+    # module built from the shared primitives (`StudyFolder.own`); the claim tests' fake serves
+    # a planted one by the function's name
+    def own(self, measurement: Callable[..., Any], *args: Any) -> Any: ...
 
     # trained models
     def trained_probes(self) -> ProbedPair: ...
     def init_probes(self) -> ProbedPair:
         """Stream, merge and drop probes of `trained_probes`' runs' own models at step 0."""
-    def c10_checkpoints(self) -> list[Pretrained]: ...
     def c12_checkpoints(self) -> list[Pretrained]: ...

@@ -11,7 +11,10 @@
 - `trained_probes`: probes of those checkpoints; `init_probes`: the same runs' models at step 0.
 
 What a claim may read is the `StudyContext` protocol (`normlab.study.context`); `StudyFolder`
-is the context that computes it in a study's folder.
+is the context that computes it in a study's folder. A measurement one claim alone reads (C10's
+checkpoints, C11's final-norm costs, C14's k-hop models) lives in that claim's module, built
+from these primitives (`tune_together`, `run_config`, `placed`, `train`, `record`) and run on
+the folder through `StudyFolder.own`.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ DIVERGED_LOSS = math.log(256)
 
 
 @dataclass(frozen=True)
-class _Grid:
-    """One lr grid to tune (`StudyFolder._tune_together`): its label and warmup, its first lrs,
+class Grid:
+    """One lr grid to tune (`StudyFolder.tune_together`): its label and warmup, its first lrs,
     the run configs of every seed at some lrs, and every seed's record at some lrs (trained or
     read)."""
     label: str
@@ -98,6 +101,16 @@ class StudyFolder(StudyContext):
         self._memo: dict[str, Any] = {}
 
     # -- caching ------------------------------------------------------------------------------
+    @property
+    def memo(self) -> dict[str, Any]:
+        """What this study computed once and keeps for the rest of it (by key)."""
+        return self._memo
+
+    def own(self, measurement: Callable[..., Any], *args: Any) -> Any:
+        """A claim's own measurement, `measurement(self, *args)`: a function of the claim's
+        module, run on this folder from the shared primitives."""
+        return measurement(self, *args)
+
     def cached(self, name: str, compute: Callable[[], Any]) -> Any:
         if name in self._memo:
             return self._memo[name]
@@ -270,20 +283,16 @@ class StudyFolder(StudyContext):
         self.train(configs)
 
     def tuned_specs(self) -> list[tuple[str, int]]:
-        """The `(family, warmup)` grids the selected claims tune (each claim's spec)."""
-        p = self.profile
+        """The `(family, warmup)` grids the selected claims tune in the profile
+        (`normlab.study.claims.trained_by_claim`)."""
         from normlab.study.claims import trained_by_claim
 
-        by_claim = trained_by_claim()
+        p = self.profile
+        by_claim = trained_by_claim(p)
         claims = self.claims if self.claims is not None else list(by_claim)
         specs: list[tuple[str, int]] = []
         for cid in claims:
             for family, with_warmup in by_claim.get(cid, ()):
-                if family in SAME_INIT_FAMILIES and SAME_INIT_FAMILIES[family] not in \
-                        p.same_inits:
-                    continue
-                if family == "pre_nofinal" and (not p.c11_trained_without or p.c11_blocks):
-                    continue  # not trained, or trained at the deep models' depth
                 spec = (family, p.warmup if with_warmup else 0)
                 if spec not in specs:
                     specs.append(spec)
@@ -294,7 +303,7 @@ class StudyFolder(StudyContext):
         """`family` over its lr grid (`_tuning`), with the profile's warmup unless `warmup` is
         given, at `blocks` blocks (the profile's depth unless given). A deep family
         (`blocks=deep_blocks`) starts from the profile's deep grid, with the deep runs' warmup
-        and budget. Every run is kept. `family` is tuned together (`_tune_together`) with the
+        and budget. Every run is kept. `family` is tuned together (`tune_together`) with the
         other grids the study tunes at its depth and not yet tuned (`tuned_specs`, or the deep
         families), so their first grids, and then each round of their extensions, train in one
         go."""
@@ -314,17 +323,17 @@ class StudyFolder(StudyContext):
         seeds = range(p.seeds)
         start = p.deep_start_lrs if deep else p.lrs
 
-        def grid(f: str, w: int) -> _Grid:
-            return _Grid(f, w, start,
+        def grid(f: str, w: int) -> Grid:
+            return Grid(f, w, start,
                          lambda lrs: [self.family_config(f, lr, w, s, blocks)
                                       for lr in lrs for s in seeds],
                          lambda lrs: self.runs(f, lrs, w, blocks))
 
-        self._memo.update(self._tune_together(
+        self._memo.update(self.tune_together(
             {_tuned_key(f, w, blocks): grid(f, w) for f, w in specs}))
         return self._memo[key]
 
-    def _tune_together(self, grids: dict[str, _Grid]) -> dict[str, TunedGrid]:
+    def tune_together(self, grids: dict[str, Grid]) -> dict[str, TunedGrid]:
         """Each grid tuned by `_tuning`, in lockstep: every round trains the lrs that all the
         grids still ask for in one go (so the workers stay busy across families, where one
         family's extension alone would leave a worker idle), then each grid reads its own
@@ -509,24 +518,6 @@ class StudyFolder(StudyContext):
         probed = ProbedPair.from_json(self.cached(key, compute))
         return replace(probed, pair=pair)  # the pair as this study's grids give it now
 
-    def c10_checkpoints(self) -> list[Pretrained]:
-        """The pre and post checkpoints C10 fine-tunes, one per placement and seed: with
-        `profile.c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
-        "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
-        a pair inside the warmup marked as such (left out by C10)."""
-        if self.profile.c10_pairs == "trajectories":
-            return self.trajectory_pairs(self.c10_trajectory_runs(), warmup=self.profile.warmup)
-        pair = self.matched_pair()
-        if not pair.found:
-            return []
-        out = []
-        for pl in ("pre", "post"):
-            for r in self.tuned(pl).cell(pair.lr(pl)):  # type: ignore[arg-type]
-                out.append(Pretrained(pl, r.seed, self.runs_root / r.run_id,
-                                      r.val_loss if r.val_loss is not None else math.nan,
-                                      r.outcome))
-        return out
-
     def deep_grid(self, placement: str) -> TunedGrid | None:
         """`placement` at `deep_blocks` blocks, tuned on its own lr grid like the 6-block
         families (`tuned`), one run per seed and lr, each keeping its weights along the way;
@@ -544,21 +535,6 @@ class StudyFolder(StudyContext):
             return []
         return self.trajectory_pairs(
             {pl: {r.seed: r for r in g.best} for pl, g in grids.items()})  # type: ignore
-
-    def c10_trajectory_runs(self) -> dict[str, dict[int, RunRecord]]:
-        """Pre and post at the profile's depth, each at its own tuned lr (`tuned`, with
-        warmup), every seed trained again keeping its weights `deep_evals` times along the
-        way (the same model, data and schedule as the tuned cell: only evaluations and kept
-        weights differ). C10's pairs are taken along them (docs/study.md, C10)."""
-        p = self.profile
-        configs = {(pl, s): self.family_config(pl, self.tuned(pl).best_lr, p.warmup, s,
-                                               trajectory=True)
-                   for pl in PRE_POST for s in range(p.seeds)}
-        summaries = self.train(list(configs.values()))
-        out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PRE_POST}
-        for ((pl, s), cfg), summary in zip(configs.items(), summaries, strict=True):
-            out[pl][s] = record(cfg, summary, lr=cfg.train.lr, warmup=p.warmup, seed=s)
-        return out
 
     def trajectory_pairs(self, runs: dict[str, dict[int, RunRecord]],
                          warmup: int | None = None) -> list[Pretrained]:
@@ -599,141 +575,11 @@ class StudyFolder(StudyContext):
                         for s in range(p.seeds)])
 
     def deep_families(self) -> list[str]:
-        """The families this study trains at `deep_blocks` blocks."""
-        return ["pre", "post"] + (["pre_nofinal"] if self.c11_deep() else [])
+        """The families this study trains at `deep_blocks` blocks: pre and post, and those
+        the selected claims add (`normlab.study.claims.deep_families`)."""
+        from normlab.study.claims import deep_families
 
-    def c11_deep(self) -> bool:
-        """C11 decides at the deep models' depth (`profile.c11_blocks`) in this study."""
-        p = self.profile
-        return bool(p.deep_blocks) and p.c11_blocks == p.deep_blocks and p.c11_trained_without \
-            and (self.claims is None or "C11" in self.claims)
-
-    # -- the k-hop task (C14) ---------------------------------------------------------------------
-    def khop_config(self, placement: str, lr: float, seed: int, blocks: int) -> RunConfig:
-        """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
-        `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
-        p = self.profile
-        steps = p.khop_steps
-        return self.placed([
-            f"model.placement={placement}", f"model.n_blocks={blocks}",
-            f"model.d_model={p.khop_width}", f"model.n_heads={p.khop_heads}",
-            f"model.max_seq_len={p.khop_seq_len}",
-            f"model.vocab_size={p.khop_alphabet + p.khop_max_hops}",
-            "data.task=khop", f"data.khop_alphabet={p.khop_alphabet}", "data.khop_min_hops=1",
-            f"data.khop_max_hops={p.khop_max_hops}", f"data.seq_len={p.khop_seq_len}",
-            f"train.steps={steps}", f"train.batch_size={p.khop_batch_size}", f"train.lr={lr}",
-            f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
-            f"train.eval_every={max(1, steps // 4)}",
-            f"train.eval_batches={p.khop_eval_batches}",
-            f"train.log_every={max(1, steps // 10)}"])
-
-    def khop_tuned(self, placement: str, blocks: int) -> TunedGrid:
-        """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,
-        scored by validation loss over the answered positions), `khop_seeds` seeds. Every
-        placement and depth of the profile not yet tuned is tuned with it (`_tune_together`):
-        their first grids, and then each round of their extensions, train in one go."""
-        p = self.profile
-        key = f"khop:{placement}:{blocks}"
-        if key in self._memo:
-            return self._memo[key]
-        cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
-                 if f"khop:{pl}:{d}" not in self._memo]
-        if (placement, blocks) not in cells:
-            cells.append((placement, blocks))
-        seeds = range(p.khop_seeds)
-
-        def grid(pl: str, depth: int) -> _Grid:
-            def configs(lrs: list[float]) -> list[RunConfig]:
-                return [self.khop_config(pl, lr, s, depth) for lr in lrs for s in seeds]
-
-            def read(lrs: list[float]) -> dict[float, list[RunRecord]]:
-                cfgs = configs(lrs)  # in the order of (lr, seed) below
-                out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
-                for (lr, s), cfg, summary in zip(((lr, s) for lr in lrs for s in seeds), cfgs,
-                                                 self.train(cfgs), strict=True):
-                    out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
-                return out
-
-            return _Grid(f"khop {pl}, {depth} blocks", p.khop_warmup, p.khop_lrs, configs, read)
-
-        self._memo.update(self._tune_together(
-            {f"khop:{pl}:{d}": grid(pl, d) for pl, d in cells}))
-        return self._memo[key]
-
-    def khop_calibration_config(self, seed: int, blocks: int) -> RunConfig:
-        """One run of C14's calibration rung: pre at `blocks` blocks in Sanford et al.'s setting
-        (`normlab.study.khop_source.calibration_sets`) at the profile's calibration budget."""
-        from normlab.study.khop_source import calibration_sets
-
-        p = self.profile
-        return self.placed(calibration_sets(blocks, seed, p.khop_cal_steps, p.khop_cal_lr,
-                                            p.khop_cal_warmup, p.khop_cal_eval_batches))
-
-    def khop_calibration(self) -> dict[int, list[RunRecord]]:
-        """C14's calibration rung: pre at each depth of Sanford et al.'s table, `khop_cal_seeds`
-        seeds at the fixed lr `khop_cal_lr`, all trained in one go; per depth, the records in
-        the order of the seeds."""
-        from normlab.study.khop_source import WIDTH, load_table
-
-        if "khop_calibration" in self._memo:
-            return self._memo["khop_calibration"]
-        p = self.profile
-        cells = [(d, s) for d in load_table().depths(WIDTH) for s in range(p.khop_cal_seeds)]
-        cfgs = [self.khop_calibration_config(s, d) for d, s in cells]
-        out: dict[int, list[RunRecord]] = {d: [] for d, _s in cells}
-        for (d, s), cfg, summary in zip(cells, cfgs, self.train(cfgs), strict=True):
-            out[d].append(record(cfg, summary, lr=p.khop_cal_lr, warmup=p.khop_cal_warmup,
-                                 seed=s))
-        self._memo["khop_calibration"] = out
-        return out
-
-    def khop_accuracy(self, records: Sequence[RunRecord], hops: Sequence[int] | None = None
-                      ) -> list[dict[int, float]]:
-        """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its
-        summary; nan for a hop count it did not record), for `hops` (default: 1 to the
-        profile's `khop_max_hops`)."""
-        from normlab.train import read_summary
-
-        hops = range(1, self.profile.khop_max_hops + 1) if hops is None else hops
-        out = []
-        for r in records:
-            summary = read_summary(self.runs_root / r.run_id) or {}
-            out.append({k: float(summary.get(f"val_acc_hop{k}", math.nan)) for k in hops})
-        return out
-
-    def late_improvement(self, records: Sequence[RunRecord], frac: float = 0.25,
-                         end: int | None = None) -> list[float]:
-        """Per run (one per seed): how much its validation loss still fell over the last `frac`
-        of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
-        the final loss); nan for a run that failed or has no such evaluation. A run near
-        convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
-        phase), the window of `frac` of the steps ends there instead: the loss at the last
-        evaluation at or before `end - frac * steps` minus the one at or before `end`."""
-        from normlab.train.rundir import read_metrics
-
-        out = []
-        stop = self.profile.steps if end is None else end
-        cut = stop - frac * self.profile.steps
-        for r in records:
-            rows = [m for m in read_metrics(self.runs_root / r.run_id / "metrics.jsonl")
-                    if isinstance(m.get("val_loss"), float)]
-            before = [m["val_loss"] for m in rows if m["step"] <= cut]
-            at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
-            final = r.val_loss if end is None else (at_end[-1] if at_end else None)
-            ok = before and isinstance(final, float) and not r.failed
-            out.append(before[-1] - final if ok else math.nan)
-        return out
-
-    def final_norm_measures(self, records: Sequence[RunRecord]) -> list[dict[str, float]]:
-        """Per run (one per seed), on the study's probe batches (C11): `cost`, the validation loss
-        with the final norm replaced by the identity minus the loss with it; `stream_rms`, the
-        RMS of the raw final stream the norm reads, trained, and `stream_rms_init`, the same on
-        the run's own model at step 0 (`final_norm_measures`)."""
-        batches = self.probe_batches(seq_len=min(self.profile.probe_seq_len,
-                                                 self.profile.seq_len))
-        return [self.cached(f"final_norm_{r.run_id}",
-                            lambda r=r: final_norm_measures(self.runs_root / r.run_id, batches))
-                for r in records if not r.failed]
+        return deep_families(self.profile, self.claims)
 
 
 def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:
@@ -772,48 +618,6 @@ def trajectory_pair(pre: list[tuple[int | None, float]], post: list[tuple[int | 
     return min(pairs, key=lambda q: abs(q[0][1] - q[1][1]))
 
 
-def final_stream_rms(model: Any, batches: list) -> float:
-    """The RMS of the raw final stream (what the final norm, or the head where there is none,
-    reads) over `batches`' tokens, averaged over the batches."""
-    import torch
-
-    seq = model.cfg.max_seq_len
-    seen: list[float] = []
-    handle = model.final.input.register_forward_hook(
-        lambda _m, _i, out: seen.append(out.float().pow(2).mean().sqrt().item()))
-    try:
-        with torch.no_grad():
-            for x, _y in batches:
-                model(x[:, :seq])
-    finally:
-        handle.remove()
-    return sum(seen) / len(seen)
-
-
-def final_norm_measures(run_dir: Path, batches: list) -> dict[str, float]:
-    """Loss of a trained model on `batches` with its final norm, and with that norm replaced by
-    the identity (the head reads the raw stream), and the difference (`cost`); the raw final
-    stream's RMS of the trained model and of its model at step 0 (`model_at_init`)."""
-    import torch
-
-    cfg, model = load_trained_model(run_dir)
-    seq = cfg.model.max_seq_len
-
-    def loss() -> float:
-        with torch.no_grad():
-            return sum(model(x[:, :seq], y[:, :seq]).loss.item()
-                       for x, y in batches) / len(batches)
-
-    model.eval()
-    with_norm = loss()
-    rms = final_stream_rms(model, batches)
-    model.final.norm = None  # no norm (as a model without one has)
-    without = loss()
-    at_init = model_at_init(run_dir).eval()
-    return {"with": with_norm, "without": without, "cost": without - with_norm,
-            "stream_rms": rms, "stream_rms_init": final_stream_rms(at_init, batches)}
-
-
 # Training families: a placement plus model fields; each is tuned over its own lr grid.
 TRAINING_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre": ("pre", {}),  # paper default init: GPT-2 scaled
@@ -827,15 +631,6 @@ TRAINING_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "pre_xavier_wsd": ("pre", {"init": "xavier"}),
     "post_gpt2_wsd": ("post", {"init": "gpt2_scaled"}),
 }
-
-# The init a family shares with the other placement's paper family (C9's same-init pairings:
-# profile.same_inits says which the profile trains).
-SAME_INIT_FAMILIES = {"pre_xavier": "xavier", "post_gpt2": "gpt2_scaled",
-                      # C9's runs, under the wsd schedule (docs/study.md, C9): the Xavier
-                      # pairing (pre_xavier_wsd vs post_wsd) and the GPT-2-scaled one (pre_wsd
-                      # vs post_gpt2_wsd)
-                      "pre_xavier_wsd": "xavier", "post_wsd": "xavier",
-                      "pre_wsd": "gpt2_scaled", "post_gpt2_wsd": "gpt2_scaled"}
 
 # Train fields a family sets beyond the profile's (C9's families: the wsd schedule, whose end of
 # the stable phase is where its convergence premise is read).

@@ -22,13 +22,20 @@ import torch
 
 import normlab
 from normlab.config import ConfigError, RunConfig
-from normlab.study.claims import ALL_CLAIMS, CLAIM_GROUPS, REGISTRY, measures
+from normlab.study.claims import (
+    ALL_CLAIMS,
+    CLAIM_GROUPS,
+    REGISTRY,
+    deep_families,
+    measures,
+    profile_settings,
+)
 from normlab.study.context import StudyContext, TimeLimit
 from normlab.study.devices import device_record, runs_by_device, study_device
 from normlab.study.experiments import StudyFolder, _finished, _tuned_key, record
 from normlab.study.parts import PartFolder, export_dir, study_part, write_export
 from normlab.study.profiles import GPU_COST, PROFILES, Profile
-from normlab.study.schema import PRE_POST, ClaimResult
+from normlab.study.schema import ClaimResult
 from normlab.sweep.executors import keep_local_workers
 from normlab.train.logging import write_json_atomic
 from normlab.train.machine import cpu_model, default_threads, git_commit
@@ -101,7 +108,7 @@ def run_study(out: Path, profile: str = "quick", claims: Sequence[str] | None = 
         "normlab": normlab.__version__, "git_commit": git_commit(),
         "torch": str(torch.__version__), **{k: v for k, v in on.items() if k != "numerics"},
         "created": time.strftime("%Y-%m-%d %H:%M"), "profile": profile,
-        "profile_settings": ctx.profile.to_dict(), "machine": _machine(),
+        "profile_settings": profile_settings(ctx.profile), "machine": _machine(),
         "numerics": on["numerics"],
         "claims": _earlier_claims(out / "study.json", profile) if chosen else []}
     parts = _earlier_parts(out / "study.json", profile)
@@ -209,15 +216,6 @@ def _earlier_parts(path: Path, profile: str) -> list[dict[str, Any]]:
     return []
 
 
-# Work that is not a training run, in training steps of the profile's 6-block shape per unit of
-# its size, from the recorded quick study (docs/results/study_quick/log.txt: Xiong's ladder 12 s,
-# the DeepNet update ladder 24 s, Admin's ladder 36 s, at 0.033 s a step). A ladder at init
-# grows with its seeds x the sum of its depths x probe batches (quick: 3 x 45 x 2 = 270), the
-# update ladder with its seeds x update steps (quick: 3 x 24 = 72); the standard profile's
-# recorded ladders (70 s, 44 s, 231 s) lie within a fifth of what these give.
-LADDER_STEPS = {"xiong": 360 / 270, "deepnet": 730 / 72, "admin": 1090 / 270}
-
-
 @dataclass(frozen=True)
 class Work:
     """One kind of a study's work: its units (a training run, a ladder of models at init, a
@@ -265,11 +263,13 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
     steps, plus its evaluations (forward passes timed the same way); a unit whose result the
     folder already holds counts 0 s. A tuned grid's extensions are replayed from its finished
     runs (`StudyFolder._tuning`); where they are not yet known, one more cell per grid is
-    counted (the recorded studies extend most grids once). Training runs share the workers in
-    rounds, as the grids tuned together train them (a round of n runs takes ceil(n / workers)
-    runs' time); ladders at init and C10's fine-tunings are counted in training steps of the
-    profile's shape (`LADDER_STEPS`, `finetune_units`), the fine-tunings only for the seeds
-    whose pre and post cells are matched once the grids have trained. The steps are timed on
+    counted (the recorded studies extend most grids once). The grids are those every selected
+    claim tunes (`StudyFolder.tuned_specs`) and the deep models'; each claim's own runs and
+    work beyond them it tells through its `work` hook (`normlab.study.context.WorkPlan`: C6a's
+    runs without warmup, C10's fine-tunings, C14's k-hop models). Training runs share the
+    workers in rounds, as the grids tuned together train them (a round of n runs takes
+    ceil(n / workers) runs' time); ladders at init and other work (C10's fine-tunings) are
+    counted in training steps of the profile's shape (each claim's `work`). The steps are timed on
     the study's device (`timer`: one that has timed shapes already, or a new one)."""
     p = ctx.profile
     quiet = StudyFolder(ctx.out, p, lambda _m: None, claims=ctx.claims, device=ctx.device)
@@ -324,53 +324,74 @@ def estimate(ctx: StudyFolder, timer: _StepTimer | None = None) -> Estimate:
         tuned[(family, warmup)] = grid(
             family, warmup, p.lrs,
             lambda lr, f=family, w=warmup: [quiet.family_config(f, lr, w, s) for s in seeds])
-    pre, post = tuned.get(("pre", p.warmup)), tuned.get(("post", p.warmup))
-    if "C6a" in selected:
-        from normlab.study.claims.c06a_warmup_common_lr import common_lrs
-
-        if pre is not None and post is not None:
-            runs([quiet.family_config(pl, lr, 0, s) for lr in common_lrs(pre, post)
-                  for pl in PRE_POST for s in seeds])
-        else:  # a cell or so beyond the no-warmup grids
-            rounds.append([quiet.family_config(pl, p.lrs[-1], 0, s)
-                           for pl in PRE_POST for s in seeds])
-    if p.deep_blocks and selected & ({"C11", "C12"} | (
-            {"C1", "C2", "C3", "C13"} if p.probe_deep else set())):
-        for family in quiet.deep_families():
-            grid(family, p.deep_warmup, p.deep_start_lrs,
-                 lambda lr, f=family: [quiet.family_config(f, lr, p.deep_warmup, s,
-                                                           p.deep_blocks) for s in seeds])
-    if p.c10_pairs == "trajectories" and "C10" in selected:
-        runs([quiet.family_config(pl, (g.best_lr if g else p.lrs[0]), p.warmup, s,
-                                  trajectory=True)
-              for pl, g in (("pre", pre), ("post", post)) for s in seeds])
-    if p.khop_depths and "C14" in selected:
-        for pl in p.khop_placements:
-            for d in p.khop_depths:
-                grid(f"khop {pl}, {d} blocks", p.khop_warmup, p.khop_lrs,
-                     lambda lr, pl=pl, d=d: [quiet.khop_config(pl, lr, s, d)
-                                             for s in range(p.khop_seeds)])
-        if p.khop_calibration:  # C14's calibration rung: pre in Sanford et al.'s setting
-            from normlab.study.khop_source import WIDTH, load_table
-
-            runs([quiet.khop_calibration_config(s, d) for d in load_table().depths(WIDTH)
-                  for s in range(p.khop_cal_seeds)])
+    for family in deep_families(p, selected):  # the deep models the selected claims read
+        grid(family, p.deep_warmup, p.deep_start_lrs,
+             lambda lr, f=family: [quiet.family_config(f, lr, p.deep_warmup, s, p.deep_blocks)
+                                   for s in seeds])
+    # the grids whose runs are finished, as the folder's tuning (a claim's hook reads them
+    # through the folder without training anything)
+    quiet.memo.update({_tuned_key(f, w, None): g for (f, w), g in tuned.items()
+                        if g is not None})
+    plan = _Plan(quiet, p, tuned, grid, runs, rounds, timer)
+    for cid in ALL_CLAIMS:  # each selected claim's own runs and work (a profile that leaves
+        # the claims at init out: theirs neither)
+        claim = REGISTRY[cid]
+        if cid in selected and claim.work is not None and (p.theory or claim.ladder is None):
+            claim.work(plan)
     rounds = [r for r in [firsts, *rounds, extensions] if r]
     todo_runs = sum(len(r) for r in rounds)
     work = [Work("training runs", finished + todo_runs, finished,
                  sum(timer.round_seconds(r) for r in rounds))]
-    work += _ladder_work(ctx, selected, timer)
-    pairs = p.seeds
-    if pre is not None and post is not None and p.c10_pairs == "cells" and "C10" in selected:
-        # C10 fine-tunes the seeds whose pre and post cells are matched in loss, known here
-        # from the replayed grids (handed to the folder's tuning: nothing is trained)
-        from normlab.study.claims.common import matched_pairs
-
-        quiet._memo.update({_tuned_key("pre", p.warmup, None): pre,
-                            _tuned_key("post", p.warmup, None): post})
-        pairs = len(matched_pairs(quiet.c10_checkpoints(), p.match_tolerance)[0])
-    work += _finetune_work(ctx, selected, timer, pairs)
+    work += plan.ladders() + plan.other
     return Estimate(tuple(work), timer.measured())
+
+
+class _Plan:
+    """The `WorkPlan` (`normlab.study.context`) a claim's `work` hook tells `estimate` its own
+    runs and work through."""
+
+    def __init__(self, folder: StudyFolder, profile: Profile,
+                 tuned: dict[tuple[str, int], Any], grid: Callable[..., Any],
+                 runs: Callable[[list[RunConfig]], None], rounds: list[list[RunConfig]],
+                 timer: _StepTimer) -> None:
+        self.folder, self.profile = folder, profile
+        self._tuned, self._grid, self._runs, self._rounds = tuned, grid, runs, rounds
+        self._timer = timer
+        self._ladders: dict[str, float] = {}
+        self.other: list[Work] = []
+
+    def tuned(self, family: str, warmup: int) -> Any:
+        return self._tuned.get((family, warmup))
+
+    def grid(self, label: str, warmup: int, start: Sequence[float],
+             configs: Callable[[float], list[RunConfig]]) -> Any:
+        return self._grid(label, warmup, start, configs)
+
+    def runs(self, configs: list[RunConfig]) -> None:
+        self._runs(configs)
+
+    def later(self, configs: list[RunConfig]) -> None:
+        self._rounds.append(configs)
+
+    def ladder(self, name: str, steps: float) -> None:
+        self._ladders.setdefault(name, steps)
+
+    def ladders(self) -> list[Work]:
+        """The ladders at init the claims read, those with a cache file counted 0 s."""
+        if not self._ladders:
+            return []
+        left = [k for k in self._ladders if not (self.folder.cache_dir / f"{k}.json").exists()]
+        steps = sum(self._ladders[k] for k in left)
+        step = self._timer.step(self._timer.train_config(self.profile)) if left else 0.0
+        return [Work("ladders at init", len(self._ladders), len(self._ladders) - len(left),
+                     steps * step if left else 0.0)]
+
+    def work(self, kind: str, units: int, cached: int, steps: float,
+             parallel: bool = False) -> None:
+        p = self.profile
+        step = self._timer.step(self._timer.train_config(p)) if steps else 0.0
+        self.other.append(Work(kind, units, cached,
+                               steps * step / (max(1, p.workers) if parallel else 1)))
 
 
 def _done(ctx: StudyFolder, cfg: RunConfig) -> bool:
@@ -382,47 +403,6 @@ def _record(ctx: StudyFolder, cfg: RunConfig) -> Any:
 
     return record(cfg, read_summary(ctx.runs_root / cfg.run_id()) or {}, lr=cfg.train.lr,
                   warmup=cfg.train.warmup, seed=cfg.train.seed)
-
-
-def _ladder_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer) -> list[Work]:
-    """The theory claims' ladders at init (their cache files), in steps of the profile's shape
-    (`LADDER_STEPS`)."""
-    from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE
-    from normlab.study.claims.ladder import CACHE_VERSION
-
-    p = ctx.profile
-    if not p.theory:
-        return []
-    at_init = p.init_seeds * sum(p.init_depths) * p.probe_batches
-    ladders = {f"ladder_xiong_{CACHE_VERSION}": ({"C1", "C4", "C5"}, "xiong", at_init),
-               f"ladder_deepnet_{DEEPNET_CACHE}": ({"C7"}, "deepnet",
-                                                   p.init_seeds * p.update_steps),
-               f"ladder_admin_{CACHE_VERSION}": ({"C8"}, "admin", at_init)}
-    wanted = {k: v for k, v in ladders.items() if v[0] & selected}
-    if not wanted:
-        return []
-    left = [k for k in wanted if not (ctx.cache_dir / f"{k}.json").exists()]
-    steps = sum(LADDER_STEPS[wanted[k][1]] * wanted[k][2] for k in left)
-    return [Work("ladders at init", len(wanted), len(wanted) - len(left),
-                 steps * timer.step(timer.train_config(p)) if left else 0.0)]
-
-
-def _finetune_work(ctx: StudyFolder, selected: set[str], timer: _StepTimer, pairs: int
-                   ) -> list[Work]:
-    """C10's fine-tunings (pretrained and from init, per placement, seed and lr), each
-    `finetune_steps` batches of passages read in windows of the profile's sequence length,
-    in steps of the profile's shape; the results each run folder already holds
-    (`finetune/genre-*.json`) count as cached. `pairs`: the matched pre/post seeds it
-    fine-tunes (`profile.seeds` until the grids say); none, no work."""
-    p = ctx.profile
-    if "C10" not in selected or not pairs:
-        return []
-    per_seed, steps = finetune_units(p)
-    units = per_seed * pairs
-    cached = min(units, len(list(ctx.runs_root.glob("*/finetune/genre-*.json"))))
-    left = steps * (units - cached) / per_seed
-    return [Work("fine-tunings", units, cached,
-                 left * timer.step(timer.train_config(p)) / max(1, p.workers) if left else 0.0)]
 
 
 class _StepTimer:
@@ -476,19 +456,6 @@ class _StepTimer:
     def measured(self) -> dict[str, float]:
         return {f"{b} blocks x width {d}, batch {n} x {s}": v[0]
                 for (b, d, _h, _v, s, n), v in self._times.items()}
-
-
-def finetune_units(p: Profile) -> tuple[int, float]:
-    """C10's fine-tunings per matched seed (pretrained and from init, per placement and lr of
-    the grid with one extension) and their cost in training steps of the profile's shape: a
-    fine-tuning step is a batch of passages, each read as windows of `seq_len`; with the frozen
-    probe, one pass of the frozen body over every passage per checkpoint."""
-    windows = max(1, p.finetune_passage_bytes // p.seq_len) * p.finetune_batch_size / p.batch_size
-    lrs = len(p.finetune_lrs) + min(1, p.finetune_lr_extensions)
-    steps = 2 * 2 * lrs * p.finetune_steps * windows
-    if p.finetune_probe:
-        steps += 2 * 2 * 13_000 * windows / p.finetune_batch_size / 2
-    return 2 * 2 * lrs, steps
 
 
 def _sync(device: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +19,21 @@ def test_every_claim_module_is_registered_once_in_claim_order():
     names = sorted(m.name for m in pkgutil.iter_modules(registry.__path__)
                    if m.name.startswith("c") and m.name[1:3].isdigit())
     assert [m.__name__.rsplit(".", 1)[1] for m in registry.MODULES] == names
-    assert registry.ALL_CLAIMS == ("C1", "C2", "C3", "C4", "C5", "C6a", "C6b", "C7", "C8", "C9",
-                                   "C10", "C11", "C12", "C13", "C14")
+    assert tuple(m.CLAIM.id for m in registry.MODULES) == registry.ALL_CLAIMS
+    assert list(registry.ALL_CLAIMS) == sorted(
+        registry.ALL_CLAIMS, key=lambda cid: (int(cid[1:].rstrip("ab")), cid))
+    assert {"C1", "C6a", "C6b", "C14"} <= set(registry.ALL_CLAIMS)
     for name in names:  # the module's name starts with its claim's number
         claim = importlib.import_module(f"normlab.study.claims.{name}").CLAIM
         assert name.startswith(f"c{int(claim.id[1:].rstrip('ab')):02d}")
         assert claim.measure is not None and registry.measures()[claim.id] is claim.measure
+
+
+def test_every_claim_has_its_own_test_file():
+    """tests/study/claims/test_cNN.py tests claim NN (C6a and C6b share test_c06.py)."""
+    folder = Path(__file__).parent / "claims"
+    wanted = {f"test_{m.__name__.rsplit('.', 1)[1][:3]}.py" for m in registry.MODULES}
+    assert wanted == {p.name for p in folder.glob("test_c*.py")}
 
 
 @pytest.mark.parametrize("cid", registry.ALL_CLAIMS)

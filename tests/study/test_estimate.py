@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from normlab.study import runner
+from normlab.study.claims import with_settings
 from normlab.study.experiments import StudyFolder
 from normlab.study.profiles import PROFILES
 from normlab.train.machine import default_threads
@@ -162,7 +163,7 @@ def test_ladders_and_fine_tunings_in_the_folder_are_cached(tmp_path, timed):
     from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE
     from normlab.study.claims.ladder import CACHE_VERSION
 
-    p = replace(TINY, finetune_lrs=(1e-3,), finetune_lr_extensions=0)
+    p = with_settings(TINY, finetune_lrs=(1e-3,), finetune_lr_extensions=0)
     claims = ["C1", "C7", "C8", "C10"]
     empty = runner.estimate(StudyFolder(tmp_path / "a", p, lambda _m: None, claims=claims))
     kinds = {w.kind: w for w in empty.work}
@@ -191,7 +192,7 @@ def test_fine_tunings_are_counted_only_where_c10_finds_its_matched_cells(
     """C10 fine-tunes the matched-loss pre and post cells, and nothing when no cells match
     (post 1 nat worse everywhere): once the grids have trained, the estimate knows which."""
     monkeypatch.setitem(POST_OFFSET, "post", offset)
-    p = replace(TINY, finetune_lrs=(1e-3,), finetune_lr_extensions=0)
+    p = with_settings(TINY, finetune_lrs=(1e-3,), finetune_lr_extensions=0)
     ctx = StudyFolder(tmp_path, p, log=lambda _m: None, claims=["C10"])
     assert "fine-tunings" in {w.kind for w in runner.estimate(ctx).work}  # not known yet
     ctx.tuned("pre"), ctx.tuned("post")

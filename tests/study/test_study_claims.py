@@ -3,28 +3,25 @@ planted opposite `not supported`, noise `inconclusive`; a stalled side is report
 
 The claims read their measurements from a StudyContext; here a fake context serves numbers made
 from a few planted parameters per placement, so each claim's rule is tested without training.
+
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_study import FakeStudy
+from planted_probes import CLAIMS, _fill, _study, _Unmatched
 
-from normlab.study.claims import measures
-from normlab.study.context import MatchedPair, ProbedPair
 from normlab.study.verdict import NOT_TESTED, min_detectable, predict_band, predict_direction
 
-# the empirical claims (the theory claims: test_study_theory)
-CLAIMS = {cid: f for cid, f in measures().items()
-          if cid in ("C2", "C3", "C6a", "C6b", "C9", "C11", "C13")}
 SEEDS = 5
-DEPTHS = (3, 6, 12, 24)
 
+
+DEPTHS = (3, 6, 12, 24)
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +32,7 @@ def figure_calls(stub_figures):
     calls = stub_figures(normlab.study.figures, ["plot_bars", "plot_curves"])
     return stub_figures(normlab.probe.figures, ["plot_per_block"], calls)
 
+
 # planted worlds per claim: (supporting, opposite)
 WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
     "C2": ({"ang_slope_pre": -0.2, "ang_slope_post": 0.0, "merge_pre": 0, "merge_post": 0},
@@ -42,24 +40,10 @@ WORLDS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
     "C13": ({"lens_gap_pre": 1.0, "lens_gap_post": 0.0},
             {"lens_gap_pre": -1.0, "lens_gap_post": 0.0}),
 }
+
+
 # noise large enough that no rule can decide
 NOISE = {"C2": 3.0, "C13": 3.0}  # C3, C6a, C6b, C9-C12: tests/study/test_study_empirical.py
-
-
-# C2 reads the deeper half of a trained model: "large t" needs 12 blocks or more (its premise)
-DEEP = {"train_blocks": 12}
-
-
-def _study(cid: str, tmp: Path, noise: float, **world: float) -> FakeStudy:
-    """The planted study for a claim, trained at a depth where its premises hold."""
-    return FakeStudy(tmp, noise, "quick", settings=DEEP if cid == "C2" else None, **world)
-
-
-def _fill(params: dict[str, float]) -> dict[str, float]:
-    """Defaults for the numbers a claim reads but the world does not plant."""
-    base = {"ang_slope_pre": 0.0, "ang_slope_post": 0.0, "merge_pre": 0.0, "merge_post": 0.0,
-            "lens_gap_pre": 0.0, "lens_gap_post": 0.0}
-    return {**base, **params}
 
 
 @pytest.mark.draws
@@ -102,63 +86,6 @@ def test_band_and_direction_rules():
     assert min_detectable([-1.0, 1.0, -1.0, 1.0]) == pytest.approx(2.4023, rel=1e-3)
 
 
-def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
-    # [pre's slope < 0, late(post) - late(pre) > 0]: pre's angles rising, post's rising more;
-    # then pre's falling, post's falling more
-    for k, slopes in enumerate([{"ang_slope_pre": 0.2, "ang_slope_post": 0.5},
-                                {"ang_slope_pre": -0.2, "ang_slope_post": -0.5}]):
-        result = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **_fill(slopes)))
-        expected = ["supported"] * 4
-        expected[2 + k] = "not supported"
-        assert [p["verdict"] for p in result.predictions] == expected, k
-        assert [p["role"] for p in result.predictions] == ["premise", "premise", "claim",
-                                                           "claim"]
-        assert result.verdict == "not supported"
-
-
-def test_c2_at_6_blocks_is_not_tested_and_unmatched_checkpoints_decide_nothing(tmp_path):
-    """'When t is large': the deeper half of a 6-block model starts at block 4, not past block
-    6, so the claim is not tested at this scale, whatever its predictions say; checkpoints
-    whose losses are not matched leave it undecided, never refuted."""
-    world = _fill({"ang_slope_pre": 0.2, "ang_slope_post": -0.3})  # both predictions fail
-    shallow = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **world))
-    premise = shallow.predictions[0]
-    assert (premise["subject"], premise["verdict"], premise["values"]) == (
-        "large t", "not supported", [4.0])
-    assert shallow.verdict == "not tested at this scale"
-    assert shallow.needs.startswith("trained pre and post models of 12 blocks or more")
-    assert "Not tested at this scale: large t does not hold here" in shallow.note
-    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 13},
-                                  **world)).predictions[0]["values"] == [7.0]
-    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 11},
-                                  **world)).verdict == "not tested at this scale"
-    far = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
-           "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
-    unmatched = CLAIMS["C2"](_Unmatched(tmp_path, far, drop=False, settings=DEEP,
-                                        world=world))
-    assert [p["verdict"] for p in unmatched.predictions[:2]] == ["supported", "not supported"]
-    assert unmatched.verdict == "inconclusive"
-    edge = dict(far, gap=-0.05, post_val_loss=2.15, matched=True)  # |gap| = tolerance: matched
-    assert CLAIMS["C2"](_Unmatched(tmp_path, edge, drop=False, settings=DEEP, world=world)
-                        ).verdict == "not supported"
-    # seeds are the units: cells matched on their means, with one seed 0.12 nats apart, are not
-    one_seed = dict(edge, gap=0.03, seed_gaps=[0.0, 0.0, -0.12, 0.05, 0.02])
-    split = CLAIMS["C2"](_Unmatched(tmp_path, one_seed, drop=False, settings=DEEP, world=world))
-    assert split.predictions[1]["values"] == pytest.approx([0.0, 0.0, 0.12, 0.05, 0.02])
-    assert (split.predictions[1]["verdict"], split.verdict) == ("not supported", "inconclusive")
-    every = dict(one_seed, seed_gaps=[0.0, 0.01, -0.05, 0.05, 0.02])
-    assert CLAIMS["C2"](_Unmatched(tmp_path, every, drop=False, settings=DEEP, world=world)
-                        ).verdict == "not supported"
-
-
-def test_c2_reports_trained_minus_each_runs_own_init(tmp_path):
-    # post's planted trained distances are 0.4 on every late block; its models at step 0: 0.3
-    result = CLAIMS["C2"](FakeStudy(tmp_path, 0.0, "quick", **_fill({})))
-    change = result.numbers["late_angle_trained_minus_init"]
-    assert change["post"]["mean"] == pytest.approx(0.1, abs=1e-9)
-    assert result.numbers["late_angle_init"]["post"]["mean"] == pytest.approx(0.3, abs=1e-9)
-
-
 @pytest.mark.parametrize("cid", sorted(WORLDS))
 def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, figure_calls):
     yes, _ = WORLDS[cid]
@@ -166,18 +93,6 @@ def test_the_claim_s_words_are_the_recorded_ones(cid, tmp_path, recorded_words, 
                    figure_calls)
     recorded_words(f"claims_{cid}_noise",
                    CLAIMS[cid](_study(cid, tmp_path, NOISE[cid], **_fill(yes))))
-
-
-class _Unmatched(FakeStudy):
-    def __init__(self, tmp: Path, pair: dict[str, Any], drop: bool,
-                 settings: dict[str, Any] | None = None,
-                 world: dict[str, float] | None = None) -> None:
-        super().__init__(tmp, 0.01, "quick", settings=settings, **(world or _fill({})))
-        self.pair, self.drop = MatchedPair.from_json(pair), drop
-
-    def trained_probes(self) -> ProbedPair:
-        out = super().trained_probes()
-        return ProbedPair(self.pair) if self.drop else replace(out, pair=self.pair)
 
 
 TITLES = {"C2": "Pre-Norm's consecutive blocks become near-identical",
@@ -234,10 +149,12 @@ def test_c2_and_c13_report_the_planted_numbers(tmp_path):
 def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
     """A claim quotes its source between single quotes; each quote must be the source's words as
     docs/study.md or docs/reference.md record them, so the report never shows a paraphrase as
-    a quote. The claims' words are those recorded in tests/claim_words (kept equal to what the
-    claims say by the words tests)."""
-    import json
+    a quote. The quotes are read from the claim registry: every string of every claim's spec
+    (its statement, quote, setting, paper, needs and each prediction's words and rule)."""
+    import dataclasses
     import re
+
+    from normlab.study.claims import REGISTRY
 
     root = Path(__file__).resolve().parents[2]
 
@@ -251,17 +168,16 @@ def test_every_passage_a_claim_quotes_is_in_the_project_s_reference():
     def walk(value: Any) -> None:
         if isinstance(value, str):
             quotes.update(re.findall(r"(?<![\w])'(.+?)'(?![\w])", value))
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, list):
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                walk(getattr(value, f.name))
+        elif isinstance(value, tuple | list):
             for v in value:
                 walk(v)
 
-    files = sorted((root / "tests" / "claim_words").glob("*.json"))
-    assert len(files) >= 30
-    for f in files:
-        walk(json.loads(f.read_text()))
+    assert len(REGISTRY) >= 15
+    for claim in REGISTRY.values():
+        walk(claim)
     assert len(quotes) >= 10, quotes
     missing = sorted(q for q in quotes if plain(q) not in docs)
     assert not missing, f"quoted in a claim but not in docs/: {missing}"
@@ -281,72 +197,6 @@ def np_slope(xs: list[float], ys: list[float]) -> float:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     return (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
             / sum((x - mx) ** 2 for x in xs))
-
-
-def test_merge_per_drop_divides_the_late_merge_by_the_next_blocks_drop_over_the_deeper_half():
-    from normlab.study.claims.c03_depth_as_width import MIN_DROP_KL, merge_per_drop
-
-    # pairs (t, t+1): merge_kl[t] against drop_kl[t+1]; the deeper half: the last two pairs,
-    # merges 3 and 4 over drops 8 and 2 (a zero drop early on does not matter)
-    per_block = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 0.0, 4.0, 8.0, 2.0]}
-    assert merge_per_drop(per_block) == pytest.approx(((3 + 4) / 2) / ((8 + 2) / 2))
-    # a late drop KL below the minimum: the ratio is not computed, whatever the merges
-    small = MIN_DROP_KL / 2
-    late_small = {"merge_kl": [1.0, 2.0, 3.0, 4.0], "drop_kl": [9.0, 1.0, 4.0, small, small]}
-    assert math.isnan(merge_per_drop(late_small))
-    at_minimum = {"merge_kl": [1.0, 2.0, 0.01, 0.03],
-                  "drop_kl": [9.0, 1.0, 4.0] + [MIN_DROP_KL] * 2}
-    assert merge_per_drop(at_minimum) == pytest.approx(0.02 / MIN_DROP_KL)
-
-
-class _Lens(FakeStudy):
-    def trained_probes(self) -> ProbedPair:
-        out = super().trained_probes()
-        for p in ("pre", "post"):
-            for s in out.seeds[p]:
-                s.per_block["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
-                s.per_block["lens_normed"] = [3.0] * 6
-                s.per_block["lens_free"] = [3.5] * 6
-        return out
-
-
-def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
-    result = CLAIMS["C13"](_Lens(tmp_path, 0.0, "quick", **_fill({})))
-    assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
-    assert result.numbers["lens_gap_free"]["pre"]["mean"] == pytest.approx(
-        (0.5 + 1.5 + 2.5 + 3.5 + 4.5) / 5)
-
-
-class _Init(FakeStudy):
-    def init_probes(self) -> ProbedPair:
-        out = super().init_probes()
-        for p in ("pre", "post"):
-            for s in out.seeds[p]:
-                s.per_block["ang_prev"] = [0.5, 0.1, 0.2, 0.3, 0.4, 0.5]
-        return out
-
-
-def test_c2_reads_the_init_angles_from_block_two_like_the_trained_ones(tmp_path):
-    c2 = CLAIMS["C2"](_Init(tmp_path, 0.0, "quick", **_fill({}))).numbers
-    # blocks 2..L: 0.1 .. 0.5, deeper half 0.3, 0.4, 0.5
-    assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.4)
-    assert c2["late_angle_trained_minus_init"]["post"]["mean"] == pytest.approx(0.4 - 0.4)
-
-
-class _OneBlock(FakeStudy):
-    def trained_probes(self) -> ProbedPair:
-        out = super().trained_probes()
-        for p in ("pre", "post"):
-            for s in out.seeds[p]:
-                s.per_block["lens_raw"], s.per_block["lens_normed"] = [5.0], [3.0]
-                s.per_block["lens_free"] = [4.0]
-        return out
-
-
-def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
-    numbers = CLAIMS["C13"](_OneBlock(tmp_path, 0.0, "quick", **_fill({}))).numbers
-    for gap in (numbers["lens_gap"], numbers["lens_gap_free"]):
-        assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
 
 
 def _direction(subject: str, values: list[float], role: str = "claim", scale: bool = False):

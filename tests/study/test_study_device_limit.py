@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from normlab.cli import app
 from normlab.config import ConfigError
+from normlab.study.claims import REGISTRY
+from normlab.study.claims.c14_khop_depth import khop_config
 from normlab.study.context import EX_TEMPFAIL, TimeLimit, TimeLimitReached
 from normlab.study.devices import study_device
 from normlab.study.experiments import StudyFolder
@@ -100,11 +102,12 @@ def test_the_gpu_profile_decides_the_scale_limited_claims_at_its_design():
     p = PROFILES["gpu"]
     assert p.sized_for == "gpu" and PROFILES["quick"].sized_for == "cpu"
     assert p.seeds == 8 and p.steps >= 2000 and p.warmup_frac == 0.04
-    assert p.same_inits == ("xavier",)  # B2T's own pairing (fairseq: Xavier for both)
-    assert p.deep_blocks == p.c11_blocks == 24 and p.probe_deep
-    assert p.c10_pairs == "trajectories" and p.finetune_probe and p.finetune_steps >= 1000
-    assert min(p.finetune_lrs) <= 3e-5
-    assert p.khop_max_hops == 8 and p.khop_depths == (2, 3, 4, 6) and p.workers == 1
+    c9, c10, c11, c14 = (REGISTRY[c].settings(p) for c in ("C9", "C10", "C11", "C14"))
+    assert c9.same_inits == ("xavier",)  # B2T's own pairing (fairseq: Xavier for both)
+    assert p.deep_blocks == c11.c11_blocks == 24 and p.probe_deep
+    assert c10.c10_pairs == "trajectories" and c10.finetune_probe and c10.finetune_steps >= 1000
+    assert min(c10.finetune_lrs) <= 3e-5
+    assert c14.khop_max_hops == 8 and c14.khop_depths == (2, 3, 4, 6) and p.workers == 1
     assert not p.theory  # the claims at init are decided on a CPU (standard)
 
 
@@ -115,7 +118,7 @@ def test_every_run_of_the_study_takes_its_device(tmp_path):
         assert ctx.family_config("pre", 1e-3, 2, 0).train.device == device
         assert ctx.family_config("post", 1e-3, 2, 1, blocks=TINY.deep_blocks or 8,
                                  trajectory=True).train.device == device
-        assert ctx.khop_config("pre", 1e-3, 0, 2).train.device == device
+        assert khop_config(ctx, "pre", 1e-3, 0, 2).train.device == device
         assert _StepTimer(1, device).train_config(TINY).train.device == device
     # the device is part of a run's id: a study continued elsewhere reuses by `placed`
     assert on_gpu.family_config("pre", 1e-3, 2, 0).run_id() != \

@@ -15,7 +15,7 @@ import pytest
 from fake_study import FakeStudy, Planted
 
 import normlab.study.figures as study_figures
-from normlab.study.claims import measures
+from normlab.study.claims import measures, profile_settings
 from normlab.study.figures import VERDICT_COLORS, expected_shape
 from normlab.study.verdict import base_subject
 
@@ -60,7 +60,7 @@ def _numbers(value: Any) -> list[float]:
 
 
 def _title_numbers_are_the_claims(fig, result, profile) -> None:
-    known = _numbers(result.to_dict()) + _numbers(profile.to_dict())
+    known = _numbers(result.to_dict()) + _numbers(profile_settings(profile))
     for ax in fig.axes:
         for x in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", ax.get_title()):
             assert any(math.isclose(float(x), k, rel_tol=1e-3) for k in known), (

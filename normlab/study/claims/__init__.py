@@ -4,12 +4,15 @@ Each module opens with its `Claim` spec (`normlab.study.claims.spec`): the sourc
 setting, the ladder it is traced along, and each prediction with its role, rule and the origin
 of its numbers; then `measure(ctx)`. This registry is the one list of claims: the study's claim
 order, the families each claim trains and the claim table of docs/study.md are derived from it.
+A claim with sizes of its own declares them in its module (`Settings`, one value per profile);
+study.json records them beside the profile's shared sizes (`profile_settings`).
 Adding a claim is one module here plus its tests (docs/study.md, "Adding a claim").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from normlab.study.claims import (
@@ -30,6 +33,7 @@ from normlab.study.claims import (
     c14_khop_depth,
 )
 from normlab.study.claims.spec import Claim
+from normlab.study.profiles import Profile
 
 MODULES = (c01_stream_growth, c02_angular_distance, c03_depth_as_width, c04_last_layer_gradient,
            c05_gradient_by_layer, c06a_warmup_common_lr, c06b_warmup_own_lr, c07_deepnet_update,
@@ -47,10 +51,57 @@ def measures() -> dict[str, Callable[[Any], Any]]:
     return {cid: c.measure for cid, c in REGISTRY.items() if c.measure is not None}
 
 
-def trained_by_claim() -> dict[str, tuple[tuple[str, bool], ...]]:
-    """The `(family, with warmup)` grids each claim tunes (claims that train nothing left out);
-    a study trains the first grids of every selected claim's families together."""
-    return {cid: c.trains for cid, c in REGISTRY.items() if c.trains}
+def trained_by_claim(profile: Profile | None = None) -> dict[str, tuple[tuple[str, bool], ...]]:
+    """The `(family, with warmup)` grids each claim tunes (claims that train nothing left out):
+    in `profile` (`Claim.trained`), or every grid a claim may tune; a study trains the first
+    grids of every selected claim's families together."""
+    grids = {cid: c.trains if profile is None else c.trained(profile)
+             for cid, c in REGISTRY.items()}
+    return {cid: g for cid, g in grids.items() if g}
+
+
+def deep_families(profile: Profile, claims: Collection[str] | None = None) -> list[str]:
+    """The families a study trains at the profile's `deep_blocks`: those the selected `claims`
+    (None: every claim) read there (`Claim.deep_grids`), in claim order; none in a profile
+    without deep models."""
+    out: list[str] = []
+    if not profile.deep_blocks:
+        return out
+    for cid, c in REGISTRY.items():
+        if c.deep_grids is not None and (claims is None or cid in claims):
+            out += [f for f in c.deep_grids(profile) if f not in out]
+    return out
+
+
+def profile_settings(profile: Profile) -> dict[str, Any]:
+    """What study.json records of a profile (`profile_settings`): its shared sizes and every
+    claim's own settings in it, side by side (no two name the same setting)."""
+    out = profile.to_dict()
+    for c in REGISTRY.values():
+        own = c.settings(profile)
+        if own is not None:
+            out.update(asdict(own))
+    return out
+
+
+def settings_owner(name: str) -> Claim | None:
+    """The claim whose settings hold `name` (None: a shared size of `Profile`)."""
+    for c in REGISTRY.values():
+        if c.settings_class is not None and name in {f.name for f in fields(c.settings_class)}:
+            return c
+    return None
+
+
+def with_settings(profile: Profile, **changes: Any) -> Profile:
+    """`profile` with `changes` made, each to the profile's shared sizes or to the settings of
+    the claim that owns it (`settings_owner`)."""
+    shared = {k: v for k, v in changes.items() if settings_owner(k) is None}
+    out = replace(profile, **shared)
+    for c in REGISTRY.values():
+        own = {k: v for k, v in changes.items() if settings_owner(k) is c}
+        if own:
+            out = c.with_settings(out, **own)
+    return out
 
 
 def _cell(text: str) -> str:

@@ -7,8 +7,8 @@ import math
 from typing import Any
 
 from normlab.probe.fits import loglog_fit, mean_ci
-from normlab.study.claims.common import SCALE, slope_over_depth
-from normlab.study.claims.ladder import _at_depth, ladder_claim, xiong_sweep
+from normlab.study.claims.common import SCALE, probed_deep, slope_over_depth
+from normlab.study.claims.ladder import _at_depth, ladder_claim, xiong_sweep, xiong_work
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import ProbedRun, StudyContext
 from normlab.study.ladders import Rung
@@ -217,4 +217,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
                        f"{allowed[1]:.2f}] at L = {L}.")
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, work=xiong_work, deep_grids=probed_deep)

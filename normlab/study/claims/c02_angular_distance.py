@@ -17,6 +17,7 @@ from normlab.study.claims.common import (
     first_late_block,
     large_t_premise,
     matched_gap,
+    probed_deep,
     slope_over_depth,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
@@ -87,4 +88,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
         note=tp.pair.note())
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, deep_grids=probed_deep)

@@ -40,6 +40,7 @@ from normlab.study.claims.common import (
     first_late_block,
     large_t_premise,
     matched_gap,
+    probed_deep,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -177,4 +178,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
         predictions, numbers, figs, note="; ".join(x for x in notes if x))
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, deep_grids=probed_deep)

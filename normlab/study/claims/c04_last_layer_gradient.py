@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.probe.fits import mean_ci
-from normlab.study.claims.ladder import Rows, _slopes, ladder_claim, xiong_sweep
+from normlab.study.claims.ladder import Rows, _slopes, ladder_claim, xiong_sweep, xiong_work
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
 from normlab.study.ladders import Rung
@@ -97,4 +97,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
          "pre vs post": "slope(pre) - slope(post)"})
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, work=xiong_work)

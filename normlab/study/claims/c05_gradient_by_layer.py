@@ -6,14 +6,14 @@ ladder.
 claim, so it is an equivalence of pre's own trend with 0 at a margin stated here, not an order
 of post's trend above pre's: that order also holds when pre's gradient falls toward the output,
 which is not "the same". The models at the figure's depth have seeds of their own
-(`profile.c5_seeds`): one seed's trend spreads by about 0.27, more than the margin.
+(`Settings.c5_seeds`): one seed's trend spreads by about 0.27, more than the margin.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from normlab.probe.fits import mean_ci
@@ -24,6 +24,7 @@ from normlab.study.claims.ladder import (
     _at_depth,
     ladder_claim,
     xiong_sweep,
+    xiong_work,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -41,6 +42,21 @@ _FLAT = ("Fig. 3 gives no size for 'almost': +- 0.25 in the log gradient over th
          "study's resolution of Xiong's gradient laws (half the gap between Theorem 1's "
          "exponents 0 and -1/2, as in C4): the top block within 0.78-1.28 times the bottom's")
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C5's own sizes."""
+
+    # the 6-block models at init, seeds of their own: one seed's gradient trend spreads by
+    # about 0.27, and pre's flatness is an equivalence at margin 0.25, so the interval must be
+    # narrower than a seed's spread (a model at init takes a fraction of a second)
+    c5_seeds: int = 60
+
+
+# each profile's (the others: the defaults)
+SETTINGS = {"tiny": Settings(c5_seeds=2)}
+
 CLAIM = Claim(
     id="C5", title="Per-layer gradients at init: Post grows toward the output, Pre is flat",
     statement="At init the gradient norm of the FFN sublayers grows with the layer index under "
@@ -53,6 +69,7 @@ CLAIM = Claim(
     paper="Xiong Fig. 3 (6 layers, at init): post's gradient norm rises toward the top layers; "
           "pre's stays about level.",
     ladder="xiong",
+    settings_class=Settings, per_profile=SETTINGS,
     predictions=(
         PredictionSpec(
             "post", "trend of log ||grad W^2|| over relative depth",
@@ -81,9 +98,9 @@ def gradient_trend(stats: dict[str, Any]) -> float:
 
 
 def figure_depth_ladder(ctx: StudyContext, rungs: list[Rung]) -> dict[str, Any]:
-    """Xiong's ladder at the figure's depth only, over `profile.c5_seeds` seeds (seed s is the
+    """Xiong's ladder at the figure's depth only, over `c5_seeds` seeds (seed s is the
     shared ladder's seed s: the first seeds are the same models)."""
-    n = ctx.profile.c5_seeds
+    n = CLAIM.settings(ctx.profile).c5_seeds
     at = copy.copy(ctx)  # the same study, asked for its own seed count
     at.profile = replace(ctx.profile, init_seeds=n)
     return at.init_ladder(f"ladder_xiong_fig3_{CACHE_VERSION}_{n}seeds", rungs, ["pre", "post"],
@@ -113,7 +130,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     return ladder_claim(
         ctx, CLAIM,
         f"Gradient norm of each block's W^2 at init in {FIG3_DEPTH}-block models (the "
-        f"figure's depth), {ctx.profile.c5_seeds} seeds; trend = slope of log gradient norm "
+        f"figure's depth), {CLAIM.settings(ctx.profile).c5_seeds} seeds; trend = slope of log "
+        "gradient norm "
         "against relative depth l/(L-1), per seed. Post's trend > 0 (the figure gives no size; "
         f"decided at 0) and pre's trend within +-{FLAT_MARGIN:g} (equivalence: 'almost keeps "
         "the same'); post's trend minus pre's is reported only. The verdict is read on "
@@ -125,4 +143,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
          "post vs pre": "trend(post) - trend(pre)"}, verdict_rung=-2)
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, work=xiong_work)

@@ -25,8 +25,8 @@ from normlab.study.claims.common import (
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext, TunedGrid
-from normlab.study.schema import ClaimResult
+from normlab.study.context import StudyContext, TunedGrid, WorkPlan
+from normlab.study.schema import PRE_POST, ClaimResult
 
 _COST = "val loss without warmup - with warmup"
 
@@ -188,4 +188,17 @@ def measure(ctx: StudyContext) -> ClaimResult:
         predictions, numbers, _rel(ctx, fig), stalled=stalled, note=note)
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """C6a's runs beyond its grids: both placements without warmup at every common lr of the
+    tuned grids (while those are not known: a cell beyond the no-warmup grids)."""
+    p = plan.profile
+    pre, post = plan.tuned("pre", p.warmup), plan.tuned("post", p.warmup)
+    if pre is not None and post is not None:
+        plan.runs([plan.folder.family_config(pl, lr, 0, s) for lr in common_lrs(pre, post)
+                   for pl in PRE_POST for s in range(p.seeds)])
+    else:
+        plan.later([plan.folder.family_config(pl, p.lrs[-1], 0, s)
+                    for pl in PRE_POST for s in range(p.seeds)])
+
+
+CLAIM = CLAIM.bind(measure, work=work)

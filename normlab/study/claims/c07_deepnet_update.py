@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.ladder import Rows, _slopes, ladder_claim
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
+from normlab.study.context import StudyContext, WorkPlan
 from normlab.study.ladders import Rung, fairseq_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -39,6 +39,23 @@ LINEAR_TOLERANCE = 0.05
 LINEAR_CACHE = "v1"
 LINEAR_VARIANTS = ("post, no warmup", "deepnorm, no warmup")
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C7's own sizes: the update ladder's models and their first steps."""
+
+    update_steps: int = 30  # the warmup of the "with warmup" variants, in steps
+    update_blocks: int = 24  # the depth the update comparisons are read at
+    update_lr: float = SOURCE_LR  # the source's lr, recorded with the profile
+
+
+# each profile's
+SETTINGS = {"tiny": Settings(update_steps=4, update_blocks=4),
+            "quick": Settings(update_steps=24, update_blocks=24),
+            "standard": Settings(), "long": Settings(), "gpu": Settings(),
+            "full": Settings(update_steps=60, update_blocks=48)}
+
 CLAIM = Claim(
     id="C7", title="DeepNet: Post-LN's early model update explodes without warmup",
     statement="Post-LN without warmup makes a large change of the model output at the very "
@@ -52,6 +69,7 @@ CLAIM = Claim(
     paper="DeepNet Fig. 5 (18L-18L Post-LN, lr 5e-4): without warmup the update jumps early and "
           "the model diverges; with warmup or DeepNorm it grows smoothly.",
     ladder="fairseq",
+    settings_class=Settings, per_profile=SETTINGS,
     trains=(("post", False),),  # the lr at which post without warmup fails (C6b's grid)
     predictions=(
         PredictionSpec(
@@ -107,7 +125,7 @@ def linear_lr(check: dict[float, dict[str, list[float]]]) -> float | None:
 
 
 def measure(ctx: StudyContext) -> ClaimResult:
-    p = ctx.profile
+    p, own = ctx.profile, CLAIM.settings(ctx.profile)
     lr, lr_why = c6_failing_lr(ctx)
     base = fairseq_ladder(p.width, p.heads)[:-1]  # post's own init is the source's Xavier
     source = base[0]
@@ -116,14 +134,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # the saturating measure (a diagnostic): the first update at the source's lr, then C6's
     sat_rungs = [source, at_lr, *base[1:]]
     sat_lrs = [(source, SOURCE_LR)] + [(r, lr) for r in sat_rungs[1:]]
-    sat_depths = sorted({L for L in p.init_depths if p.update_blocks >= L} | {p.update_blocks})
+    sat_depths = sorted({L for L in p.init_depths if own.update_blocks >= L} | {own.update_blocks})
     sat = ctx.update_ladder(f"ladder_deepnet_{DEEPNET_CACHE}", sat_lrs, sat_depths, steps=1,
-                            warmup=p.update_steps)
+                            warmup=own.update_steps)
     # the linear regime: per unit lr the first update does not depend on the lr (Adam's first
     # step has the direction g / |g| at every lr), so the lr rung is the source rung again and
     # the ladder is the fairseq one
     rungs = list(base)
-    depths = sorted(set(p.init_depths) | {p.update_blocks})
+    depths = sorted(set(p.init_depths) | {own.update_blocks})
     deepest = depths[-1]
     grid = ctx.update_ladder(
         f"ladder_deepnet_linear_grid_{LINEAR_CACHE}",
@@ -169,8 +187,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
 
     def predict(rung: Rung) -> list[Prediction]:
         x = chosen[rung.key]
-        post = step1(rows_of(rung, "post, no warmup", p.update_blocks))
-        dn = step1(rows_of(rung, "deepnorm, no warmup", p.update_blocks))
+        post = step1(rows_of(rung, "post, no warmup", own.update_blocks))
+        dn = step1(rows_of(rung, "deepnorm, no warmup", own.update_blocks))
         s_post, s_dn = slopes(rung, "post, no warmup"), slopes(rung, "deepnorm, no warmup")
         how = (f"linear regime at lr {x:g} (the largest of {list(LINEAR_LRS[:-1])} linear "
                f"within {LINEAR_TOLERANCE:g} at {deepest} blocks), over the depths {depths}"
@@ -216,14 +234,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
     saturation = {}
     for rung in sat_rungs:
         dist = mean_ci([d["distance"] for d in sat[rung.key]["init_distance"]
-                        if d["n_blocks"] == p.update_blocks])
-        upd = mean_ci(step1(sat_rows(rung, "post, no warmup", p.update_blocks)))
+                        if d["n_blocks"] == own.update_blocks])
+        upd = mean_ci(step1(sat_rows(rung, "post, no warmup", own.update_blocks)))
         saturation[rung.label] = {"first_update_post": upd, "init_distance": dist,
                                   "saturated": upd["mean"] > 0.5 * dist["mean"]}
 
     def sat_ratio(rung: Rung, other: str) -> dict:
-        return mean_ci(_log_ratios(step1(sat_rows(rung, "post, no warmup", p.update_blocks)),
-                                   step1(sat_rows(rung, other, p.update_blocks))))
+        return mean_ci(_log_ratios(step1(sat_rows(rung, "post, no warmup", own.update_blocks)),
+                                   step1(sat_rows(rung, other, own.update_blocks))))
 
     numbers = {"lr": {"source": SOURCE_LR, "C6": lr, "why": lr_why},
                "linear_regime": linear,
@@ -247,11 +265,11 @@ def measure(ctx: StudyContext) -> ClaimResult:
         f"{list(LINEAR_LRS[:-1])} at which the update per unit lr agrees with the one at a "
         f"tenth of the lr within {LINEAR_TOLERANCE:g} (mean over seeds, post and DeepNorm, at "
         f"{deepest} blocks; recorded). The ratio to DeepNorm (above 1, decided at 0 in log) "
-        f"at {p.update_blocks} blocks; the depth laws over {depths}: post's slope above 0, "
+        f"at {own.update_blocks} blocks; the depth laws over {depths}: post's slope above 0, "
         "DeepNorm's below 1/2 (nearer Theorem 4.2's bounded law than to linear), post's "
         "above DeepNorm's. Reported: the first update at the source's lr "
         f"{SOURCE_LR:g} and at C6's lr {lr:g} ({lr_why}), which saturates, with post's ratio "
-        f"to Pre-LN and to itself with warmup ({p.update_steps} steps).",
+        f"to Pre-LN and to itself with warmup ({own.update_steps} steps).",
         rungs, predict, numbers, [], {"post vs deepnorm": "log(post / DeepNorm)",
                                       "post: depth": "post's depth slope",
                                       "deepnorm: depth": "DeepNorm's depth slope",
@@ -263,4 +281,13 @@ def _log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
             for x, y in zip(a, b, strict=True)]
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """The DeepNet update ladder, for the time estimate: seeds x update steps, each about 10
+    training steps of the profile's shape (the recorded quick study's log,
+    docs/results/study_quick/log.txt: 24 s at 0.033 s a step for 3 x 24)."""
+    p = plan.profile
+    plan.ladder(f"ladder_deepnet_{DEEPNET_CACHE}",
+                730 / 72 * (p.init_seeds * CLAIM.settings(p).update_steps))
+
+
+CLAIM = CLAIM.bind(measure, work=work)

@@ -8,9 +8,9 @@ import math
 from collections.abc import Sequence
 
 from normlab.probe.fits import loglog_fit, mean_ci
-from normlab.study.claims.ladder import CACHE_VERSION, _slopes, ladder_claim
+from normlab.study.claims.ladder import CACHE_VERSION, _slopes, at_init_units, ladder_claim
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
+from normlab.study.context import StudyContext, WorkPlan
 from normlab.study.ladders import Rung, fairseq_ladder
 from normlab.study.schema import ClaimResult
 from normlab.study.verdict import Prediction
@@ -156,4 +156,10 @@ def measure(ctx: StudyContext) -> ClaimResult:
          "admin O(1)": "admin O(1): slope"})
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """Admin's ladder, for the time estimate: its cost per unit of size from the recorded quick
+    study (docs/results/study_quick/log.txt: 36 s at 0.033 s a step, 270 units)."""
+    plan.ladder(f"ladder_admin_{CACHE_VERSION}", 1090 / 270 * at_init_units(plan.profile))
+
+
+CLAIM = CLAIM.bind(measure, work=work)

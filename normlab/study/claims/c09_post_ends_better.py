@@ -13,6 +13,9 @@ falling or not, and the claim on the final loss after the decay (docs/study.md, 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from normlab.config import TrainConfig
@@ -30,11 +33,13 @@ from normlab.study.claims.common import (
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
+from normlab.study.context import RunRecord, StudyContext
+from normlab.study.experiments import StudyFolder
+from normlab.study.profiles import Profile
 from normlab.study.schema import ClaimResult
 from normlab.train.schedules import stable_end
 
-# C9's pairings under one init: (label, pre family, post family, profile.same_inits key), each
+# C9's pairings under one init: (label, pre family, post family, `same_inits` key), each
 # family under the wsd schedule (`normlab.study.experiments.FAMILY_TRAIN`)
 SAME_INIT_PAIRS = (("both Xavier", "pre_xavier_wsd", "post_wsd", "xavier"),
                    ("both GPT-2 scaled", "pre_wsd", "post_gpt2_wsd", "gpt2_scaled"))
@@ -49,6 +54,22 @@ LATE_FRAC = 0.25
 DESIGN = {"blocks": 6, "width": 64, "steps": 16_000, "lrs": 3, "seeds": 4, "runs": 24,
           "cpu_h": 2.5, "gpu_min": 20}
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C9's own settings."""
+
+    # the inits under which pre and post are compared, each family tuned on its own grid
+    # ("xavier": pre_xavier_wsd vs post_wsd; "gpt2_scaled": pre_wsd vs post_gpt2_wsd)
+    same_inits: tuple[str, ...] = ("xavier",)
+
+
+# each profile's (the others: the defaults)
+SETTINGS = {"standard": Settings(same_inits=("xavier", "gpt2_scaled")),
+            "long": Settings(same_inits=()),
+            "full": Settings(same_inits=("xavier", "gpt2_scaled"))}
+
 CLAIM = Claim(
     id="C9", title="Post-LN ends better when it trains (shallow models)",
     statement="With warmup and a tuned learning rate, a shallow (6-layer, B2T's depth) Post-LN "
@@ -62,6 +83,7 @@ CLAIM = Claim(
           "layers; ProRes (1.3B): post 11.62 ppl vs pre 10.32.",
     trains=(("pre_wsd", True), ("post_wsd", True), ("pre_xavier_wsd", True),
             ("post_gpt2_wsd", True)),
+    settings_class=Settings, per_profile=SETTINGS,
     needs=("runs trained near convergence under the source's pairing, pre and post both Xavier "
            "(B2T trains 6-layer models for about 50k updates, to convergence): at this width, "
            f"until the validation loss at the constant peak lr falls by less than "
@@ -118,25 +140,58 @@ CLAIM = Claim(
 )
 
 
+# -- C9's own measurement, run on the study's folder (`StudyContext.own`) -----------------------
+def late_improvement(folder: StudyFolder, records: Sequence[RunRecord], frac: float = 0.25,
+                     end: int | None = None) -> list[float]:
+    """Per run (one per seed): how much its validation loss still fell over the last `frac`
+    of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
+    the final loss); nan for a run that failed or has no such evaluation. A run near
+    convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
+    phase), the window of `frac` of the steps ends there instead: the loss at the last
+    evaluation at or before `end - frac * steps` minus the one at or before `end`."""
+    from normlab.train.rundir import read_metrics
+
+    out = []
+    stop = folder.profile.steps if end is None else end
+    cut = stop - frac * folder.profile.steps
+    for r in records:
+        rows = [m for m in read_metrics(folder.runs_root / r.run_id / "metrics.jsonl")
+                if isinstance(m.get("val_loss"), float)]
+        before = [m["val_loss"] for m in rows if m["step"] <= cut]
+        at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
+        final = r.val_loss if end is None else (at_end[-1] if at_end else None)
+        ok = before and isinstance(final, float) and not r.failed
+        out.append(before[-1] - final if ok else math.nan)
+    return out
+
+
+def grids(profile: Profile) -> tuple[tuple[str, bool], ...]:
+    """The grids C9 tunes in `profile`: the families of the pairings its `same_inits` name."""
+    inits = CLAIM.settings(profile).same_inits
+    init_of = {f: init for _label, pre, post, init in SAME_INIT_PAIRS for f in (pre, post)}
+    return tuple(g for g in CLAIM.trains if init_of[g[0]] in inits)
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
-    if "xavier" not in p.same_inits:
+    same_inits = CLAIM.settings(p).same_inits
+    if "xavier" not in same_inits:
         return _not_trained(ctx)
-    pairs = [q for q in SAME_INIT_PAIRS if q[3] in p.same_inits]
+    pairs = [q for q in SAME_INIT_PAIRS if q[3] in same_inits]
     families = dict.fromkeys(f for q in pairs for f in q[1:3])
     tuned = {f: ctx.tuned(f) for f in families}
     predictions = []
     end = stable_end(TrainConfig(steps=p.steps, schedule="wsd"))
-    if "xavier" in p.same_inits:
+    if "xavier" in same_inits:
         pre_x, post_x = tuned["pre_xavier_wsd"].best, tuned["post_wsd"].best
-        late = [max(a, b) for a, b in zip(ctx.late_improvement(pre_x, LATE_FRAC, end),
-                                          ctx.late_improvement(post_x, LATE_FRAC, end),
+        late = [max(a, b) for a, b in zip(ctx.own(late_improvement, pre_x, LATE_FRAC, end),
+                                          ctx.own(late_improvement, post_x, LATE_FRAC, end),
                                           strict=True)]
         predictions += [
             CLAIM.predict("trained near convergence", late),
             CLAIM.predict("post better (both Xavier)", _per_seed(pre_x, post_x)),
             CLAIM.predict("post vs pre (both Xavier)", _per_seed(post_x, pre_x))]
-    if "gpt2_scaled" in p.same_inits:
+    if "gpt2_scaled" in same_inits:
         predictions.append(CLAIM.predict("post vs pre (both GPT-2 scaled)",
                                          _per_seed(tuned["post_gpt2_wsd"].best,
                                                    tuned["pre_wsd"].best)))
@@ -178,15 +233,16 @@ def _not_trained(ctx: StudyContext) -> ClaimResult:
     """C9 in a profile that trains no pre/post pair under the source's init (`same_inits`
     without "xavier"): nothing is trained for it, and it is not tested at this scale."""
     p = ctx.profile
+    same_inits = CLAIM.settings(p).same_inits
     return claim_result(
         CLAIM,
-        f"Not trained in this profile: its same_inits ({list(p.same_inits)}) leave out the "
+        f"Not trained in this profile: its same_inits ({list(same_inits)}) leave out the "
         "source's pairing (pre and post both Xavier), the only one C9 decides, so C9 trains "
         f"nothing here. Deciding it needs that pairing trained near convergence, far beyond "
         f"this profile's {p.steps} steps at this width.",
         [CLAIM.predict("source's pairing trained", [0.0])],
-        {"same_inits": list(p.same_inits), "steps": p.steps, "smallest_design": DESIGN}, [],
+        {"same_inits": list(same_inits), "steps": p.steps, "smallest_design": DESIGN}, [],
         note="No pre and post under one init are trained in this profile.")
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, grids=grids)

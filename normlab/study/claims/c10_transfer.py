@@ -4,12 +4,12 @@
 Prediction: fine-tuned on the genre task (:mod:`normlab.data.genre`), a post checkpoint reaches
 a higher test accuracy than the pre checkpoint of the same seed and the same pretraining loss.
 
-Design: passages of ``profile.finetune_passage_bytes`` (at least 256) bytes, read in windows of
+Design: passages of ``Settings.finetune_passage_bytes`` (at least 256) bytes, read in windows of
 the pretraining context when they are longer (:class:`normlab.finetune.SequenceClassifier`);
 all weights trained, mean pooling. The fine-tuning lr is tuned per placement on a validation
 split cut from the end of each play's training region (never on the test passages): the grid
-``profile.finetune_lrs`` (default 3e-5 to 3e-3, about x3 apart), extended x3 beyond an edge
-that wins (at most ``profile.finetune_lr_extensions`` times, default 2; recorded); the lr with
+``Settings.finetune_lrs`` (default 3e-5 to 3e-3, about x3 apart), extended x3 beyond an edge
+that wins (at most ``Settings.finetune_lr_extensions`` times, default 2; recorded); the lr with
 the best mean validation accuracy over seeds is the placement's, and each seed's test accuracy
 at that lr is its result. The character-trigram naive Bayes on the same training and test
 passages is the baseline.
@@ -28,18 +28,18 @@ baseline is context.
 
 Checkpoints come as :class:`Pretrained` records, paired by seed at matched loss
 (:func:`normlab.study.claims.common.matched_pairs`, whose doc states the pairing). Where they
-come from is the profile's ``c10_pairs``: the tuned cells whose mean losses are closest, or
-(the long profile) each placement trained again at its own tuned lr keeping its weights along
-the way, each seed's pair the most trained kept checkpoints within the tolerance
-(``StudyContext.c10_checkpoints``); a pretrained checkpoint kept along a run is fine-tuned from
+come from is the claim's ``c10_pairs`` (``Settings``): the tuned cells whose mean losses are
+closest, or (the long profile) each placement trained again at its own tuned lr keeping its
+weights along the way, each seed's pair the most trained kept checkpoints within the tolerance
+(:func:`c10_checkpoints`); a pretrained checkpoint kept along a run is fine-tuned from
 that step.
 
-The frozen linear probe (``profile.finetune_probe``, on in the long profile): each matched
+The frozen linear probe (``Settings.finetune_probe``, on in the long profile): each matched
 checkpoint's body frozen, a linear head trained on its standardized pooled stream with the
 fine-tuning's steps, batch and warmup (:func:`normlab.finetune.finetune_model` with
 ``freeze=True``), and the same architecture at random init (the run's seed), frozen, as the
 probe's from-scratch baseline. Its lr is tuned like the fine-tuning's, per placement and arm, on
-the same validation passages, over ``profile.finetune_probe_lrs`` (default 1e-3, 1e-2, 1e-1: a
+the same validation passages, over ``Settings.finetune_probe_lrs`` (default 1e-3, 1e-2, 1e-1: a
 head on unit-scale features) with the same extensions; the body's features are computed once per
 checkpoint and every lr the tuning may reach is trained on them (:func:`lr_candidates`). Reported:
 each arm's test accuracy and three diagnostics, written before any run: the probe's transfer per
@@ -71,19 +71,68 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import claim_result, matched_pairs
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
+from normlab.study.context import RunRecord, StudyContext, WorkPlan
+from normlab.study.experiments import StudyFolder, record
+from normlab.study.profiles import Profile
 from normlab.study.schema import PRE_POST, ClaimResult, Pretrained
 
 _NONE = "the source gives no size: decided at 0, the size reported"
 # "learns the task": at least this much accuracy above the best constant predictor
 LEARNS_MARGIN = 0.05
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C10's own sizes: the fine-tuning, its pairs and the frozen probe (module doc)."""
+
+    finetune_steps: int = 80
+    finetune_batch_size: int = 16
+    finetune_test_max: int | None = 768
+    finetune_lrs: tuple[float, ...] = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3)
+    finetune_lr_extensions: int = 2
+    finetune_passage_bytes: int = 256
+    finetune_warmup: int | None = None  # None: a tenth of the fine-tuning steps
+    finetune_val_fraction: float = 0.1  # of each play's training region, for tuning the lr
+    finetune_val_max: int = 512  # validation passages scored per lr
+    finetune_train_eval_max: int = 256  # training passages scored for the training accuracy
+    finetune_standardize: int = 512  # passages whose features set the standardization
+    # the pairs: "cells", the tuned cells of pre and post whose mean losses are closest (every
+    # seed's pair must then lie within the tolerance); "trajectories", each placement trained
+    # again at its own tuned lr keeping its weights `deep_evals` times, paired per seed along
+    # the two trajectories as C12's deep pairs are (docs/study.md, C10)
+    c10_pairs: Literal["cells", "trajectories"] = "cells"
+    # the frozen linear probe: a head trained on the frozen pooled stream of each matched
+    # checkpoint and of the same architecture at init, its lr tuned on its own grid (extended
+    # like the fine-tuning grid); reported as diagnostics (docs/study.md, C10)
+    finetune_probe: bool = False
+    finetune_probe_lrs: tuple[float, ...] = (1e-3, 1e-2, 1e-1)
+
+
+# each profile's
+SETTINGS = {
+    "tiny": Settings(finetune_steps=4, finetune_batch_size=8, finetune_test_max=64,
+                     finetune_lrs=(1e-3,), finetune_lr_extensions=0),
+    "quick": Settings(finetune_steps=60, finetune_batch_size=16, finetune_test_max=384,
+                      finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0),
+    "standard": Settings(finetune_steps=150, finetune_batch_size=16, finetune_test_max=512,
+                         finetune_lrs=(1e-4, 3e-4, 1e-3, 3e-3), finetune_lr_extensions=1),
+    "long": Settings(finetune_steps=1000, finetune_batch_size=8, finetune_test_max=512,
+                     finetune_lrs=(3e-5, 1e-4, 3e-4, 1e-3, 3e-3), finetune_lr_extensions=0,
+                     finetune_probe=True, c10_pairs="trajectories"),
+    "gpu": Settings(finetune_steps=1000, finetune_batch_size=16, finetune_test_max=512,
+                    finetune_lr_extensions=1, finetune_probe=True, c10_pairs="trajectories"),
+    "full": Settings(finetune_steps=1000, finetune_batch_size=64, finetune_test_max=None,
+                     finetune_lrs=(1e-4, 3e-4, 1e-3)),
+}
 
 CLAIM = Claim(
     id="C10", title="Post-LN transfers better after fine-tuning",
@@ -96,6 +145,7 @@ CLAIM = Claim(
     paper="The seed blog: at roughly the same pretraining results, Post Norm's fine-tuning "
           "performance is noticeably better (no number published).",
     trains=(("pre", True), ("post", True)),
+    settings_class=Settings, per_profile=SETTINGS,
     needs=("pretraining long enough that a pretrained model fine-tunes better than the same "
            "architecture from init"),
     predictions=(
@@ -117,7 +167,7 @@ CLAIM = Claim(
                        "at matched pretraining loss",
                        Rule("direction", ">", 0.0,
                             origin="the seed blog ('noticeably better'): " + _NONE)),
-        # the frozen linear probe (profile.finetune_probe): what the pretrained stream holds,
+        # the frozen linear probe (`finetune_probe`): what the pretrained stream holds,
         # which the source does not speak of; reported, never deciding (module doc)
         PredictionSpec("{placement} transfer, frozen probe",
                        "frozen-probe test accuracy, pretrained - at init (same head budget)",
@@ -141,11 +191,11 @@ def _warmup(given: int | None, steps: int) -> int:
 
 
 def c10_settings(ctx: StudyContext) -> dict[str, Any]:
-    """The fine-tuning settings C10 reads from the profile."""
-    p = ctx.profile
+    """The fine-tuning settings C10 reads from its own (`Settings`) in the profile."""
+    p = CLAIM.settings(ctx.profile)
     steps, passage = p.finetune_steps, p.finetune_passage_bytes
     if passage < 256:
-        raise ValueError(f"profile.finetune_passage_bytes: C10 needs passages of at least 256 "
+        raise ValueError(f"C10's finetune_passage_bytes: C10 needs passages of at least 256 "
                          f"bytes, got {passage}")
     return {"steps": steps, "batch_size": p.finetune_batch_size,
             "warmup": _warmup(p.finetune_warmup, steps),
@@ -211,9 +261,9 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                  tolerance: float | None = None) -> dict[str, Any]:
     """C10's measurements: every matched pre/post pair fine-tuned on the genre task, and the
     same architecture fine-tuned from random init (the run's seed) with the same budget, each
-    with its lr tuned on validation passages (module doc); with ``profile.finetune_probe``,
+    with its lr tuned on validation passages (module doc); with ``Settings.finetune_probe``,
     also the frozen linear probe of both (arms ``probe_pretrained`` and ``probe_scratch``, on
-    the grid ``profile.finetune_probe_lrs``); the trigram baseline on the same passages as
+    the grid ``Settings.finetune_probe_lrs``); the trigram baseline on the same passages as
     context. Fine-tuning results are cached in each run folder."""
     from normlab.data.genre import genre_task, naive_bayes_baseline
     from normlab.finetune import finetune, finetune_many
@@ -222,7 +272,8 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     s = c10_settings(ctx)
     pairs, left_out = matched_pairs(checkpoints, tol)
     seeds = sorted(pairs)
-    probe = ctx.profile.finetune_probe
+    own = CLAIM.settings(ctx.profile)
+    probe = own.finetune_probe
     arms = FINETUNE_ARMS | (PROBE_ARMS if probe else {})
     runs: dict[str, dict[str, dict[str, dict[int, dict[str, Any]]]]] = {
         arm: {p: {} for p in PRE_POST} for arm in arms}
@@ -257,20 +308,20 @@ def c10_finetune(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     tuned: dict[str, dict[str, Any]] = {arm: {} for arm in arms}
     accuracy: dict[str, dict[str, list[float]]] = {arm: {} for arm in arms}
     if seeds:
-        p_ = ctx.profile
-        grids = {arm: p_.finetune_probe_lrs if arms[arm][1] else p_.finetune_lrs for arm in arms}
-        extensions = p_.finetune_lr_extensions
-        workers = p_.workers
+        grids = {arm: own.finetune_probe_lrs if arms[arm][1] else own.finetune_lrs
+                 for arm in arms}
+        extensions = own.finetune_lr_extensions
+        workers = ctx.profile.workers
         ctx.log(f"C10: fine-tuning {len(seeds)} pair(s), pretrained and from init, at lrs "
-                f"{list(p_.finetune_lrs)} on {workers} worker(s)")
+                f"{list(own.finetune_lrs)} on {workers} worker(s)")
         jobs = [(pairs[seed][p].run_dir, kwargs(arm, p, lr, seed)) for arm in FINETUNE_ARMS
                 for p in PRE_POST for lr in grids[arm] for seed in seeds]
         if probe:
             # a head costs little once the frozen body's features exist: every lr the tuning
             # may reach (the grid and its extensions) is trained in one pass of the body
-            reach = lr_candidates(p_.finetune_probe_lrs, extensions)
+            reach = lr_candidates(own.finetune_probe_lrs, extensions)
             ctx.log(f"C10: frozen linear probe of the same {len(seeds)} pair(s) and of their "
-                    f"architectures at init, at lrs {list(p_.finetune_probe_lrs)} (and the "
+                    f"architectures at init, at lrs {list(own.finetune_probe_lrs)} (and the "
                     f"extensions it may take: {[f'{v:g}' for v in reach]})")
             for arm in PROBE_ARMS:
                 for p in PRE_POST:
@@ -324,13 +375,49 @@ def c10_predictions(accuracy: Mapping[str, Mapping[str, Sequence[float]]], major
     return out
 
 
+# -- C10's own measurements, run on the study's folder (`StudyContext.own`) -------------------
+def c10_checkpoints(folder: StudyFolder) -> list[Pretrained]:
+    """The pre and post checkpoints C10 fine-tunes, one per placement and seed: with
+    `c10_pairs="cells"` the matched-loss cells (`matched_pair`); with
+    "trajectories" the pairs along the runs of `c10_trajectory_runs` (`trajectory_pairs`),
+    a pair inside the warmup marked as such (left out by C10)."""
+    if CLAIM.settings(folder.profile).c10_pairs == "trajectories":
+        return folder.trajectory_pairs(c10_trajectory_runs(folder), warmup=folder.profile.warmup)
+    pair = folder.matched_pair()
+    if not pair.found:
+        return []
+    out = []
+    for pl in ("pre", "post"):
+        for r in folder.tuned(pl).cell(pair.lr(pl)):  # type: ignore[arg-type]
+            out.append(Pretrained(pl, r.seed, folder.runs_root / r.run_id,
+                                  r.val_loss if r.val_loss is not None else math.nan,
+                                  r.outcome))
+    return out
+
+
+def c10_trajectory_runs(folder: StudyFolder) -> dict[str, dict[int, RunRecord]]:
+    """Pre and post at the profile's depth, each at its own tuned lr (`tuned`, with
+    warmup), every seed trained again keeping its weights `deep_evals` times along the
+    way (the same model, data and schedule as the tuned cell: only evaluations and kept
+    weights differ). C10's pairs are taken along them (docs/study.md, C10)."""
+    p = folder.profile
+    configs = {(pl, s): folder.family_config(pl, folder.tuned(pl).best_lr, p.warmup, s,
+                                           trajectory=True)
+               for pl in PRE_POST for s in range(p.seeds)}
+    summaries = folder.train(list(configs.values()))
+    out: dict[str, dict[int, RunRecord]] = {pl: {} for pl in PRE_POST}
+    for ((pl, s), cfg), summary in zip(configs.items(), summaries, strict=True):
+        out[pl][s] = record(cfg, summary, lr=cfg.train.lr, warmup=p.warmup, seed=s)
+    return out
+
+
 def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
             ) -> ClaimResult:
     title, statement, source = CLAIM.title, CLAIM.statement, CLAIM.source
-    given = list(ctx.c10_checkpoints() if checkpoints is None else checkpoints)
+    given = list(ctx.own(c10_checkpoints) if checkpoints is None else checkpoints)
     s = c10_settings(ctx)
     p = ctx.profile
-    pairing = ("paired by seed" if p.c10_pairs == "cells" else
+    pairing = ("paired by seed" if CLAIM.settings(p).c10_pairs == "cells" else
                f"paired by seed along their trajectories (each placement trained at its own "
                f"tuned lr, its weights kept every {max(1, p.steps // p.deep_evals)} steps; "
                "per seed the most trained pair of kept checkpoints within the tolerance)")
@@ -350,13 +437,13 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
               "post - pre. Reported, never deciding: whether the models from init learn the "
               "task (5 points above the majority class). A character-trigram naive Bayes on "
               "the same passages is context.")
-    if ctx.profile.finetune_probe:
+    if CLAIM.settings(ctx.profile).finetune_probe:
         method += (" Diagnostics, never deciding: a frozen linear probe (the body fixed, a head "
                    f"trained on its standardized pooled stream for the same {s['steps']} steps, "
                    "its lr tuned per placement and arm on the same validation passages over "
-                   f"the grid {list(ctx.profile.finetune_probe_lrs)}) of each checkpoint and of "
-                   "the same architecture at init: what the pretrained stream holds for the "
-                   "task, which the source does not speak of.")
+                   f"the grid {list(CLAIM.settings(ctx.profile).finetune_probe_lrs)}) of each "
+                   "checkpoint and of the same architecture at init: what the pretrained "
+                   "stream holds for the task, which the source does not speak of.")
     if not given:
         return ClaimResult(id="C10", title=title, statement=statement, source=source,
                            method=method, verdict="not run", rule="",
@@ -404,4 +491,42 @@ def unbracketed_is_inconclusive(result: ClaimResult, tuned: Mapping[str, Mapping
     return result
 
 
-CLAIM = CLAIM.bind(measure)
+def finetune_units(profile: Profile) -> tuple[int, float]:
+    """C10's fine-tunings per matched seed (pretrained and from init, per placement and lr of
+    the grid with one extension) and their cost in training steps of the profile's shape: a
+    fine-tuning step is a batch of passages, each read as windows of `seq_len`; with the frozen
+    probe, one pass of the frozen body over every passage per checkpoint."""
+    p, own = profile, CLAIM.settings(profile)
+    windows = max(1, own.finetune_passage_bytes // p.seq_len) * own.finetune_batch_size \
+        / p.batch_size
+    lrs = len(own.finetune_lrs) + min(1, own.finetune_lr_extensions)
+    steps = 2 * 2 * lrs * own.finetune_steps * windows
+    if own.finetune_probe:
+        steps += 2 * 2 * 13_000 * windows / own.finetune_batch_size / 2
+    return 2 * 2 * lrs, steps
+
+
+def work(plan: WorkPlan) -> None:
+    """C10's own work: with `c10_pairs="trajectories"` pre and post trained again at their
+    tuned lrs; then the fine-tunings (`finetune_units`), for the seeds whose pre and post cells
+    are matched once the grids have trained (every seed until then); those a run folder holds
+    (`finetune/genre-*.json`) count as cached."""
+    p, own = plan.profile, CLAIM.settings(plan.profile)
+    pre, post = plan.tuned("pre", p.warmup), plan.tuned("post", p.warmup)
+    if own.c10_pairs == "trajectories":
+        plan.runs([plan.folder.family_config(pl, (g.best_lr if g else p.lrs[0]), p.warmup, s,
+                                             trajectory=True)
+                   for pl, g in (("pre", pre), ("post", post)) for s in range(p.seeds)])
+    pairs = p.seeds
+    if pre is not None and post is not None and own.c10_pairs == "cells":
+        pairs = len(matched_pairs(c10_checkpoints(plan.folder), p.match_tolerance)[0])
+    if not pairs:
+        return
+    per_seed, steps = finetune_units(p)
+    units = per_seed * pairs
+    cached = min(units, len(list(plan.folder.runs_root.glob("*/finetune/genre-*.json"))))
+    plan.work("fine-tunings", units, cached, steps * (units - cached) / per_seed,
+              parallel=True)
+
+
+CLAIM = CLAIM.bind(measure, work=work)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from normlab.probe.fits import mean_ci
@@ -17,10 +20,30 @@ from normlab.study.claims.common import (
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import StudyContext
-from normlab.study.schema import ClaimResult
+from normlab.study.context import RunRecord, StudyContext
+from normlab.study.experiments import StudyFolder, model_at_init
+from normlab.study.profiles import Profile
+from normlab.study.schema import PRE_POST, ClaimResult
+from normlab.train import load_trained_model
 
 _SRC = "Xiong et al. / GPT-2 (the final norm): " + NO_SIZE
+
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C11's own settings."""
+
+    # also tune pre without a final norm on its own grid (else the ablation alone decides)
+    c11_trained_without: bool = True
+    # the depth at which pre with and without a final norm are compared (None: the profile's
+    # train_blocks; its deep_blocks: the deep runs, tuned at that depth)
+    c11_blocks: int | None = None
+
+
+# each profile's (the others: the defaults)
+SETTINGS = {"quick": Settings(c11_trained_without=False), "long": Settings(c11_blocks=12),
+            "gpu": Settings(c11_blocks=24)}
 
 CLAIM = Claim(
     id="C11", title="Pre-LN needs a final norm",
@@ -32,6 +55,7 @@ CLAIM = Claim(
     setting="Pre-LN language models (GPT-2: 12-48 blocks)",
     paper="GPT-2 added the final norm; no published loss gap at this size.",
     trains=(("pre", True), ("post", True), ("pre_nofinal", True)),
+    settings_class=Settings, per_profile=SETTINGS,
     predictions=(
         PredictionSpec("pre, trained without vs with",
                        "val loss(no final norm, tuned) - val loss(final norm, tuned)",
@@ -61,30 +85,102 @@ CLAIM = Claim(
 )
 
 
+# -- C11's own measurements, run on the study's folder (`StudyContext.own`) -------------------
+def final_norm_measures(folder: StudyFolder, records: Sequence[RunRecord]
+                        ) -> list[dict[str, float]]:
+    """Per run (one per seed), on the study's probe batches (C11): `cost`, the validation loss
+    with the final norm replaced by the identity minus the loss with it; `stream_rms`, the
+    RMS of the raw final stream the norm reads, trained, and `stream_rms_init`, the same on
+    the run's own model at step 0 (`run_final_norm`)."""
+    batches = folder.probe_batches(seq_len=min(folder.profile.probe_seq_len,
+                                               folder.profile.seq_len))
+    return [folder.cached(f"final_norm_{r.run_id}",
+                          lambda r=r: run_final_norm(folder.runs_root / r.run_id, batches))
+            for r in records if not r.failed]
+
+
+def final_stream_rms(model: Any, batches: list) -> float:
+    """The RMS of the raw final stream (what the final norm, or the head where there is none,
+    reads) over `batches`' tokens, averaged over the batches."""
+    import torch
+
+    seq = model.cfg.max_seq_len
+    seen: list[float] = []
+    handle = model.final.input.register_forward_hook(
+        lambda _m, _i, out: seen.append(out.float().pow(2).mean().sqrt().item()))
+    try:
+        with torch.no_grad():
+            for x, _y in batches:
+                model(x[:, :seq])
+    finally:
+        handle.remove()
+    return sum(seen) / len(seen)
+
+
+def run_final_norm(run_dir: Path, batches: list) -> dict[str, float]:
+    """Loss of a trained model on `batches` with its final norm, and with that norm replaced by
+    the identity (the head reads the raw stream), and the difference (`cost`); the raw final
+    stream's RMS of the trained model and of its model at step 0 (`model_at_init`)."""
+    import torch
+
+    cfg, model = load_trained_model(run_dir)
+    seq = cfg.model.max_seq_len
+
+    def loss() -> float:
+        with torch.no_grad():
+            return sum(model(x[:, :seq], y[:, :seq]).loss.item()
+                       for x, y in batches) / len(batches)
+
+    model.eval()
+    with_norm = loss()
+    rms = final_stream_rms(model, batches)
+    model.final.norm = None  # no norm (as a model without one has)
+    without = loss()
+    at_init = model_at_init(run_dir).eval()
+    return {"with": with_norm, "without": without, "cost": without - with_norm,
+            "stream_rms": rms, "stream_rms_init": final_stream_rms(at_init, batches)}
+
+
+def grids(profile: Profile) -> tuple[tuple[str, bool], ...]:
+    """The grids C11 tunes at the profile's depth: pre without a final norm only where it is
+    trained (`c11_trained_without`) and not at the deep models' depth (`c11_blocks`)."""
+    own = CLAIM.settings(profile)
+    return tuple(g for g in CLAIM.trains if g[0] != "pre_nofinal"
+                 or (own.c11_trained_without and not own.c11_blocks))
+
+
+def deep_families(profile: Profile) -> tuple[str, ...]:
+    """The families C11 reads at the deep models' depth: pre (its diagnostic at depth), trained
+    with post as every deep family is, and pre without a final norm where C11 decides there."""
+    own = CLAIM.settings(profile)
+    deep = bool(profile.deep_blocks) and own.c11_blocks == profile.deep_blocks
+    return PRE_POST + (("pre_nofinal",) if deep and own.c11_trained_without else ())
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
-    p = ctx.profile
+    p, own = ctx.profile, CLAIM.settings(ctx.profile)
     # the depth the trained comparison is made at: the 6-block runs, or (c11_blocks) the deep
     # runs, each family tuned at that depth
-    blocks = p.c11_blocks or p.train_blocks
-    at = {"blocks": p.c11_blocks} if p.c11_blocks else {}
-    if p.c11_blocks:
+    blocks = own.c11_blocks or p.train_blocks
+    at = {"blocks": own.c11_blocks} if own.c11_blocks else {}
+    if own.c11_blocks:
         ctx.prefetch_deep()  # its deep runs and C12's, trained in one go
     on = ctx.tuned("pre", **at)
-    off = ctx.tuned("pre_nofinal", **at) if p.c11_trained_without else None
+    off = ctx.tuned("pre_nofinal", **at) if own.c11_trained_without else None
     predictions = []
     if off is not None:
         where = {"subject": f"pre, trained without vs with, {blocks} blocks"} \
-            if p.c11_blocks else {}
+            if own.c11_blocks else {}
         predictions.append(CLAIM.predict("pre, trained without vs with",
                                          _per_seed(off.best, on.best), **where))
-    shallow_grid = ctx.tuned("pre") if p.c11_blocks else on
-    shallow_measures = ctx.final_norm_measures(shallow_grid.best)
+    shallow_grid = ctx.tuned("pre") if own.c11_blocks else on
+    shallow_measures = ctx.own(final_norm_measures, shallow_grid.best)
     shallow = [m["cost"] for m in shallow_measures]
     predictions.append(CLAIM.predict("pre, {blocks} blocks", shallow,
                                      subject=f"pre, {p.train_blocks} blocks"))
     tuned = [on] if off is None else [on, off]
     numbers: dict[str, Any] = {
-        **({"blocks": blocks} if p.c11_blocks else {}),
+        **({"blocks": blocks} if own.c11_blocks else {}),
         "tuning": {"with": on.numbers()} | ({} if off is None else {"without": off.numbers()}),
         f"final_norm_dropped_{p.train_blocks}_blocks": mean_ci(shallow)}
     note = _bracket_note(*tuned)
@@ -95,8 +191,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
                 + note).strip()
     if ctx.claims is None or "C12" in ctx.claims:
         ctx.prefetch_deep()  # C12 reads the same deep runs: both placements in one go
-    deep = on if p.c11_blocks == p.deep_blocks and p.c11_blocks else ctx.deep_grid("pre")
-    deep_measures = ctx.final_norm_measures(deep.best) if deep is not None else []
+    deep = on if own.c11_blocks == p.deep_blocks and own.c11_blocks else ctx.deep_grid("pre")
+    deep_measures = ctx.own(final_norm_measures, deep.best) if deep is not None else []
     deep_cost = [m["cost"] for m in deep_measures]
     if deep_cost:
         n = min(len(deep_cost), len(shallow))
@@ -144,4 +240,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
     return result
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, grids=grids, deep_grids=deep_families)

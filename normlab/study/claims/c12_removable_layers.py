@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,22 @@ _SRC = ("Gromov et al. ('minimal degradation of performance') and Curse of Depth
         "comparable loss (about 1% of the loss these models reach; docs/study.md, Margins)")
 _COST = "deep-half drop cost (nats): mean loss increase when one deep interior block is skipped"
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C12's own sizes."""
+
+    # real checkpoints (the illustration): passages of text probed; 0: not probed
+    real_passages: int = 4
+    c12_min_pairs: int = 3  # matched pairs the design asks for
+
+
+# each profile's
+SETTINGS = {"tiny": Settings(real_passages=1), "quick": Settings(real_passages=0),
+            "standard": Settings(real_passages=8), "long": Settings(real_passages=8),
+            "gpu": Settings(real_passages=8), "full": Settings(real_passages=64)}
+
 CLAIM = Claim(
     id="C12", title="Deep Pre-LN layers are removable",
     statement="In pre-LN models deep layers can be removed at little cost (consecutive deep "
@@ -93,6 +110,7 @@ CLAIM = Claim(
     setting="trained Pre-LN LLMs of 30 layers and more (Llama-2, Qwen, Mistral); post-LN BERT",
     paper="",
     trains=(("pre", True), ("post", True)),
+    settings_class=Settings, per_profile=SETTINGS,
     needs=(f"pre and post models of {2 * SHALLOW_BLOCKS} blocks or more, both trained past "
            "their warmup to a matched loss in at least the design's number of seeds (at this "
            "width, a deep Post-LN needs an lr grid below where it stalls and a longer run)"),
@@ -310,8 +328,8 @@ def c12_real_models(ctx: StudyContext) -> dict[str, Any]:
     for name in ("minilm", "smollm2"):
         def compute(name: str = name) -> dict:
             ctx.log(f"probing the real checkpoint {name}")
-            return run_hf_probe(name, n_batches=p.real_passages, batch_size=2, seq_len=64,
-                                figures=False)
+            return run_hf_probe(name, n_batches=CLAIM.settings(p).real_passages, batch_size=2,
+                                seq_len=64, figures=False)
         res = ctx.cached(f"real_v2_{name}", compute)
         drop = res["drop"]
         cost_kind = "drop_dloss" if drop.get("drop_dloss") else "drop_hidden_cos"
@@ -340,7 +358,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     figures: list[str] = []
     notes = []
     real = None
-    if not ctx.profile.real_passages:
+    if not CLAIM.settings(ctx.profile).real_passages:
         notes.append("real checkpoints not probed: this profile reads no passages of them "
                      "(real_passages 0; the standard profile probes them)")
     else:
@@ -389,7 +407,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
                                                    "tolerance")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
                 "pairs": len(res["deep_costs"]["pre"])}
-    wanted = ctx.profile.c12_min_pairs
+    wanted = CLAIM.settings(ctx.profile).c12_min_pairs
     outcomes = {pl: [c.outcome for c in own if c.placement == pl] for pl in PRE_POST}
     stalled = [pl for pl, out in outcomes.items()
                if out and all(o in ("stalled", "diverged") for o in out)]
@@ -419,4 +437,9 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
 
 
 
-CLAIM = CLAIM.bind(measure)
+def deep_families(_profile: Any) -> tuple[str, ...]:
+    """C12's pairs: pre and post at the deep models' depth."""
+    return PRE_POST
+
+
+CLAIM = CLAIM.bind(measure, deep_grids=deep_families)

@@ -21,6 +21,7 @@ from normlab.study.claims.common import (
     _seed_mean_curves,
     _trained,
     claim_result,
+    probed_deep,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -111,4 +112,4 @@ def measure(ctx: StudyContext) -> ClaimResult:
         figs, note=note)
 
 
-CLAIM = CLAIM.bind(measure)
+CLAIM = CLAIM.bind(measure, deep_grids=probed_deep)

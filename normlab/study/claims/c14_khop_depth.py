@@ -11,8 +11,8 @@ reveals that transformers trained on the task obey the same threshold".
 
 Design (docs/study.md, C14; the size is the smallest at which depth visibly mattered in the
 feasibility search, `scripts/khop_feasibility.py`, docs/results/khop_feasibility): each placement
-of `profile.khop_placements` at each depth of `profile.khop_depths`, tuned on its own lr grid
-(`StudyContext.khop_tuned`: extended at an edge that wins, scored by validation loss), paired
+of `khop_placements` at each depth of `khop_depths`, tuned on its own lr grid
+(`khop_tuned`: extended at an edge that wins, scored by validation loss), paired
 seeds. Per run, the final validation accuracy per hop count; per seed its *hop score*, the mean
 accuracy over hop counts 1..K, and the *hops solved*, the largest k such that every hop count up
 to k is answered with accuracy >= 0.9 (reported with its interval).
@@ -34,7 +34,7 @@ In the long profile (2-3 blocks) the large-t premise fails by construction, so C
 there: it decides nothing and reports the numbers a deciding design needs (docs/study.md, C14,
 and the design review of the long profile).
 
-Calibration rung (`profile.khop_calibration`; docs/study.md, C14; fixed before any of its runs):
+Calibration rung (`khop_calibration`; docs/study.md, C14; fixed before any of its runs):
 before the placements are compared, pre is trained in Sanford et al.'s own setting (their
 released configs, `normlab.study.khop_source`) at depths 2-6, and for each hop count 1-16 the
 smallest depth whose seed-mean error is at most 0.1 is compared with the same depth read from
@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from normlab.config import RunConfig
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
@@ -62,7 +64,8 @@ from normlab.study.claims.common import (
     not_decided,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import RunRecord, StudyContext, TunedGrid
+from normlab.study.context import RunRecord, StudyContext, TunedGrid, WorkPlan
+from normlab.study.experiments import Grid, StudyFolder, record
 from normlab.study.khop_source import (
     MAX_HOPS,
     SOLVED_ERROR,
@@ -91,6 +94,56 @@ _PAPER = ("Sanford et al.'s released errors (GPT-2, width 128, 4 heads, 100 toke
           + ", ".join(f"{d}: {k}" for d, k in PAPER_SOLVED.items())
           + " (16: every hop count tried); the seed gives no number.")
 
+
+
+@dataclass(frozen=True)
+class Settings:
+    """C14's own sizes: the k-hop models (data.task: khop), each placement at each depth tuned
+    on its own lr grid; the size is the smallest at which depth mattered in the feasibility
+    search (docs/study.md, C14). No depths: C14 not run."""
+
+    khop_depths: tuple[int, ...] = ()
+    khop_placements: tuple[str, ...] = ("pre", "post", "deepnorm", "mix", "lns")
+    khop_width: int = 64
+    khop_heads: int = 4
+    khop_seq_len: int = 32
+    khop_alphabet: int = 4
+    khop_max_hops: int = 3
+    khop_steps: int = 1200
+    khop_batch_size: int = 32
+    khop_lrs: tuple[float, ...] = (1.5e-3, 3e-3, 6e-3)
+    khop_warmup: int = 100
+    khop_seeds: int = 3
+    khop_eval_batches: int = 8
+    # the calibration rung (docs/study.md, C14): before the placements are compared, pre is
+    # trained in Sanford et al.'s own setting (their released configs: width 128, 4 heads,
+    # depths 2-6, 99 tokens over 4 letters, hops 0-16, batch 32, their targets and optimizer;
+    # normlab.study.khop_source) for `khop_cal_steps` steps at the fixed lr `khop_cal_lr`, and
+    # the smallest depth that solves each hop count is compared with theirs. Off: not run.
+    khop_calibration: bool = False
+    khop_cal_steps: int = 10_000  # a tenth of their 100,000
+    khop_cal_lr: float = 1e-3  # ten times their 1e-4: the same lr x steps
+    khop_cal_warmup: int = 100  # their 1000 of 100,000 steps: 1%
+    # one run per depth, as their table has: their dropout (0.1) keeps runs from being stacked,
+    # so each seed costs a full run per depth
+    khop_cal_seeds: int = 1
+    khop_cal_eval_batches: int = 54  # 1728 sequences: at least 100 per hop count, as theirs
+
+
+# each profile's (the others: the defaults, no k-hop models)
+SETTINGS = {
+    "tiny": Settings(khop_depths=(1, 2), khop_placements=("pre", "post"), khop_width=16,
+                     khop_heads=2, khop_seq_len=12, khop_max_hops=2, khop_steps=8,
+                     khop_batch_size=8, khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2,
+                     khop_eval_batches=1),
+    "long": Settings(khop_depths=(2, 3)),
+    # designed before any of its runs (docs/study.md, "The gpu profile")
+    "gpu": Settings(khop_depths=(2, 3, 4, 6), khop_placements=("pre", "post"), khop_width=128,
+                    khop_heads=4, khop_seq_len=64, khop_max_hops=8, khop_steps=3000,
+                    khop_batch_size=32, khop_lrs=(1e-3, 3e-3), khop_warmup=150, khop_seeds=4,
+                    khop_calibration=True),
+}
+
 CLAIM = Claim(
     id="C14", title="Pre-LN is effectively shallower: it solves fewer hops at equal depth",
     statement="At equal depth and training budget, a Pre-LN decoder solves fewer hops of the "
@@ -105,6 +158,7 @@ CLAIM = Claim(
             "sequences of 100 tokens over 4 letters, hop counts 0-16, 100,000 steps of 32 "
             "(the released configs); the seed: deep Pre-LN models, no size",
     paper=_PAPER,
+    settings_class=Settings, per_profile=SETTINGS,
     needs=(f"k-hop models of {2 * SHALLOW_BLOCKS} blocks or more (the deeper half past block "
            f"{SHALLOW_BLOCKS}) on hop counts that such a depth needs (by Sanford et al.'s "
            "relation, hops of 16 and more, sequences of 100 tokens or more), each placement "
@@ -130,6 +184,105 @@ CLAIM = Claim(
                        role="diagnostic"),
     ),
 )
+
+
+# -- C14's own measurements, run on the study's folder (`StudyContext.own`) -------------------
+def khop_config(folder: StudyFolder, placement: str, lr: float, seed: int, blocks: int
+                ) -> RunConfig:
+    """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
+    `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
+    p = CLAIM.settings(folder.profile)
+    steps = p.khop_steps
+    return folder.placed([
+        f"model.placement={placement}", f"model.n_blocks={blocks}",
+        f"model.d_model={p.khop_width}", f"model.n_heads={p.khop_heads}",
+        f"model.max_seq_len={p.khop_seq_len}",
+        f"model.vocab_size={p.khop_alphabet + p.khop_max_hops}",
+        "data.task=khop", f"data.khop_alphabet={p.khop_alphabet}", "data.khop_min_hops=1",
+        f"data.khop_max_hops={p.khop_max_hops}", f"data.seq_len={p.khop_seq_len}",
+        f"train.steps={steps}", f"train.batch_size={p.khop_batch_size}", f"train.lr={lr}",
+        f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
+        f"train.eval_every={max(1, steps // 4)}",
+        f"train.eval_batches={p.khop_eval_batches}",
+        f"train.log_every={max(1, steps // 10)}"])
+
+
+def khop_tuned(folder: StudyFolder, placement: str, blocks: int) -> TunedGrid:
+    """`placement` at `blocks` blocks on the k-hop task, over its own lr grid (`_tuning`,
+    scored by validation loss over the answered positions), `khop_seeds` seeds. Every
+    placement and depth of the profile not yet tuned is tuned with it (`tune_together`):
+    their first grids, and then each round of their extensions, train in one go."""
+    p = CLAIM.settings(folder.profile)
+    key = f"khop:{placement}:{blocks}"
+    if key in folder.memo:
+        return folder.memo[key]
+    cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
+             if f"khop:{pl}:{d}" not in folder.memo]
+    if (placement, blocks) not in cells:
+        cells.append((placement, blocks))
+    seeds = range(p.khop_seeds)
+
+    def grid(pl: str, depth: int) -> Grid:
+        def configs(lrs: list[float]) -> list[RunConfig]:
+            return [khop_config(folder, pl, lr, s, depth) for lr in lrs for s in seeds]
+
+        def read(lrs: list[float]) -> dict[float, list[RunRecord]]:
+            cfgs = configs(lrs)  # in the order of (lr, seed) below
+            out: dict[float, list[RunRecord]] = {lr: [] for lr in lrs}
+            for (lr, s), cfg, summary in zip(((lr, s) for lr in lrs for s in seeds), cfgs,
+                                             folder.train(cfgs), strict=True):
+                out[lr].append(record(cfg, summary, lr=lr, warmup=p.khop_warmup, seed=s))
+            return out
+
+        return Grid(f"khop {pl}, {depth} blocks", p.khop_warmup, p.khop_lrs, configs, read)
+
+    folder.memo.update(folder.tune_together(
+        {f"khop:{pl}:{d}": grid(pl, d) for pl, d in cells}))
+    return folder.memo[key]
+
+
+def khop_calibration_config(folder: StudyFolder, seed: int, blocks: int) -> RunConfig:
+    """One run of C14's calibration rung: pre at `blocks` blocks in Sanford et al.'s setting
+    (`normlab.study.khop_source.calibration_sets`) at the profile's calibration budget."""
+    from normlab.study.khop_source import calibration_sets
+
+    p = CLAIM.settings(folder.profile)
+    return folder.placed(calibration_sets(blocks, seed, p.khop_cal_steps, p.khop_cal_lr,
+                                        p.khop_cal_warmup, p.khop_cal_eval_batches))
+
+
+def khop_calibration(folder: StudyFolder) -> dict[int, list[RunRecord]]:
+    """C14's calibration rung: pre at each depth of Sanford et al.'s table, `khop_cal_seeds`
+    seeds at the fixed lr `khop_cal_lr`, all trained in one go; per depth, the records in
+    the order of the seeds."""
+    from normlab.study.khop_source import WIDTH, load_table
+
+    if "khop_calibration" in folder.memo:
+        return folder.memo["khop_calibration"]
+    p = CLAIM.settings(folder.profile)
+    cells = [(d, s) for d in load_table().depths(WIDTH) for s in range(p.khop_cal_seeds)]
+    cfgs = [khop_calibration_config(folder, s, d) for d, s in cells]
+    out: dict[int, list[RunRecord]] = {d: [] for d, _s in cells}
+    for (d, s), cfg, summary in zip(cells, cfgs, folder.train(cfgs), strict=True):
+        out[d].append(record(cfg, summary, lr=p.khop_cal_lr, warmup=p.khop_cal_warmup,
+                             seed=s))
+    folder.memo["khop_calibration"] = out
+    return out
+
+
+def khop_accuracy(folder: StudyFolder, records: Sequence[RunRecord],
+                  hops: Sequence[int] | None = None) -> list[dict[int, float]]:
+    """Per run, the final validation accuracy per hop count (`val_acc_hop{k}` of its
+    summary; nan for a hop count it did not record), for `hops` (default: 1 to the
+    profile's `khop_max_hops`)."""
+    from normlab.train import read_summary
+
+    hops = range(1, CLAIM.settings(folder.profile).khop_max_hops + 1) if hops is None else hops
+    out = []
+    for r in records:
+        summary = read_summary(folder.runs_root / r.run_id) or {}
+        out.append({k: float(summary.get(f"val_acc_hop{k}", math.nan)) for k in hops})
+    return out
 
 
 def hops_solved(acc: Mapping[int, float], level: float = SOLVED) -> int:
@@ -175,12 +328,12 @@ def calibration_decision(ours: Mapping[int, Mapping[int, float]],
 
 
 def calibration_rung(ctx: StudyContext) -> dict[str, Any]:
-    """Train (or read) pre in Sanford et al.'s setting (`ctx.khop_calibration`) and decide the
+    """Train (or read) pre in Sanford et al.'s setting (`khop_calibration`) and decide the
     rung against their released errors; its numbers for the claim's result."""
-    p = ctx.profile
+    p = CLAIM.settings(ctx.profile)
     table = load_table()
-    runs: dict[int, list[RunRecord]] = ctx.khop_calibration()
-    acc = {d: ctx.khop_accuracy(recs, CAL_HOPS) for d, recs in runs.items()}
+    runs: dict[int, list[RunRecord]] = ctx.own(khop_calibration)
+    acc = {d: ctx.own(khop_accuracy, recs, CAL_HOPS) for d, recs in runs.items()}
 
     def mean_error(per_seed: list[dict[int, float]], k: int) -> float:
         values = [a[k] for a in per_seed if not math.isnan(a[k])]
@@ -223,7 +376,7 @@ def calibration_words(cal: Mapping[str, Any]) -> str:
 
 
 def measure(ctx: StudyContext) -> ClaimResult:
-    p = ctx.profile
+    p = CLAIM.settings(ctx.profile)
     method = ("The k-hop induction heads task (normlab.data.khop): each placement at each "
               "depth tuned on its own lr grid, paired seeds; per run the final validation "
               "accuracy per hop count; per seed the hop score (mean accuracy over hop counts) "
@@ -235,8 +388,8 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # the calibration rung first: the source's table in its own setting
     cal = calibration_rung(ctx) if p.khop_calibration else None
     grids: dict[tuple[str, int], TunedGrid] = {
-        (pl, d): ctx.khop_tuned(pl, d) for pl in p.khop_placements for d in depths}
-    acc = {key: ctx.khop_accuracy(g.best) for key, g in grids.items()}
+        (pl, d): ctx.own(khop_tuned, pl, d) for pl in p.khop_placements for d in depths}
+    acc = {key: ctx.own(khop_accuracy, g.best) for key, g in grids.items()}
     score = {key: [hop_score(a) for a in runs] for key, runs in acc.items()}
     solved = {key: [float(hops_solved(a)) for a in runs] for key, runs in acc.items()}
 
@@ -303,4 +456,20 @@ def measure(ctx: StudyContext) -> ClaimResult:
     return result
 
 
-CLAIM = CLAIM.bind(measure)
+def work(plan: WorkPlan) -> None:
+    """C14's runs: each placement at each depth over its own lr grid on the k-hop task, and
+    the calibration rung's runs where the profile has it."""
+    own = CLAIM.settings(plan.profile)
+    if not own.khop_depths:
+        return
+    for pl in own.khop_placements:
+        for d in own.khop_depths:
+            plan.grid(f"khop {pl}, {d} blocks", own.khop_warmup, own.khop_lrs,
+                      lambda lr, pl=pl, d=d: [khop_config(plan.folder, pl, lr, s, d)
+                                              for s in range(own.khop_seeds)])
+    if own.khop_calibration:  # pre in Sanford et al.'s setting
+        plan.runs([khop_calibration_config(plan.folder, s, d)
+                   for d in load_table().depths(WIDTH) for s in range(own.khop_cal_seeds)])
+
+
+CLAIM = CLAIM.bind(measure, work=work)

@@ -221,7 +221,7 @@ def matched_pairs(checkpoints: Sequence[Pretrained], tolerance: float
                   ) -> tuple[dict[int, dict[str, Pretrained]], list[str]]:
     """Pre/post pairs by seed whose validation losses lie within ``tolerance`` and whose runs
     both trained; with the reasons each left-out seed was left out. The study hands C10 and C12
-    their checkpoints (``ctx.c10_checkpoints()``, ``ctx.c12_checkpoints()``, or
+    their checkpoints (C10's ``c10_checkpoints``, ``ctx.c12_checkpoints()``, or
     ``checkpoints=``); one pre and one post checkpoint of the same seed (same data order) is one
     unit, and a pair beyond the tolerance (``profile.match_tolerance``) or with a side that
     stalled or diverged is reported and left out."""
@@ -286,3 +286,10 @@ def not_decided(claim: Any, method: str, verdict: str, note: str, **kw: Any) -> 
     return ClaimResult(id=claim.id, title=claim.title, statement=claim.statement,
                        source=claim.source, method=method, verdict=verdict,  # type: ignore
                        rule="", note=note, **kw)
+
+
+def probed_deep(profile: Any) -> tuple[str, ...]:
+    """The families a claim that probes the matched pair (C1's trained diagnostic, C2, C3,
+    C13) reads at `deep_blocks`: pre and post where the profile probes the deep models'
+    trajectory pairs (`probe_deep`), none where it probes the 6-block cells."""
+    return PRE_POST if profile.probe_deep else ()

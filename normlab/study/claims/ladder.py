@@ -25,7 +25,7 @@ from typing import Any
 
 from normlab.probe.fits import loglog_fit
 from normlab.study.claims.common import SCALE, _rel, make_claim
-from normlab.study.context import StudyContext
+from normlab.study.context import StudyContext, WorkPlan
 from normlab.study.figures import plot_ladder
 from normlab.study.ladders import Rung, xiong_ladder
 from normlab.study.schema import ClaimResult
@@ -35,6 +35,12 @@ from normlab.study.verdict import Prediction, base_subject, combine
 FIG3_DEPTH = 6
 # v4: init_stats records each sublayer's branch and input energies
 CACHE_VERSION = "v4"
+# A ladder at init's cost for the time estimate, in training steps of the profile's 6-block
+# shape per unit of its size, from the recorded quick study (docs/results/study_quick/log.txt:
+# Xiong's ladder 12 s at 0.033 s a step). A ladder at init grows with its seeds x the sum of its
+# depths x probe batches (`at_init_units`; quick: 3 x 45 x 2 = 270); the standard profile's
+# recorded ladders lie within a fifth of what these give.
+XIONG_STEPS = 360 / 270
 
 Rows = list[dict[str, Any]]
 
@@ -165,3 +171,11 @@ def xiong_sweep(ctx: StudyContext) -> tuple[list[Rung], dict[str, Any]]:
     return rungs, data
 
 
+def at_init_units(profile: Any) -> int:
+    """A ladder at init's size: seeds x the sum of its depths x probe batches."""
+    return profile.init_seeds * sum(profile.init_depths) * profile.probe_batches
+
+
+def xiong_work(plan: WorkPlan) -> None:
+    """Xiong's ladder, which C1, C4 and C5 share, for the time estimate."""
+    plan.ladder(f"ladder_xiong_{CACHE_VERSION}", XIONG_STEPS * at_init_units(plan.profile))

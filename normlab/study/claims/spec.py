@@ -3,9 +3,12 @@ its role, its rule and where each of its numbers comes from, written before any 
 
 A claim module opens with one `Claim`, read top to bottom like a methods paragraph, then
 defines `measure(ctx)`, which computes the values and asks the spec to decide them
-(`Claim.predict`). The spec is the single home of a prediction's words and rule; the registry
-(`normlab.study.claims`) derives the claim list, the families each claim trains and the claim
-table of docs/study.md from the specs.
+(`Claim.predict`). A claim with sizes of its own (its runs, seeds, grids) declares them as a
+frozen `Settings` dataclass with a value per profile (`Claim.settings`); the profile
+(`normlab.study.profiles.Profile`) keeps only the sizes several claims share. The spec is the
+single home of a prediction's words and rule; the registry (`normlab.study.claims`) derives
+the claim list, the families each claim trains and the claim table of docs/study.md from the
+specs.
 
 Roles (docs/study.md, "How a verdict is decided"):
 - `claim`: the statement itself; only these decide the verdict;
@@ -23,13 +26,15 @@ against the source's setting: a premise, never estimated).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from normlab.study import verdict as rules
+from normlab.study.profiles import Profile
 
 if TYPE_CHECKING:
+    from normlab.study.context import WorkPlan
     from normlab.study.schema import ClaimResult
 
 Role = Literal["claim", "premise", "diagnostic"]
@@ -109,11 +114,54 @@ class Claim:
     ladder: str | None = None  # the ladder a theory claim is traced along, or None
     # the smallest setting that could test the claim, said when a scale premise fails
     needs: str = ""
+    # the claim's own sizes: a frozen dataclass whose defaults are every profile's unless
+    # `per_profile` (profile name -> instance) gives that profile its own
+    settings_class: type | None = None
+    per_profile: Mapping[str, Any] = field(default_factory=dict, compare=False)
     measure: Callable[[Any], ClaimResult] | None = field(default=None, compare=False)
+    # the grids the claim tunes in a profile (default: every grid of `trains`)
+    grids: Callable[[Profile], tuple[tuple[str, bool], ...]] | None = field(
+        default=None, compare=False)
+    # the families the claim reads at the profile's `deep_blocks` (none: no deep model)
+    deep_grids: Callable[[Profile], tuple[str, ...]] | None = field(default=None,
+                                                                     compare=False)
+    # the claim's own runs and work beyond its grids, told to the time estimate
+    # (`normlab.study.context.WorkPlan`)
+    work: Callable[[WorkPlan], None] | None = field(default=None, compare=False)
 
-    def bind(self, measure: Callable[[Any], ClaimResult]) -> Claim:
-        """The spec with its experiment (a module defines `measure` after its spec)."""
-        return replace(self, measure=measure)
+    def bind(self, measure: Callable[[Any], ClaimResult], *,
+             grids: Callable[[Profile], tuple[tuple[str, bool], ...]] | None = None,
+             deep_grids: Callable[[Profile], tuple[str, ...]] | None = None,
+             work: Callable[[WorkPlan], None] | None = None) -> Claim:
+        """The spec with its experiment (a module defines `measure` after its spec); where its
+        settings leave some of `trains` out, the grids it tunes in a profile; the families it
+        reads at the deep models' depth; where it trains or computes more than its grids, the `work`
+        hook that tells the time estimate."""
+        return replace(self, measure=measure, grids=grids, deep_grids=deep_grids, work=work)
+
+    def settings(self, profile: Profile) -> Any:
+        """The claim's own settings in `profile`: those a study set on the profile
+        (`with_settings`), else the claim's value for that profile, else its defaults; None
+        for a claim without settings of its own."""
+        if self.settings_class is None:
+            return None
+        own = profile.claims.get(self.id)
+        if own is not None:
+            return own
+        if profile.name in self.per_profile:
+            return self.per_profile[profile.name]
+        return self.settings_class()
+
+    def with_settings(self, profile: Profile, **changes: Any) -> Profile:
+        """`profile` with this claim's settings changed by `changes`."""
+        if self.settings_class is None:
+            raise ValueError(f"{self.id} has no settings of its own")
+        return replace(profile, claims={**profile.claims,
+                                        self.id: replace(self.settings(profile), **changes)})
+
+    def trained(self, profile: Profile) -> tuple[tuple[str, bool], ...]:
+        """The `(family, with warmup)` grids the claim tunes in `profile`."""
+        return self.grids(profile) if self.grids is not None else self.trains
 
     def spec(self, key: str) -> PredictionSpec:
         for p in self.predictions:

@@ -1,4 +1,8 @@
-"""C13 decided on the lens through a norm without parameters (`lens_free`), not through the
+"""Tests of C13 (Intermediate heads need a norm under Pre-LN):
+normlab/study/claims/c13_lens_norm.py, on the planted study (tests/fake_study.py) and on what it
+measures.
+
+C13 decided on the lens through a norm without parameters (`lens_free`), not through the
 trained final norm, whose removal can hardly fail to cost; post's same gap reported beside pre's.
 """
 
@@ -6,16 +10,44 @@ from __future__ import annotations
 
 import pytest
 from fake_study import SEEDS, FakeStudy
+from planted_probes import CLAIMS, _fill
 
 from normlab.study.claims import c13_lens_norm as c13
 from normlab.study.context import ProbedPair
 
 
-@pytest.fixture(autouse=True)
-def figure_calls(stub_figures):
-    import normlab.probe.figures
+class _Lens(FakeStudy):
+    def trained_probes(self) -> ProbedPair:
+        out = super().trained_probes()
+        for p in ("pre", "post"):
+            for s in out.seeds[p]:
+                s.per_block["lens_raw"] = [4.0, 5.0, 6.0, 7.0, 8.0, 100.0]
+                s.per_block["lens_normed"] = [3.0] * 6
+                s.per_block["lens_free"] = [3.5] * 6
+        return out
 
-    return stub_figures(normlab.probe.figures, ["plot_per_block"])
+
+def test_c13_s_gap_is_the_mean_over_every_block_but_the_last(tmp_path):
+    result = CLAIMS["C13"](_Lens(tmp_path, 0.0, "quick", **_fill({})))
+    assert result.numbers["lens_gap"]["pre"]["mean"] == pytest.approx((1 + 2 + 3 + 4 + 5) / 5)
+    assert result.numbers["lens_gap_free"]["pre"]["mean"] == pytest.approx(
+        (0.5 + 1.5 + 2.5 + 3.5 + 4.5) / 5)
+
+
+class _OneBlock(FakeStudy):
+    def trained_probes(self) -> ProbedPair:
+        out = super().trained_probes()
+        for p in ("pre", "post"):
+            for s in out.seeds[p]:
+                s.per_block["lens_raw"], s.per_block["lens_normed"] = [5.0], [3.0]
+                s.per_block["lens_free"] = [4.0]
+        return out
+
+
+def test_c13_s_gap_of_a_one_block_model_is_zero(tmp_path):
+    numbers = CLAIMS["C13"](_OneBlock(tmp_path, 0.0, "quick", **_fill({}))).numbers
+    for gap in (numbers["lens_gap"], numbers["lens_gap_free"]):
+        assert gap["pre"]["mean"] == 0.0 and gap["post"]["mean"] == 0.0
 
 
 def _study(tmp, noise: float = 0.01, **world: float) -> FakeStudy:

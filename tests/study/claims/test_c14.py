@@ -1,6 +1,11 @@
-"""C14 (effective depth on the k-hop task) and the long profile's deep-run settings: the claim's
+"""Tests of C14 (Pre-LN is effectively shallower: it solves fewer hops at equal depth):
+normlab/study/claims/c14_khop_depth.py, on the planted study (tests/fake_study.py) and on what it
+measures.
+
+C14 (effective depth on the k-hop task) and the long profile's deep-run settings: the claim's
 rule on planted worlds (tests/fake_study.py), the study's k-hop runs, and the deep models'
-trajectory pairs that C2, C3 and C13 read in the long profile."""
+trajectory pairs that C2, C3 and C13 read in the long profile.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ from normlab.study.claims.c14_khop_depth import (
     calibration_decision,
     hop_score,
     hops_solved,
+    khop_accuracy,
+    khop_calibration_config,
+    khop_config,
+    khop_tuned,
 )
 from normlab.study.context import MatchedPair, RunRecord, TunedGrid
 from normlab.study.experiments import StudyFolder
@@ -27,6 +36,8 @@ from normlab.study.profiles import PROFILES
 from normlab.study.schema import Pretrained
 
 C14 = REGISTRY["C14"].measure
+
+
 DEEP = {"khop_depths": (12, 24)}  # depths where the seed's "large t" holds
 
 
@@ -98,12 +109,12 @@ def test_post_stalled_everywhere_leaves_c14_inconclusive(tmp_path):
 def test_khop_config_is_the_feasibility_searchs_run(tmp_path):
     """The study's k-hop run at the feasibility search's size S2 is the same run (same id), so
     the search's runs are reused and the claim's size is the searched one."""
-    path = Path(__file__).resolve().parents[2] / "scripts" / "khop_feasibility.py"
+    path = Path(__file__).resolve().parents[3] / "scripts" / "khop_feasibility.py"
     spec = importlib.util.spec_from_file_location("khop_feasibility", path)
     search = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(search)
     folder = StudyFolder(tmp_path, PROFILES["long"], lambda _m: None)
-    ours = folder.khop_config("pre", 3e-3, 1, 3)
+    ours = khop_config(folder, "pre", 3e-3, 1, 3)
     assert ours.data.task == "khop" and ours.model.vocab_size == 4 + 3
     assert ours.run_id() == search.configs(search.SIZES["S2"], 3, 1).run_id()
 
@@ -117,7 +128,7 @@ def test_khop_accuracy_reads_each_runs_summary(tmp_path):
     (run / "summary.json").write_text(json.dumps({"outcome": "completed", "val_acc_hop1": 1.0,
                                                   "val_acc_hop3": 0.5}))
     rec = RunRecord("r1", 0, "completed", 0.3, False)
-    acc = folder.khop_accuracy([rec])[0]
+    acc = khop_accuracy(folder, [rec])[0]
     assert acc[1] == 1.0 and acc[3] == 0.5 and math.isnan(acc[2])
 
 
@@ -192,11 +203,13 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
     """Every placement and depth of the k-hop task is tuned in lockstep: the first grids go to
     the workers in one go, then each round's extensions of every grid together; each grid reads
     the summaries of its own runs (placement, depth, lr and seed)."""
-    from dataclasses import replace
+    from normlab.study.claims import with_settings
 
-    p = replace(PROFILES["long"], khop_placements=("pre", "post"), khop_depths=(2, 3),
-                khop_lrs=(1e-3, 2e-3, 4e-3), khop_seeds=2, max_lr_extensions=1)
-    folder = StudyFolder(tmp_path, p, lambda _m: None)
+    profile = with_settings(PROFILES["long"], khop_placements=("pre", "post"),
+                            khop_depths=(2, 3), khop_lrs=(1e-3, 2e-3, 4e-3), khop_seeds=2,
+                            max_lr_extensions=1)
+    p = REGISTRY["C14"].settings(profile)
+    folder = StudyFolder(tmp_path, profile, lambda _m: None)
     batches: list[list] = []
 
     def planted(cfg):  # best at 2e-3 (inside), but 8e-3 for pre at 2 blocks and post at 3
@@ -207,7 +220,7 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
 
     monkeypatch.setattr(StudyFolder, "train",
                         lambda self, cfgs: batches.append(cfgs) or [planted(c) for c in cfgs])
-    grids = {(pl, d): folder.khop_tuned(pl, d) for pl in ("pre", "post") for d in (2, 3)}
+    grids = {(pl, d): khop_tuned(folder, pl, d) for pl in ("pre", "post") for d in (2, 3)}
     cells = [{(c.model.placement, c.model.n_blocks, c.train.lr) for c in b} for b in batches]
     first = {(pl, d, lr) for pl in ("pre", "post") for d in (2, 3) for lr in p.khop_lrs}
     # the first round in one go, then read grid by grid (finished runs, in a study); then the
@@ -223,11 +236,13 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
         assert g.lrs == p.khop_lrs and g.best_lr == 2e-3 and g.bracketed
         assert [r.seed for r in g.cell(2e-3)] == [0, 1]
         assert [r.score for r in g.cell(2e-3)] == [1.0, 1.0 + 1e-3]
-    assert folder.khop_tuned("post", 3) is grids[("post", 3)]
+    assert khop_tuned(folder, "post", 3) is grids[("post", 3)]
 
 
 # -- the calibration rung: Sanford et al.'s released table -----------------------------------
-TABLE = Path(__file__).resolve().parents[2] / "normlab" / "study" / "data" / "sanford_khop.json"
+TABLE = Path(__file__).resolve().parents[3] / "normlab" / "study" / "data" / "sanford_khop.json"
+
+
 # Read by hand from the file (width 128, fresh samples): for each hop count 1..16, the first
 # depth whose error is at most 0.1. Depth 2 solves k=1 only (k=2: 0.140); depth 3 up to k=3
 # (k=4: 0.150); depth 4 up to k=6 (k=7: 0.109); depth 5 up to k=9 (k=10: 0.103); depth 6 all.
@@ -345,10 +360,10 @@ def test_without_the_flag_c14_has_no_calibration(tmp_path):
 
 
 def test_the_calibration_runs_are_pre_in_the_sources_setting(tmp_path):
-    p = PROFILES["gpu"]
+    p = REGISTRY["C14"].settings(PROFILES["gpu"])
     assert p.khop_calibration and p.khop_cal_steps == 10_000 and p.khop_cal_lr == 1e-3
-    folder = StudyFolder(tmp_path, p, lambda _m: None)
-    cfg = folder.khop_calibration_config(1, 5)
+    folder = StudyFolder(tmp_path, PROFILES["gpu"], lambda _m: None)
+    cfg = khop_calibration_config(folder, 1, 5)
     m, d, t = cfg.model, cfg.data, cfg.train
     assert (m.placement, m.n_blocks, m.d_model, m.n_heads, m.max_seq_len) == ("pre", 5, 128, 4,
                                                                               99)
