@@ -160,28 +160,33 @@ def test_steps_are_timed_with_one_workers_share_of_the_cores(tmp_path, monkeypat
 
 
 def test_ladders_and_fine_tunings_in_the_folder_are_cached(tmp_path, timed):
-    from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE
+    from normlab.study.claims.c07_deepnet_update import DEEPNET_CACHE, LINEAR_CACHE
     from normlab.study.claims.ladder import CACHE_VERSION
 
     p = with_settings(TINY, finetune_lrs=(1e-3,), finetune_lr_extensions=0)
     claims = ["C1", "C7", "C8", "C10"]
     empty = runner.estimate(StudyFolder(tmp_path / "a", p, lambda _m: None, claims=claims))
     kinds = {w.kind: w for w in empty.work}
-    assert kinds["ladders at init"].units == 3 and kinds["ladders at init"].cached == 0
+    # Xiong's, DeepNet's saturating one, C7's linear grid and its shallower depths, Admin's
+    assert kinds["ladders at init"].units == 5 and kinds["ladders at init"].cached == 0
     assert kinds["ladders at init"].seconds > 0
     assert kinds["fine-tunings"].units == 2 * 2 * p.seeds and kinds["fine-tunings"].seconds > 0
 
     out = tmp_path / "b"
     ctx = StudyFolder(out, p, lambda _m: None, claims=claims)
     for name in (f"ladder_xiong_{CACHE_VERSION}", f"ladder_deepnet_{DEEPNET_CACHE}",
-                 f"ladder_admin_{CACHE_VERSION}"):
+                 f"ladder_admin_{CACHE_VERSION}", f"ladder_deepnet_linear_grid_{LINEAR_CACHE}"):
         (ctx.cache_dir / f"{name}.json").write_text("{}")
+    partly = {w.kind: w for w in runner.estimate(ctx).work}["ladders at init"]
+    assert partly.cached == 4 and partly.seconds > 0  # the shallower depths: still to measure
+    # named by the lrs the grid chose, whichever they are
+    (ctx.cache_dir / f"ladder_deepnet_linear_{LINEAR_CACHE}_source@5e-06.json").write_text("{}")
     for i in range(2 * 2 * p.seeds):
         folder = out / "runs" / f"run{i % 2}" / "finetune"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"genre-{i}.json").write_text("{}")
     full = {w.kind: w for w in runner.estimate(ctx).work}
-    assert full["ladders at init"].cached == 3 and full["ladders at init"].seconds == 0
+    assert full["ladders at init"].cached == 5 and full["ladders at init"].seconds == 0
     assert full["fine-tunings"].cached == full["fine-tunings"].units
     assert full["fine-tunings"].seconds == 0
 

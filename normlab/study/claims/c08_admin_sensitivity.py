@@ -4,11 +4,15 @@ fairseq ladder."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
-from normlab.probe.fits import loglog_fit, mean_ci
-from normlab.study.claims.ladder import CACHE_VERSION, _slopes, at_init_units, ladder_claim
+from normlab.probe.fits import mean_ci
+from normlab.study.claims.ladder import (
+    CACHE_VERSION,
+    _slopes,
+    at_init_units,
+    ladder_claim,
+    log_law_slope,
+    nearest_law_bands,
+)
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext, WorkPlan
 from normlab.study.ladders import Rung, fairseq_ladder
@@ -68,18 +72,6 @@ CLAIM = Claim(
 
 # which law each banded subject is tested against
 LAWS = {"pre": "O(log n)", "admin": "O(log n)", "admin O(1)": "O(1)"}
-
-
-def log_law_slope(ns: Sequence[float]) -> float:
-    """The log-log slope that `y = ln n` takes over `ns` (an O(log n) law at zero offset)."""
-    return loglog_fit([(n, math.log(n), 0) for n in ns], n_boot=0)["slope"]
-
-
-def nearest_law_bands(s_log: float) -> dict[str, tuple[float, float]]:
-    """Slope bands of O(1), O(log n), O(n) over a range where ln n has log-log slope `s_log`:
-    each law's band holds the slopes nearer to its own (0, s_log, 1) than to a neighbour's."""
-    lo, hi = s_log / 2, (1 + s_log) / 2
-    return {"O(1)": (-lo, lo), "O(log n)": (lo, hi), "O(n)": (hi, 2 - hi)}
 
 
 def admin_sum(stats: dict) -> float:

@@ -20,6 +20,7 @@ normlab's block: our reading of the source or our instrument is wrong there.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +44,22 @@ CACHE_VERSION = "v4"
 XIONG_STEPS = 360 / 270
 
 Rows = list[dict[str, Any]]
+
+
+# -- orders of growth in depth -------------------------------------------------------------------
+# A claim that states an order of growth (O(1), O(log n), O(n)) is read with one rule wherever
+# it is made (C7's DeepNorm, C8's Admin): a log-log slope over the depths measured lies in the
+# band of the law it is nearer to than to a neighbour's.
+def log_law_slope(ns: Sequence[float]) -> float:
+    """The log-log slope that `y = ln n` takes over `ns` (an O(log n) law at zero offset)."""
+    return loglog_fit([(n, math.log(n), 0) for n in ns], n_boot=0)["slope"]
+
+
+def nearest_law_bands(s_log: float) -> dict[str, tuple[float, float]]:
+    """Slope bands of O(1), O(log n), O(n) over a range where ln n has log-log slope `s_log`:
+    each law's band holds the slopes nearer to its own (0, s_log, 1) than to a neighbour's."""
+    lo, hi = s_log / 2, (1 + s_log) / 2
+    return {"O(1)": (-lo, lo), "O(log n)": (lo, hi), "O(n)": (hi, 2 - hi)}
 
 
 # -- per-seed quantities ---------------------------------------------------------------------------
