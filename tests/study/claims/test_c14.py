@@ -375,3 +375,25 @@ def test_the_calibration_runs_are_pre_in_the_sources_setting(tmp_path):
         32, "linear", 0.0, 0.01, 0.999, None)
     assert (t.steps, t.lr, t.warmup, t.seed) == (10_000, 1e-3, 100, 1)
     assert t.eval_batches * t.batch_size / 17 >= 100  # as many sequences per hop as theirs
+
+
+def test_the_newer_placements_take_part_where_a_profile_lists_them(tmp_path):
+    """A profile's C14 placements may be any placement (here SiameseNorm and OLMo 2 beside
+    pre): each is trained and tuned at each depth, reported in C14's numbers, and drawn as its
+    own rows of the report's stability map."""
+    from normlab.report.study_map import tuned_grids
+    from normlab.study.claims import with_settings
+
+    profile = with_settings(PROFILES["tiny"], khop_placements=("pre", "siamese", "olmo2"))
+    folder = StudyFolder(tmp_path, profile, lambda _m: None)
+    result = C14(folder)
+    tuning = result.numbers["tuning"]
+    depths = REGISTRY["C14"].settings(profile).khop_depths
+    assert set(tuning) == {f"{pl}, {d} blocks" for pl in ("pre", "siamese", "olmo2")
+                           for d in depths}
+    trained = {json.loads((r / "summary.json").read_text())["run_id"].split("-")[0]
+               for r in (tmp_path / "runs").iterdir() if (r / "summary.json").exists()}
+    assert {"siamese", "olmo2"} <= trained
+    rows = tuned_grids([("C14", result.numbers)]).rows
+    assert {row.family.split(",")[0] for row in rows} >= {"pre", "siamese", "olmo2"}
+    assert all(row.cells for row in rows)
