@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.report.numbers import is_number
-from normlab.sweep.maps import COLORS, draw_cell, loss_colormap, mark_cell, shade
 from normlab.sweep.plotting import PLACEMENT_STYLES, figure_bytes, new_figure
 
 TUNING_PREFIX = "tuning"
@@ -281,6 +280,10 @@ def study_map_figure(grids: TunedGrids):
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
     from matplotlib.patches import Patch
+
+    # here, not at the top: the sweep's map module reads runs (torch), and the report's tables
+    # are read without torch
+    from normlab.sweep.maps import COLORS, draw_cell, loss_colormap, mark_cell, shade
 
     rows = grids.rows
     if not rows:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -192,15 +191,18 @@ def test_c10_s_fine_tuning_arms_train_as_groups(pairs, tmp_path, monkeypatch):
     import normlab.train.machine
 
     monkeypatch.setattr(normlab.train.machine, "AUTO_CPU_WORK_PER_THREAD", 10**9)
+    from dataclasses import replace
+
     from normlab.finetune import finetune
+    from normlab.study.claims import with_settings
     from normlab.study.claims.c10_transfer import c10_finetune
     from normlab.study.experiments import StudyFolder
     from normlab.study.profiles import PROFILES
 
-    profile = SimpleNamespace(**(PROFILES["tiny"].to_dict() | dict(
-        finetune_steps=3, finetune_batch_size=4, finetune_test_max=24, finetune_val_max=12,
-        finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0, finetune_train_eval_max=8,
-        finetune_standardize=16, workers=1)))
+    profile = with_settings(replace(PROFILES["tiny"], workers=1), finetune_steps=3,
+                            finetune_batch_size=4, finetune_test_max=24, finetune_val_max=12,
+                            finetune_lrs=(1e-3, 3e-3), finetune_lr_extensions=0,
+                            finetune_train_eval_max=8, finetune_standardize=16)
     res = c10_finetune(StudyFolder(tmp_path, profile, log=lambda _: None), pairs)
     assert res["seeds"] == [0, 1]
     files = [json.loads(f.read_text()) for p in pairs

@@ -58,7 +58,7 @@ BREAKS: dict[str, dict[str, dict[str, Any]]] = {
     "C7": {"post vs deepnorm": {"deepnorm": 2.0},
            "post: depth": {"post_depth": -1.0, "deepnorm_depth": -1.5},
            "deepnorm: depth": {"deepnorm_depth": 0.7},
-           "post vs deepnorm: depth": {"post_depth": 0.2, "deepnorm_depth": 0.4}},
+           "post vs deepnorm: depth": {"post_depth": 0.1, "deepnorm_depth": 0.2}},
     # post: sqrt n is below O(n)'s band and still above pre's log; pre: a constant output change
     # (below O(log n) on the source, against a log-law mechanism elsewhere); post vs pre: pre's
     # output change and its mechanism both n^1.5, above post's n

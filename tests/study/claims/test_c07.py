@@ -152,8 +152,9 @@ def test_c7_s_verdict_does_not_read_the_saturating_measure(tmp_path):
 
 def test_c7_deepnorm_growing_like_n_to_the_0_56_fails_the_bounded_law(tmp_path):
     """The numbers the linear regime gave on normlab's block: post's first update growing like
-    N^1.32 and DeepNorm's like N^0.56. Bounded is a slope below 1/2: DeepNorm's fails it there
-    (the source rung keeps the laws), and the claim is not supported; post's growth holds."""
+    N^1.32 and DeepNorm's like N^0.56. Bounded is a slope in the O(1) law's band: DeepNorm's
+    fails it there (the source rung keeps the laws), and the claim is not supported; post's
+    growth holds."""
     world = Planted(tied={"post_depth_linear": 1.32, "deepnorm_depth_linear": 0.56})
     result = c07.measure(planted_study(tmp_path, world))
     assert result.calibration == "passed"
@@ -163,6 +164,24 @@ def test_c7_deepnorm_growing_like_n_to_the_0_56_fails_the_bounded_law(tmp_path):
     dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
     assert dn["effect"]["estimate"] == pytest.approx(0.56, abs=0.02)
     assert result.verdict == "not supported"
+
+
+@pytest.mark.parametrize("slope, verdict", [(0.35, "not supported"), (0.15, "supported")])
+def test_c7_reads_bounded_as_the_o1_band_so_a_logarithmic_growth_is_not_bounded(
+        tmp_path, slope, verdict):
+    """"Bounded" is O(1): DeepNorm's slope must lie nearer 0 than ln N's slope over the depths
+    measured (C8's nearest-law bands). Over the quick profile's 3-24 blocks ln N has slope
+    0.507, so the band ends at 0.253: a slope of 0.35 (about ln N's growth), which the former
+    midpoint of 1/2 let pass, is not bounded; 0.15 is."""
+    from normlab.study.claims.ladder import log_law_slope, nearest_law_bands
+
+    world = Planted(tied={"post_depth_linear": 1.0, "deepnorm_depth_linear": slope})
+    result = c07.measure(planted_study(tmp_path, world))
+    dn = next(p for p in result.predictions if p["subject"] == "deepnorm: depth")
+    depths = result.numbers["linear_regime"]["depths"]
+    edge = round(nearest_law_bands(log_law_slope(depths))["O(1)"][1], 3)
+    assert depths == [3, 6, 12, 24] and edge == 0.253
+    assert dn["effect"]["expected"] == f"< {edge:g}" and dn["verdict"] == verdict
 
 
 def test_c7_reports_warmup_s_and_pre_s_ratios_and_the_saturation_at_the_first_step(tmp_path):
