@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_finetune import assert_same_finetuning, small_task
 
-from normlab.config import load_run_config, make_model_config
+from normlab.config import make_model_config
 from normlab.finetune import FinetuneConfig, finetune_model, finetune_models, plan_finetunes
 from normlab.finetune.runs import Wanted
 from normlab.nn import build_model
@@ -137,21 +137,9 @@ def test_a_fine_tuning_the_engine_cannot_hold_trains_alone_and_says_why(task):
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     """Pre and post runs of two seeds (C10's pairs), trained for 4 steps."""
-    from normlab.study.schema import Pretrained
-    from normlab.train import train_run
+    from pretrained_pairs import pretrained_pairs
 
-    root = tmp_path_factory.mktemp("runs")
-    out = []
-    for placement in ("pre", "post"):
-        for seed in (0, 1):
-            cfg = load_run_config(None, [
-                f"model.placement={placement}", "model.n_blocks=2", "model.d_model=32",
-                "model.n_heads=2", "model.max_seq_len=64", "data.seq_len=64",
-                "train.batch_size=8", "train.steps=4", "train.eval_every=0",
-                "train.eval_batches=1", f"train.seed={seed}", "train.device=cpu"])
-            s = train_run(cfg, root, progress=False)
-            out.append(Pretrained(placement, seed, root / s["run_id"], 3.0))
-    return out
+    return pretrained_pairs(tmp_path_factory.mktemp("runs"), blocks=2, steps=4)
 
 
 def test_the_plan_stacks_each_shape_s_fine_tunings_across_runs_lrs_and_seeds(pairs):
