@@ -233,12 +233,12 @@ def tuned_grids(claims: Sequence[tuple[str, dict[str, Any]]]) -> TunedGrids:
                 except DamagedGrid as e:
                     out.notes.append(f"{claim}'s {key}, {family}: left out of the map ({e})")
                     continue
-                name = str(family)
-                row = seen.get((warmup, _fingerprint(raw)))
+                name, same = str(family), (warmup, _fingerprint(raw))
+                row = seen.get(same)
                 if row is None:
                     row = GridRow(name, warmup, _qualifiers(key, name, numbers), [claim], cells,
                                   best, bracketed, _task(numbers))
-                    seen[(warmup, _fingerprint(raw))] = row
+                    seen[same] = row
                     out.rows.append(row)
                     continue
                 if claim not in row.claims:

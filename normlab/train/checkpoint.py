@@ -304,10 +304,11 @@ def _param_names(model: nn.Module) -> dict[int, str]:
 def _optimizer_tensors(model: nn.Module, optimizer: torch.optim.Optimizer
                        ) -> dict[str, torch.Tensor]:
     names = _param_names(model)
+    state = optimizer.state  # read once: `MuonWithAdamW.state` merges its two optimizers'
     out = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
-            for slot, value in optimizer.state.get(p, {}).items():
+            for slot, value in state.get(p, {}).items():
                 t = value if torch.is_tensor(value) else torch.tensor(value)
                 out[f"{names[id(p)]}.{slot}"] = t.detach().contiguous().cpu()
     return out
