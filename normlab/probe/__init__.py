@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from normlab.probe.fits import loglog_fit, mean_ci, t_quantile, welch_ci
     from normlab.probe.grads import grad_stats, stream_and_grad_stats
     from normlab.probe.hooks import eval_mode, hooked, hooks_left
-    from normlab.probe.inputs import synthetic_labels, text_batches
+    from normlab.probe.inputs import on_device, synthetic_labels, text_batches
     from normlab.probe.interventions import layer_drop, merge_test, skip_effect
     from normlab.probe.lens import logit_lens
     from normlab.probe.measures import angular_distance, kl_divergence, mean_token_norm
@@ -36,7 +36,7 @@ _FROM = {
     "fits": ("loglog_fit", "mean_ci", "t_quantile", "welch_ci"),
     "grads": ("grad_stats", "stream_and_grad_stats"),
     "hooks": ("eval_mode", "hooked", "hooks_left"),
-    "inputs": ("synthetic_labels", "text_batches"),
+    "inputs": ("on_device", "synthetic_labels", "text_batches"),
     "interventions": ("layer_drop", "merge_test", "skip_effect"),
     "lens": ("logit_lens",),
     "measures": ("angular_distance", "kl_divergence", "mean_token_norm"),
@@ -51,9 +51,9 @@ __all__ = [
     "DEFAULT_PROBES", "PROBES", "angular_distance", "depth_sweep", "effective_depth",
     "eval_mode", "grad_stats", "growth_exponent", "hooked", "hooks_left", "kl_divergence",
     "layer_drop", "logit_lens", "loglog_fit", "mean_ci", "mean_token_norm", "merge_test",
-    "n_costly", "parse_probes", "participation_ratio", "perturbation_sensitivity", "probe_model",
-    "skip_effect", "stream_and_grad_stats", "stream_stats", "synthetic_labels", "t_quantile",
-    "text_batches", "update_size", "welch_ci",
+    "n_costly", "on_device", "parse_probes", "participation_ratio", "perturbation_sensitivity",
+    "probe_model", "skip_effect", "stream_and_grad_stats", "stream_stats", "synthetic_labels",
+    "t_quantile", "text_batches", "update_size", "welch_ci",
 ]
 
 

@@ -18,6 +18,14 @@ from normlab.data import BatchSampler, DataError, eval_batches, load_text_data
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+def on_device(model: torch.nn.Module, batches: list[Batch], device: str | torch.device
+              ) -> tuple[torch.nn.Module, list[Batch]]:
+    """`model` moved to `device` and `batches` copied there: a probe reads its batches where
+    its model is. A model built on the CPU and moved keeps the CPU's init, so a measurement at
+    init on a GPU is of the same weights as on the CPU."""
+    return model.to(device), [(x.to(device), y.to(device)) for x, y in batches]
+
+
 def synthetic_labels(idx: torch.Tensor, n_classes: int) -> torch.Tensor:
     """One class per sequence: the sum of its tokens modulo `n_classes`."""
     return idx.long().sum(dim=-1).remainder(n_classes)

@@ -61,11 +61,13 @@ PAIR = ("pre", "post")  # the placements the rules of thumb speak of
 
 
 def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64,
-                 also: tuple[str, ...] = ()) -> dict[str, Any]:
+                 also: tuple[str, ...] = (), device: str = "cpu") -> dict[str, Any]:
     """Gradient profile and stream growth of pre and post at the full shape, at init (both
     Xavier, so that the placement alone differs), and of each placement of `also` under its
-    own default init (DeepNorm's, Sub-LN's or nGPT's init is part of the method)."""
+    own default init (DeepNorm's, Sub-LN's or nGPT's init is part of the method); measured on
+    `device`."""
     from normlab.nn import build_model
+    from normlab.probe import on_device
 
     batches = text_batches("shakespeare", n_batches=1, batch_size=4, seq_len=seq_len)
     out: dict[str, Any] = {}
@@ -74,7 +76,8 @@ def measure_init(blocks: int, width: int, heads: int, seq_len: int = 64,
         cfg = parse_config(ModelConfig, {"placement": placement, "n_blocks": blocks,
                                          "d_model": width, "n_heads": heads,
                                          "max_seq_len": seq_len, **own})
-        res = probe_model(build_model(cfg, seed=0), batches, ("stream", "grads"))
+        res = probe_model(*on_device(build_model(cfg, seed=0), batches, device),
+                          ("stream", "grads"))
         g = [math.hypot(a, m) for a, m in zip(res["per_block"]["attn_grad"],
                                                res["per_block"]["mlp_grad"], strict=True)]
         out[placement] = {
@@ -122,7 +125,8 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
            results: Path | None = None, device: str = "cpu", also: tuple[str, ...] = ()
            ) -> Advice:
     """Measure at the shape, then `recommend`; `progress` is told each step of the measurement
-    as it starts; the stability check trains on `device` (cpu or cuda). `also`: placements
+    as it starts; the measurement at init and the stability check run on `device` (cpu or
+    cuda). `also`: placements
     measured beside pre and post (the module docstring). With `measure` False, what the
     recorded studies found at the shape stands in for the measurement (`results`: their folder;
     default the repository's docs/results)."""
@@ -134,7 +138,7 @@ def advise(blocks: int, width: int, heads: int | None = None, *, finetune: bool 
             names = (*PAIR, *also)
             listed = ", ".join(names[:-1]) + " and " + names[-1]
             progress(f"gradients and stream of {listed} at init, {blocks} blocks, width {width}")
-        measured["init"] = measure_init(blocks, width, heads, also=also)
+        measured["init"] = measure_init(blocks, width, heads, also=also, device=device)
         with tempfile.TemporaryDirectory() as tmp:
             measured["stability"] = stability_check(
                 blocks, min(width, check_width), check_steps, (1e-3, 3e-3),

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab.config import RunConfig, load_run_config
-from normlab.probe import probe_model, text_batches
+from normlab.probe import on_device, probe_model, text_batches
 from normlab.probe.suite import finite_or_none
 from normlab.study.context import (
     Log,
@@ -492,7 +492,8 @@ class StudyFolder(StudyContext):
     def _probe_matched(self, name: str, model_of: Callable[[Path, int | None], Any],
                        probes: tuple[str, ...]) -> ProbedPair:
         """`probes` of the model `model_of(run_dir, step)` gives for each run of `probe_pair`
-        (`step`: the kept checkpoint, None for the last), cached as `ProbedPair.to_json`."""
+        (`step`: the kept checkpoint, None for the last), measured on the study's device and
+        cached as `ProbedPair.to_json`."""
         pair = self.probe_pair()
         if not pair.found:
             return ProbedPair(pair)
@@ -507,7 +508,8 @@ class StudyFolder(StudyContext):
                     ProbedRun(run_id, res["per_block"], res["summary"])
                     for seed, (run_id, step) in enumerate(zip(pair.runs[placement], steps,
                                                               strict=True))
-                    for res in [probe_model(model_of(self.runs_root / run_id, step), batches,
+                    for res in [probe_model(*on_device(model_of(self.runs_root / run_id,
+                                                                step), batches, self.device),
                                             probes, seed=seed)])
             self.log(f"{name}: probed the matched-loss pre and post runs")
             return ProbedPair(pair, seeds).to_json()

@@ -41,10 +41,10 @@ def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence
         p = ctx.profile
         batches = ctx.probe_batches()
         ctx.log(f"{name}: {len(rungs)} rungs x {len(placements)} placements x depths "
-                f"{list(depths)} x {p.init_seeds} seeds at init")
+                f"{list(depths)} x {p.init_seeds} seeds at init{_where(ctx)}")
         keys = [(rung.key, placement) for rung in rungs for placement in placements]
-        cells = [(rung_config(ctx, rung, placement, L), seed, batches, stats, perturb)
-                 for rung in rungs for placement in placements
+        cells = [(rung_config(ctx, rung, placement, L), seed, batches, stats, perturb,
+                  _device(ctx)) for rung in rungs for placement in placements
                  for L in depths for seed in range(p.init_seeds)]
         rows = iter(_on_workers(ctx, init_cell, cells))
         out: dict[str, Any] = {}
@@ -55,14 +55,15 @@ def init_ladder(ctx: Any, name: str, rungs: Sequence[Rung], placements: Sequence
     return ctx.cached(name, compute)
 
 
-def init_cell(cell: tuple[ModelConfig, int, list, bool, bool]) -> dict[str, Any]:
-    """One model of `init_ladder`: `cfg` built at `seed`, measured on `batches`."""
+def init_cell(cell: tuple[ModelConfig, int, list, bool, bool, str]) -> dict[str, Any]:
+    """One model of `init_ladder`: `cfg` built at `seed`, measured on `batches` on `device`."""
     from normlab.nn import build_model
     from normlab.probe.init_stats import init_statistics
+    from normlab.probe.inputs import on_device
     from normlab.probe.sensitivity import perturbation_sensitivity
 
-    cfg, seed, batches, stats, perturb = cell
-    model = build_model(cfg, seed=seed)
+    cfg, seed, batches, stats, perturb, device = cell
+    model, batches = on_device(build_model(cfg, seed=seed), batches, device)
     row: dict[str, Any] = {"n_blocks": cfg.n_blocks, "seed": seed}
     if stats:
         row["stats"] = init_statistics(model, batches)
@@ -101,7 +102,7 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
                              seq_len=p.probe_seq_len, split="train")
         batches = ctx.probe_batches()
         ctx.log(f"{name}: {len(rungs)} rungs x {len(labels)} variants x depths "
-                f"{list(depths)} x {p.init_seeds} seeds, {steps} steps")
+                f"{list(depths)} x {p.init_seeds} seeds, {steps} steps{_where(ctx)}")
         slots: list[tuple[str, str | None]] = []  # (rung key, variant label, or None: distance)
         cells: list[tuple] = []
         for rung, lr in rungs:
@@ -113,12 +114,12 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
                     cfg = rung_config(ctx, rung, placement, L)
                     for seed in range(p.init_seeds):
                         slots.append((rung.key, label))
-                        cells.append(("update", cfg, seed, train, batches[0], steps, lr,
-                                      warmup if warm else 0))
+                        cells.append(("update", cfg, seed, _device(ctx), train, batches[0],
+                                      steps, lr, warmup if warm else 0))
                 cfg = rung_config(ctx, rung, "post", L)
                 for seed in range(p.init_seeds if distance else 0):
                     slots.append((rung.key, None))
-                    cells.append(("distance", cfg, seed, batches[0][0]))
+                    cells.append(("distance", cfg, seed, _device(ctx), batches[0]))
         out: dict[str, Any] = {rung.key: {"lr": lr, "series": {label: [] for label in
                                                                labels},
                                           "init_distance": []} for rung, lr in rungs}
@@ -132,30 +133,46 @@ def update_ladder(ctx: Any, name: str, rungs: Sequence[tuple[Rung, float]],
 
 
 def update_cell(cell: tuple) -> dict[str, Any]:
-    """One cell of `update_ladder`: the model update of `cfg` at `seed` after `steps` steps
-    (`("update", cfg, seed, train, eval_batch, steps, lr, warmup)`), or the output distance
-    between its inits at `seed` and `seed + 10_000` (`("distance", cfg, seed, idx)`)."""
+    """One cell of `update_ladder`, on `device`: the model update of `cfg` at `seed` after
+    `steps` steps (`("update", cfg, seed, device, train, eval_batch, steps, lr, warmup)`), or
+    the output distance between its inits at `seed` and `seed + 10_000` on the eval batch
+    (`("distance", cfg, seed, device, eval_batch)`)."""
     from normlab.nn import build_model
+    from normlab.probe.inputs import on_device
     from normlab.probe.sensitivity import update_size
 
-    kind, cfg, seed = cell[:3]
+    kind, cfg, seed, device = cell[:4]
     if kind == "distance":
-        a, b = build_model(cfg, seed=seed), build_model(cfg, seed=seed + 10_000)
+        a, [batch] = on_device(build_model(cfg, seed=seed), [cell[4]], device)
+        b, _ = on_device(build_model(cfg, seed=seed + 10_000), [], device)
         return {"n_blocks": cfg.n_blocks, "seed": seed,
-                "distance": output_distance(a, b, cell[3])}
-    train, eval_batch, steps, lr, warmup = cell[3:]
-    res = update_size(build_model(cfg, seed=seed), train, eval_batch, steps=steps, lr=lr,
-                      warmup=warmup, seed=seed)
+                "distance": output_distance(a, b, batch[0])}
+    train, eval_batch, steps, lr, warmup = cell[4:]
+    model, [eval_batch, *train] = on_device(build_model(cfg, seed=seed), [eval_batch, *train],
+                                            device)
+    res = update_size(model, train, eval_batch, steps=steps, lr=lr, warmup=warmup, seed=seed)
     return {"n_blocks": cfg.n_blocks, "seed": seed, "update": res["update_size"]}
+
+
+def _device(ctx: Any) -> str:
+    """Where the ladders measure: the study's device (`--device`)."""
+    return str(ctx.device)
+
+
+def _where(ctx: Any) -> str:
+    """What a ladder's log line says of its device: nothing on the CPU."""
+    return "" if _device(ctx) == "cpu" else f" on {_device(ctx)}"
 
 
 def _on_workers(ctx: Any, fn: Any, cells: list) -> list:
     """`fn` over `cells` on the study's local workers (`normlab.sweep.executors.map_local`:
-    in this process outside a study's kept pool, or when the study trains on a Ray cluster)."""
+    in this process outside a study's kept pool, when the study trains on a Ray cluster, or
+    when it measures on a GPU, where one process keeps the device busy: the cells are small
+    models, and each worker process would hold a CUDA context of its own)."""
     from normlab.sweep.executors import map_local
     from normlab.train.machine import default_threads
 
-    if getattr(ctx, "executor", "local") != "local":
+    if getattr(ctx, "executor", "local") != "local" or _device(ctx) != "cpu":
         return [fn(cell) for cell in cells]
     workers = ctx.profile.workers
     return map_local(fn, cells, workers=workers, threads=default_threads(workers))

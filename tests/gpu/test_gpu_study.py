@@ -29,6 +29,7 @@ def gpu_tiny_study(tmp_path_factory):
     done = subprocess.run(cmd, cwd=REPO, env=subprocess_env(HF_HUB_OFFLINE="1"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (out / "log.txt").write_text(done.stdout + done.stderr)
     return out
 
 
@@ -53,3 +54,44 @@ def test_the_study_trains_where_it_is_told(gpu_tiny_study):
     assert study["numerics"]["float32_matmul_precision"] in ("highest", "high", "medium")
     assert [p["device"] for p in study["parts"]] == [DEVICE]
     assert set(study["runs_by_device"]) == {"cuda:0"}
+
+
+def test_the_ladders_at_init_measure_on_the_gpu(gpu_tiny_study):
+    log = (gpu_tiny_study / "log.txt").read_text()
+    assert f"seeds at init on {DEVICE}" in log, log[-3000:]
+
+
+def test_the_ladders_on_the_gpu_equal_those_on_the_cpu(tmp_path):
+    """The models at init are the CPU's (built there, then moved): their statistics, Admin's
+    output change and the init-to-init distances agree in fp32; the first updates are finite
+    (dropout draws differ between the devices' generators)."""
+    import math
+
+    from normlab.study.experiments import StudyFolder
+    from normlab.study.ladders import fairseq_ladder
+    from normlab.study.profiles import PROFILES
+
+    p = PROFILES["tiny"]
+    rungs = fairseq_ladder(p.width, p.heads)[:2]
+    got = {}
+    for device in ("cpu", DEVICE):
+        folder = StudyFolder(tmp_path / device, p, log=lambda _m: None, device=device)
+        got[device] = (folder.init_ladder("init", rungs, ["pre", "post"], p.init_depths,
+                                          perturb=True),
+                       folder.update_ladder("update", [(rungs[0], 5e-4)], p.init_depths,
+                                            steps=2, warmup=1))
+    (cpu_init, cpu_update), (dev_init, dev_update) = got["cpu"], got[DEVICE]
+    for key, rows in cpu_init.items():
+        for placement, want in rows.items():
+            have = dev_init[key][placement]
+            for a, b in zip(want, have, strict=True):
+                assert b["perturb_change"] == pytest.approx(a["perturb_change"], rel=1e-2)
+                for name, value in a["stats"]["summary"].items():
+                    assert b["stats"]["summary"][name] == pytest.approx(value, rel=1e-2,
+                                                                        abs=1e-6), name
+    for key, want in cpu_update.items():
+        have = dev_update[key]
+        assert [r["distance"] for r in have["init_distance"]] == pytest.approx(
+            [r["distance"] for r in want["init_distance"]], rel=1e-3)
+        assert all(math.isfinite(u) for rows in have["series"].values() for r in rows
+                   for u in r["update"])

@@ -248,14 +248,17 @@ def test_another_placement_that_loses_a_cell_is_not_called_worth_a_comparison():
 
 
 def test_advise_measures_the_other_placements_in_every_cell(monkeypatch, tmp_path):
-    told, trained = [], []
-    monkeypatch.setattr(advise_module, "measure_init", lambda *a, also=(), **k: {
-        **INIT, **{p: INIT["pre"] for p in also}})
+    told, trained, devices = [], [], set()
+    monkeypatch.setattr(advise_module, "measure_init", lambda *a, also=(), device="cpu", **k: (
+        devices.add(device) or {**INIT, **{p: INIT["pre"] for p in also}}))
     monkeypatch.setattr(advise_module, "train_run_raising_interrupt",
-                        lambda cfg, root, progress: trained.append(cfg.model.placement) or {
+                        lambda cfg, root, progress: (trained.append(cfg.model.placement),
+                                                     devices.add(cfg.train.device)) and {
                             "outcome": "completed", "step": 4, "val_loss": 2.0})
     advice = advise(6, 128, check_steps=9, root=tmp_path, progress=told.append,
-                    also=("olmo2", "post", "olmo2"))  # pre and post and repeats are not doubled
+                    also=("olmo2", "post", "olmo2"),  # pre and post and repeats: not doubled
+                    device="cuda")
+    assert devices == {"cuda"}  # at init and in the stability check (stubbed: no GPU used)
     assert told[0] == "gradients and stream of pre, post and olmo2 at init, 6 blocks, width 128"
     assert trained == ["pre"] * 4 + ["post"] * 4 + ["olmo2"] * 4
     assert told[-1].startswith("stability check 12/12: olmo2")

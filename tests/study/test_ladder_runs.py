@@ -109,3 +109,29 @@ def test_c7_s_linear_regime_is_the_jvp_along_adam_s_first_step(tmp_path):
             h = 1e-6
             jvp = ((moved(h) - moved(-h)) / (2 * h)).norm(dim=-1).mean().item()
             assert row["update"][1] / lr == pytest.approx(jvp, rel=0.01), (label, row)
+
+
+def test_a_study_on_a_gpu_measures_its_ladders_there_in_this_process(tmp_path, monkeypatch):
+    """With `--device cuda` every model and batch of the ladders goes to the study's device
+    (`normlab.probe.inputs.on_device`), in this process even with workers kept (a worker would
+    not see the GPU's device here: the record below stays in this process), and the log says
+    where. The device is recorded, not used: the models stay on the CPU here."""
+    from normlab.probe import inputs
+
+    asked: list[str] = []
+    real = inputs.on_device
+
+    def record(model, batches, device):
+        asked.append(device)
+        return real(model, batches, "cpu")
+
+    monkeypatch.setattr(inputs, "on_device", record)
+    logs: list[str] = []
+    with keep_local_workers():
+        init, update = measure(StudyFolder(tmp_path, PROFILES["tiny"], log=logs.append,
+                                           device="cuda"))
+    inits = sum(len(rows) for rung in init.values() for rows in rung.values())
+    updates = sum(len(rows) for rung in update.values() for rows in rung["series"].values())
+    distances = sum(len(rung["init_distance"]) for rung in update.values())
+    assert asked == ["cuda"] * (inits + updates + 2 * distances)  # a distance: two models
+    assert sum(" on cuda" in m for m in logs) == 2, logs

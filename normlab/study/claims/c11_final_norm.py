@@ -95,7 +95,8 @@ def final_norm_measures(folder: StudyFolder, records: Sequence[RunRecord]
     batches = folder.probe_batches(seq_len=min(folder.profile.probe_seq_len,
                                                folder.profile.seq_len))
     return [folder.cached(f"final_norm_{r.run_id}",
-                          lambda r=r: run_final_norm(folder.runs_root / r.run_id, batches))
+                          lambda r=r: run_final_norm(folder.runs_root / r.run_id, batches,
+                                                     folder.device))
             for r in records if not r.failed]
 
 
@@ -117,13 +118,17 @@ def final_stream_rms(model: Any, batches: list) -> float:
     return sum(seen) / len(seen)
 
 
-def run_final_norm(run_dir: Path, batches: list) -> dict[str, float]:
+def run_final_norm(run_dir: Path, batches: list, device: str = "cpu") -> dict[str, float]:
     """Loss of a trained model on `batches` with its final norm, and with that norm replaced by
     the identity (the head reads the raw stream), and the difference (`cost`); the raw final
-    stream's RMS of the trained model and of its model at step 0 (`model_at_init`)."""
+    stream's RMS of the trained model and of its model at step 0 (`model_at_init`); measured
+    on `device`."""
     import torch
 
+    from normlab.probe.inputs import on_device
+
     cfg, model = load_trained_model(run_dir)
+    model, batches = on_device(model, batches, device)
     seq = cfg.model.max_seq_len
 
     def loss() -> float:
@@ -136,7 +141,7 @@ def run_final_norm(run_dir: Path, batches: list) -> dict[str, float]:
     rms = final_stream_rms(model, batches)
     model.final.norm = None  # no norm (as a model without one has)
     without = loss()
-    at_init = model_at_init(run_dir).eval()
+    at_init = model_at_init(run_dir).to(device).eval()
     return {"with": with_norm, "without": without, "cost": without - with_norm,
             "stream_rms": rms, "stream_rms_init": final_stream_rms(at_init, batches)}
 

@@ -250,10 +250,11 @@ def c12_predictions(costs: Mapping[str, Sequence[float]],
 
 
 def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None, *,
-                   at_init: bool = False) -> dict[str, Any]:
+                   at_init: bool = False, device: str = "cpu") -> dict[str, Any]:
     """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
     checkpoint or at a ``step`` whose weights it kept; with ``at_init``, of the run's own model
-    at step 0 (`normlab.study.experiments.model_at_init`)."""
+    at step 0 (`normlab.study.experiments.model_at_init`); measured on ``device``."""
+    from normlab.probe.inputs import on_device
     from normlab.probe.interventions import layer_drop
     from normlab.train import load_trained_model, read_run_config
 
@@ -264,7 +265,7 @@ def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = Non
     else:
         cfg, model = load_trained_model(run_dir, step=step)
     seq = cfg.model.max_seq_len
-    batches = [(x[:, :seq], y[:, :seq]) for x, y in batches]
+    model, batches = on_device(model, [(x[:, :seq], y[:, :seq]) for x, y in batches], device)
     return {"drop_dloss": layer_drop(model, batches)["drop_dloss"],
             "n_blocks": cfg.model.n_blocks}
 
@@ -296,10 +297,10 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
         for p, c in sides.items():
             name = Path(c.run_dir).name
             at = "" if c.step is None else f"_step{c.step}"
-            curve = ctx.cached(f"c12_drop_{name}{at}",
-                               lambda c=c: own_drop_curve(Path(c.run_dir), batches, c.step))
+            curve = ctx.cached(f"c12_drop_{name}{at}", lambda c=c: own_drop_curve(
+                Path(c.run_dir), batches, c.step, device=ctx.device))
             curve0 = ctx.cached(f"c12_drop_{name}_init", lambda c=c: own_drop_curve(
-                Path(c.run_dir), batches, at_init=True))
+                Path(c.run_dir), batches, at_init=True, device=ctx.device))
             row[p] = drop_cost_profile(curve["drop_dloss"]) | {
                 "val_loss": c.val_loss, "run_id": name, "step": c.step,
                 "init": drop_cost_profile(curve0["drop_dloss"])}

@@ -248,3 +248,22 @@ def test_the_study_s_init_probes_read_merge_and_drop_on_each_run_s_model_at_step
     batches = [(torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 16)))]
     got = c12.own_drop_curve(run, batches, at_init=True)["drop_dloss"]
     assert got == pytest.approx(layer_drop(model_at_init(run), batches)["drop_dloss"])
+
+
+def test_the_matched_pair_is_probed_on_the_study_s_device(tmp_path, monkeypatch):
+    """`_probe_matched` moves each model and the probe batches to the study's device."""
+    from normlab.config import ModelConfig
+    from normlab.nn import build_model
+    from normlab.probe import inputs
+    from normlab.study import experiments
+    from normlab.study.experiments import StudyFolder
+
+    asked = []
+    monkeypatch.setattr(experiments, "on_device", lambda model, batches, device: asked.append(
+        device) or inputs.on_device(model, batches, "cpu"))
+    pair = MatchedPair(True, pre_lr=1e-3, post_lr=1e-3, runs={"pre": ("a",), "post": ("b",)})
+    monkeypatch.setattr(StudyFolder, "probe_pair", lambda self: pair)
+    ctx = StudyFolder(tmp_path, PROFILES["tiny"], log=lambda _m: None, device="cuda")
+    cfg = ModelConfig(placement="pre", n_blocks=2, d_model=16, n_heads=2, max_seq_len=64)
+    probed = ctx._probe_matched("x", lambda _run, _step: build_model(cfg, seed=0), ("stream",))
+    assert asked == ["cuda", "cuda"] and probed.found

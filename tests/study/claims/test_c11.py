@@ -129,3 +129,20 @@ def test_final_norm_measures_against_the_model_s_parts(tmp_path):
     assert got["stream_rms_init"] == pytest.approx(stream_rms_by_hand(at_init, batches),
                                                    rel=1e-6)
     assert got["stream_rms_init"] != pytest.approx(got["stream_rms"], rel=1e-3)  # trained moved it
+
+
+def test_final_norm_measures_run_on_the_study_s_device(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from normlab.study.claims import c11_final_norm
+    from normlab.study.experiments import StudyFolder
+    from normlab.study.profiles import PROFILES
+
+    seen = []
+    monkeypatch.setattr(c11_final_norm, "run_final_norm",
+                        lambda run_dir, batches, device="cpu": seen.append(
+                            (run_dir.name, device)) or {"cost": 0.0})
+    folder = StudyFolder(tmp_path, PROFILES["tiny"], log=lambda _m: None, device="cuda")
+    records = [SimpleNamespace(run_id=r, failed=False) for r in ("a", "b")]
+    assert c11_final_norm.final_norm_measures(folder, records) == [{"cost": 0.0}] * 2
+    assert seen == [("a", "cuda"), ("b", "cuda")]

@@ -440,15 +440,17 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     curves = {"pre-0": _curve(8, -1.0), "post-0": broken, "pre-1": broken, "post-1": broken,
               "pre-2": flat, "post-2": _curve(8, 0.1)}
     curve0 = _curve(8, 0.0)  # every run's model at step 0
-    read = []
+    read, devices = [], set()
 
-    def own_drop_curve(run_dir, batches, step=None, *, at_init=False):
+    def own_drop_curve(run_dir, batches, step=None, *, at_init=False, device="cpu"):
         read.append((Path(run_dir).name, step, at_init, batches))
+        devices.add(device)
         return {"drop_dloss": curve0 if at_init else curves[Path(run_dir).name], "n_blocks": 8}
 
     monkeypatch.setattr(c12_removable_layers, "own_drop_curve", own_drop_curve)
     ctx = _planted_ctx(tmp_path, match_tolerance=0.1)
     ctx.probe_batches = lambda: ["the probe batches"]
+    ctx.device = "cuda"  # the study's device: every curve is measured there
     cached = []
     ctx.cached = lambda name, compute: cached.append(name) or compute()
     checkpoints = [Pretrained(pl, s, Path(f"/runs/{pl}-{s}"), 2.2 + (0.08 if pl == "post" else 0),
@@ -464,6 +466,7 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
     assert read[0] == ("pre-0", None, False, ["the probe batches"])
     assert read[1] == ("pre-0", None, True, ["the probe batches"])  # its model at step 0
     assert read[4][:3] == ("pre-1", 100, False) and read[5][:3] == ("pre-1", None, True)
+    assert devices == {"cuda"}
     assert res["deep_costs"] == {"pre": [0.0],
                                  "post": [drop_cost_profile(curves["post-2"])["deep_cost"]]}
     assert res["init_deep_costs"] == {p: [drop_cost_profile(curve0)["deep_cost"]]
@@ -500,8 +503,9 @@ def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypat
 
     loaded, dropped = [], []
     cfg = SimpleNamespace(model=SimpleNamespace(max_seq_len=4, n_blocks=3))
+    m = torch.nn.Linear(1, 1)  # the trained model, as loaded
     monkeypatch.setattr(normlab.train, "load_trained_model",
-                        lambda run_dir, step=None: loaded.append((run_dir, step)) or (cfg, "m"))
+                        lambda run_dir, step=None: loaded.append((run_dir, step)) or (cfg, m))
     monkeypatch.setattr(normlab.probe.interventions, "layer_drop",
                         lambda model, batches: dropped.append((model, batches))
                         or {"drop_dloss": [0.3, 0.1, 0.2]})
@@ -510,7 +514,7 @@ def test_own_drop_curve_reads_the_kept_step_within_the_model_s_context(monkeypat
     assert curve == {"drop_dloss": [0.3, 0.1, 0.2], "n_blocks": 3}
     assert loaded == [(Path("run"), 100)]
     (model, batches), = dropped
-    assert model == "m" and batches[0][0].tolist() == x[:, :4].tolist()
+    assert model is m and batches[0][0].tolist() == x[:, :4].tolist()
     assert batches[0][1].tolist() == (x + 1)[:, :4].tolist()
 
 
@@ -663,9 +667,10 @@ def test_c12_reports_the_contrast_at_init_and_calls_one_there_architectural():
 
 
 class _Ctx:
-    """What c12_own_models reads of a study: its profile, a cache and probe batches."""
+    """What c12_own_models reads of a study: its profile, device, a cache and probe batches."""
 
     profile = SimpleNamespace(match_tolerance=0.05)
+    device = "cpu"
 
     def __init__(self) -> None:
         self.cached_names: list[str] = []
@@ -690,7 +695,7 @@ def test_c12_own_models_keeps_every_seed_the_old_median_rule_left_out(monkeypatc
                "pre-3": _drop_curve(-0.002, interior=-0.0005)}
     trained |= {f"post-{s}": _drop_curve(0.15 + 0.01 * s, interior=0.2) for s in range(DROP_SEEDS)}
 
-    def curve(run_dir, batches, step=None, *, at_init=False):
+    def curve(run_dir, batches, step=None, *, at_init=False, device="cpu"):
         name = Path(run_dir).name
         return {"drop_dloss": _drop_curve(0.01) if at_init else trained[name], "n_blocks": L}
 
@@ -715,7 +720,7 @@ def test_c12_own_models_keeps_every_seed_the_old_median_rule_left_out(monkeypatc
 def test_c12_measure_decides_on_the_deep_half_cost(monkeypatch, tmp_path):
     from normlab.interop import CheckpointNotFound
 
-    def curve(run_dir, batches, step=None, *, at_init=False):
+    def curve(run_dir, batches, step=None, *, at_init=False, device="cpu"):
         pl = Path(run_dir).name.split("-")[0]
         deep = 0.0 if at_init or pl == "pre" else 0.15
         return {"drop_dloss": _drop_curve(deep), "n_blocks": L}
