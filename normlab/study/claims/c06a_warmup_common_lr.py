@@ -12,6 +12,7 @@ the margin on its 95% interval; at the others every row is reported, none decide
 from __future__ import annotations
 
 from normlab.probe.fits import mean_ci
+from normlab.study.verdict import Prediction
 from normlab.study import figures
 from normlab.study.claims.common import (
     COMPARABLE,
@@ -111,6 +112,19 @@ def lr_tag(lr: float, post: TunedGrid) -> str:
     return f"lr {lr:g}" + (" (post's tuned)" if lr == post.best_lr else "")
 
 
+def _too_few_seeds(lr: float, gate: Prediction) -> str:
+    """What the note adds for a common lr left undecided only by its seed count: every seed's
+    cost of dropping warmup above the margin, the interval straddling it."""
+    values = list(gate.values)
+    if gate.verdict != "inconclusive" or not values or min(values) <= COMPARABLE:
+        return ""
+    seeds = ", ".join(f"{v:+.3f}" for v in values)
+    return (f" At lr {lr:g} every seed's cost lies above the margin ({seeds}), yet "
+            f"{len(values)} seeds leave the interval too wide to decide (the smallest effect "
+            f"they detect is {gate.mde:.3f} nats): too few seeds, not evidence that post "
+            "trains there without warmup.")
+
+
 def measure(ctx: StudyContext) -> ClaimResult:
     p = ctx.profile
     tuned = {pl: ctx.tuned(pl) for pl in ("pre", "post")}
@@ -120,6 +134,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
         ctx.prefetch([(pl, lrs, 0) for pl in tuned])
     without = {pl: ctx.runs(pl, lrs, 0) if lrs else {} for pl in tuned}
     rows, numbers, decided = [], {}, []
+    gates: dict[float, Prediction] = {}  # per common lr: post's cost of dropping warmup, decided
     for lr in lrs:
         w = {pl: tuned[pl].cell(lr) for pl in tuned}
         wo = {pl: without[pl][lr] for pl in tuned}
@@ -128,6 +143,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
         vs = _per_seed(wo["pre"], w["post"])
         gate = CLAIM.predict("post, {lr}", cost["post"], subject=f"post, {tag}")
         needs = gate.verdict == "supported"
+        gates[lr] = gate
         if needs:
             decided.append(lr)
         off = "" if needs else ", post not shown to need warmup"
@@ -174,6 +190,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
             f"Not decided at {', '.join(f'{lr:g}' for lr in skipped)}: post's cost of dropping "
             f"warmup there ({costs} nats) does not lie above the {COMPARABLE:g}-nat margin, so "
             "nothing there is shown to need warmup and pre's rows are reported, not decided.")
+        note += "".join(_too_few_seeds(lr, gates[lr]) for lr in skipped)
     return claim_result(
         CLAIM,
         f"Both placements at the same peak lr: post's tuned lr and every lr of the shared grid "

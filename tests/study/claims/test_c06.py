@@ -266,3 +266,34 @@ def test_c6a_says_when_no_lr_of_the_grid_has_both_placements_trained(tmp_path, r
     assert edge.note.endswith(" its grid after the profile's extensions, so its tuned loss may "
                               "be lower still. No lr of the grid where both placements trained "
                               "with warmup: no common lr to compare at.")
+
+
+def test_c6a_says_when_only_its_seed_count_leaves_an_lr_undecided():
+    """The quick study's case: post's cost of dropping warmup lies above the margin in every
+    seed (+0.38, +0.14, +0.45) while 3 seeds' interval straddles it: too few seeds, said so;
+    not said where a seed lies at or below the margin, or where the cost is decided."""
+    from normlab.study.claims.c06a_warmup_common_lr import CLAIM, _too_few_seeds
+
+    def gate(values):
+        return CLAIM.predict("post, {lr}", values, subject="post, lr 0.0015")
+
+    quick = gate([0.382, 0.137, 0.449])
+    assert quick.verdict == "inconclusive"
+    said = _too_few_seeds(1.5e-3, quick)
+    assert said.startswith(" At lr 0.0015 every seed's cost lies above the margin (+0.382, "
+                           "+0.137, +0.449), yet 3 seeds leave the interval too wide")
+    assert f"{quick.mde:.3f} nats): too few seeds" in said
+    assert _too_few_seeds(1.5e-3, gate([0.382, 0.02, 0.449])) == ""  # a seed at the margin
+    assert gate([0.38, 0.40, 0.42]).verdict == "supported"
+    assert _too_few_seeds(1.5e-3, gate([0.38, 0.40, 0.42])) == ""
+
+
+def test_c6a_asks_about_the_seed_count_at_every_undecided_lr(tmp_path, monkeypatch):
+    from normlab.study.claims import c06a_warmup_common_lr as c6a
+
+    asked = []
+    monkeypatch.setattr(c6a, "_too_few_seeds", lambda lr, gate: asked.append(
+        (lr, gate.subject)) or f" [said at {lr:g}]")
+    result = CLAIMS["C6a"](FakeStudy(tmp_path, noise=0.002, **_NO_NEED))
+    assert asked == [(2e-3, "post, lr 0.002 (post's tuned)"), (1e-3, "post, lr 0.001")]
+    assert "reported, not decided. [said at 0.002] [said at 0.001]" in result.note
