@@ -21,7 +21,8 @@ claim's rule is tested without training or building a model.
   `khopcal@<blocks>` pre's accuracy per hop count 1..16 in the source's setting (default: one
   minus Sanford et al.'s released errors, the world where the rung passes) plus noise.
 - **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
-  `ang_slope_<pl>` the slope of the angle to the previous block, `merge_<pl>` / `drop_<pl>` the
+  `ang_slope_<pl>` the slope of the angle to the previous block and `ang_level_<pl>` its level
+  at block 2 (default 0.4, above C3's and C12's near-identity line), `merge_<pl>` / `drop_<pl>` the
   log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap through the final norm and
   `lens_free_gap_<pl>` through a norm without parameters (that gap, unless planted) (each drawn
   only when planted, so a world's draws do not depend on keys it does not plant); the stream's
@@ -275,8 +276,9 @@ class FakeStudy:
             runs = []
             for s in range(SEEDS):
                 slope = self._planted(f"ang_slope_{pl}", math.nan)
-                ang = [0.4] * L if math.isnan(slope) else \
-                    [0.5] + [0.4 + slope * i / (L - 2) for i in range(L - 1)]
+                level = self._planted(f"ang_level_{pl}", 0.4)
+                ang = [level] * L if math.isnan(slope) else \
+                    [0.5] + [level + slope * i / (L - 2) for i in range(L - 1)]
                 merge = math.exp(self._planted(f"merge_{pl}", 0.0))
                 drop = math.exp(self._planted(f"drop_{pl}", math.log(0.1)))
                 gap = self._planted(f"lens_gap_{pl}", 0.0)

@@ -124,8 +124,11 @@ def test_the_note_says_whether_the_checkpoints_matched(cid, tmp_path):
     result = CLAIMS[cid](_Unmatched(tmp_path, pair, drop=False))
     line = ("Checkpoints at matched loss: pre at lr 0.001 (val 2.200), post at lr 0.004 (val "
             "2.400): gap +0.200 nats, NOT matched (tolerance 0.05).")
-    # C2 and C3 at 6 blocks go on to say that they are not tested at this scale
-    assert result.note == line if cid == "C13" else result.note.startswith(line + " Not tested")
+    # C2 goes on to say the unmatched pair leaves it undecided; C3, whose planted pre is not
+    # near-identical here, that it is not tested at this scale
+    then = {"C2": " Not decided: a premise of the test fails (matched loss does not hold)",
+            "C3": " Not tested at this scale: near-identical blocks does not hold here"}
+    assert result.note == line if cid == "C13" else result.note.startswith(line + then[cid])
     assert result.numbers["matched_pair"] == pair
     reason = {"matched": False, "reason": "no pair within tolerance"}
     assert CLAIMS[cid](_Unmatched(tmp_path, reason, drop=False)

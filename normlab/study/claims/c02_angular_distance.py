@@ -6,16 +6,16 @@ from __future__ import annotations
 from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
-    LARGE_T_NEEDS,
     MATCHED,
+    NEAR_IDENTICAL,
+    NEAR_IDENTICAL_WHY,
     NO_SIZE,
     _late_mean,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
-    first_late_block,
-    large_t_premise,
+    late_angle,
     matched_gap,
     probed_deep,
     slope_over_depth,
@@ -36,9 +36,9 @@ CLAIM = Claim(
     paper="Gromov et al. / Curse of Depth: in pre-LN LLMs the angular distance of deep "
           "consecutive layers falls below 0.2 (DeepSeek-7B after layer 18).",
     trains=(("pre", True), ("post", True)),
-    needs=LARGE_T_NEEDS,
+    # no premise about depth: the seed's mechanism (a relative update falling like 1/sqrt(t))
+    # predicts both directions at every depth, graded; the sources' level is a diagnostic
     predictions=(
-        large_t_premise("the late angular distance reads"),
         MATCHED,
         PredictionSpec(
             "pre", "slope of angular distance(x_l, x_{l+1}) over relative depth",
@@ -50,6 +50,12 @@ CLAIM = Claim(
             "post vs pre", "late angular distance(post) - late(pre)",
             "seed argument: post's consecutive blocks stay apart",
             Rule("direction", ">", 0.0, origin="the seed argument: " + NO_SIZE)),
+        PredictionSpec(
+            "pre, deeper half", "late angular distance(pre): mean over the deeper half",
+            f"Curse of Depth: below {NEAR_IDENTICAL:g} in deep layers of 30-layer pre-LN LLMs "
+            "(a level in their setting: reported)",
+            Rule("direction", "<", NEAR_IDENTICAL, origin=NEAR_IDENTICAL_WHY),
+            role="diagnostic"),
     ),
 )
 
@@ -62,15 +68,14 @@ def measure(ctx: StudyContext) -> ClaimResult:
     slope_pre = [slope_over_depth(a) for a in ang["pre"]]
     late = {p: [_late_mean(a) for a in v] for p, v in ang.items()}
     predictions = [
-        CLAIM.predict("large t", [first_late_block(tp.pair.blocks or ctx.profile.train_blocks)]),
         CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
         CLAIM.predict("pre", slope_pre),
         CLAIM.predict("post vs pre",
                       [b - a for a, b in zip(late["pre"], late["post"], strict=True)]),
+        CLAIM.predict("pre, deeper half", late["pre"]),
     ]
     at_init = ctx.init_probes()
-    init = {p: [_late_mean(s.per_block["ang_prev"][1:]) for s in at_init.seeds[p]]
-            for p in ("pre", "post")}
+    init = {p: [late_angle(s.per_block) for s in at_init.seeds[p]] for p in ("pre", "post")}
     change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
     curves = _seed_mean_curves(ctx, tp, ("ang_prev",))
     return claim_result(

@@ -15,6 +15,11 @@ what block t+1 does" is noise over noise (a trained 12-block Pre-LN's deep drop 
 premise *drop cost* (every probed model's late drop KL >= 0.02, checked exactly) must hold for
 the claim to be decided: where it does not, C3 is inconclusive and the note names the models.
 
+Premise *near-identical blocks* (about scale; `common.near_identical_premise`): the seed derives
+the merge from consecutive deep blocks being very close, so C3 is decided only where pre's
+deeper half is near-identical (its mean consecutive angular distance below 0.2 on its 95%
+interval, Curse of Depth's level); where it lies above, C3 is not tested at this scale.
+
 Init: the same numbers on each run's own model at step 0 (`StudyContext.init_probes`), reported
 beside the trained ones with the contrast at init as a diagnostic; a contrast already there at
 init is said to be architectural, not learned (the note), and does not change the verdict.
@@ -29,17 +34,17 @@ from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
     COMPARABLE,
-    LARGE_T_NEEDS,
     MATCHED,
+    NEAR_IDENTICAL_NEEDS,
     NO_SIZE,
     _late_mean,
     _rel,
     _seed_mean_curves,
     _trained,
     claim_result,
-    first_late_block,
-    large_t_premise,
+    late_angle,
     matched_gap,
+    near_identical_premise,
     probed_deep,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
@@ -66,9 +71,9 @@ CLAIM = Claim(
     paper="Curse of Depth: removing a deep layer of a pre-LN LLM costs little; no merge-test "
           "number is published.",
     trains=(("pre", True), ("post", True)),
-    needs=LARGE_T_NEEDS,
+    needs=NEAR_IDENTICAL_NEEDS,
     predictions=(
-        large_t_premise("the late merge and drop costs read"),
+        near_identical_premise("of the probed models"),
         MATCHED,
         PredictionSpec(
             "drop cost", "late drop KL: mean over the deeper half of KL(original || block t+1 "
@@ -127,7 +132,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     drop = {p: [_late_mean(s.per_block["drop_dloss"]) for s in v] for p, v in seeds.items()}
     ratio = {p: [merge_per_drop(s.per_block) for s in v] for p, v in seeds.items()}
     predictions = [
-        CLAIM.predict("large t", [first_late_block(tp.pair.blocks or ctx.profile.train_blocks)]),
+        CLAIM.predict("near-identical blocks", [late_angle(s.per_block) for s in seeds["pre"]]),
         CLAIM.predict("matched loss", matched_gap(tp.pair), threshold=ctx.profile.match_tolerance),
         CLAIM.predict("drop cost", drop_kl["pre"] + drop_kl["post"]),
         CLAIM.predict("post vs pre", _contrast(ratio))]

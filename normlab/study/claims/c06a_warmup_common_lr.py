@@ -12,7 +12,6 @@ the margin on its 95% interval; at the others every row is reported, none decide
 from __future__ import annotations
 
 from normlab.probe.fits import mean_ci
-from normlab.study.verdict import Prediction
 from normlab.study import figures
 from normlab.study.claims.common import (
     COMPARABLE,
@@ -28,6 +27,7 @@ from normlab.study.claims.common import (
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext, TunedGrid, WorkPlan
 from normlab.study.schema import PRE_POST, ClaimResult
+from normlab.study.verdict import Prediction
 
 _COST = "val loss without warmup - with warmup"
 

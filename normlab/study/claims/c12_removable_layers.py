@@ -62,14 +62,14 @@ from typing import Any
 
 from normlab.study.claims.common import (
     COMPARABLE,
-    SHALLOW_BLOCKS,
+    NEAR_IDENTICAL,
     _above,
     _below,
     _detectable,
     _interval,
-    first_late_block,
-    large_t_premise,
+    late_angle,
     matched_pairs,
+    near_identical_premise,
     not_tested_note,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
@@ -111,11 +111,12 @@ CLAIM = Claim(
     paper="",
     trains=(("pre", True), ("post", True)),
     settings_class=Settings, per_profile=SETTINGS,
-    needs=(f"pre and post models of {2 * SHALLOW_BLOCKS} blocks or more, both trained past "
-           "their warmup to a matched loss in at least the design's number of seeds (at this "
-           "width, a deep Post-LN needs an lr grid below where it stalls and a longer run)"),
+    needs=("pre and post models deep enough that pre's deeper half is near-identical (angular "
+           f"distance below {NEAR_IDENTICAL:g}), both trained past their warmup to a matched "
+           "loss in at least the design's number of seeds (at this width, a deep Post-LN needs "
+           "an lr grid below where it stalls and a longer run)"),
     predictions=(
-        large_t_premise("of the deep models"),
+        near_identical_premise("of the deep pre models at their matched checkpoints"),
         PredictionSpec("trained pairs", "matched pre/post pairs of trained checkpoints (both "
                        "past warmup, within the match tolerance, deep-half drop cost finite)",
                        "Gromov et al. and Curse of Depth prune trained models",
@@ -270,6 +271,20 @@ def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = Non
             "n_blocks": cfg.model.n_blocks}
 
 
+def own_late_angle(run_dir: Path, batches: Sequence[Any], step: int | None = None, *,
+                   device: str = "cpu") -> float:
+    """Mean angular distance between consecutive blocks over the deeper half
+    (`common.late_angle`) of a trained run at its last checkpoint or a kept ``step``, on
+    ``device``: C12's premise reads it on pre's matched checkpoints."""
+    from normlab.probe import on_device, probe_model
+    from normlab.train import load_trained_model
+
+    cfg, model = load_trained_model(run_dir, step=step)
+    seq = cfg.model.max_seq_len
+    model, batches = on_device(model, [(x[:, :seq], y[:, :seq]) for x, y in batches], device)
+    return late_angle(probe_model(model, batches, ("stream",))["per_block"])
+
+
 def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
                    tolerance: float | None = None, trained_from: int = 0) -> dict[str, Any]:
     """C12's decision on normlab's own pre and post models (12-24 blocks) at matched loss.
@@ -292,6 +307,7 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
     per_seed: dict[int, dict[str, Any]] = {}
     costs: dict[str, list[float]] = {p: [] for p in PRE_POST}
     init: dict[str, list[float]] = {p: [] for p in PRE_POST}
+    angles: list[float] = []  # pre's deeper-half angular distance, per kept pair
     for seed, sides in pairs.items():
         row = {}
         for p, c in sides.items():
@@ -304,6 +320,9 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
             row[p] = drop_cost_profile(curve["drop_dloss"]) | {
                 "val_loss": c.val_loss, "run_id": name, "step": c.step,
                 "init": drop_cost_profile(curve0["drop_dloss"])}
+            if p == "pre":  # the premise: is pre's deeper half near-identical?
+                row[p]["late_angle"] = ctx.cached(f"c12_angle_{name}{at}", lambda c=c: (
+                    own_late_angle(Path(c.run_dir), batches, c.step, device=ctx.device)))
         per_seed[seed] = row
         undefined = [p for p in PRE_POST if row[p]["deep_cost"] is None]
         if undefined:
@@ -313,10 +332,12 @@ def c12_own_models(ctx: StudyContext, checkpoints: Sequence[Pretrained], *,
         for p in PRE_POST:
             costs[p].append(row[p]["deep_cost"])
             init[p].append(row[p]["init"]["deep_cost"])
+        angles.append(row["pre"]["late_angle"])
     init_ok = all(v is not None for p in PRE_POST for v in init[p])
     decision = decide_c12(costs, init if init_ok else None)
     return decision | {"per_seed": per_seed, "left_out": left_out, "deep_costs": costs,
-                       "init_deep_costs": init if init_ok else None, "tolerance": tol}
+                       "init_deep_costs": init if init_ok else None, "tolerance": tol,
+                       "pre_late_angles": angles}
 
 
 def c12_real_models(ctx: StudyContext) -> dict[str, Any]:
@@ -405,7 +426,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     res = c12_own_models(ctx, own, trained_from=ctx.profile.deep_warmup)
     numbers |= {"own_models": {k: res[k] for k in ("per_seed", "left_out", "deep_costs",
                                                    "init_deep_costs", "intervals",
-                                                   "tolerance")},
+                                                   "tolerance", "pre_late_angles")},
                 "smallest_detectable": res["smallest_detectable"], "reason": res["reason"],
                 "pairs": len(res["deep_costs"]["pre"])}
     wanted = CLAIM.settings(ctx.profile).c12_min_pairs
@@ -419,7 +440,7 @@ def measure(ctx: StudyContext, checkpoints: Sequence[Pretrained] | None = None
     if n_pairs < wanted:
         notes.append(f"{n_pairs} matched pair(s) of trained checkpoints along the trajectories, "
                      f"fewer than the {wanted} the design asks for")
-    premises = [CLAIM.predict("large t", [first_late_block(ctx.profile.deep_blocks)]),
+    premises = [CLAIM.predict("near-identical blocks", res["pre_late_angles"]),
                 CLAIM.predict("trained pairs", [n_pairs], threshold=wanted)]
     predictions = premises + list(res["predictions"])
     verdict = combine(predictions)

@@ -18,35 +18,41 @@ def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
     for k, slopes in enumerate([{"ang_slope_pre": 0.2, "ang_slope_post": 0.5},
                                 {"ang_slope_pre": -0.2, "ang_slope_post": -0.5}]):
         result = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **_fill(slopes)))
-        expected = ["supported"] * 4
-        expected[2 + k] = "not supported"
-        assert [p["verdict"] for p in result.predictions] == expected, k
-        assert [p["role"] for p in result.predictions] == ["premise", "premise", "claim",
-                                                           "claim"]
+        expected = ["supported"] * 3
+        expected[1 + k] = "not supported"
+        assert [p["verdict"] for p in result.predictions][:3] == expected, k
+        assert [p["role"] for p in result.predictions] == ["premise", "claim", "claim",
+                                                           "diagnostic"]
         assert result.verdict == "not supported"
 
 
-def test_c2_at_6_blocks_is_not_tested_and_unmatched_checkpoints_decide_nothing(tmp_path):
-    """'When t is large': the deeper half of a 6-block model starts at block 4, not past block
-    6, so the claim is not tested at this scale, whatever its predictions say; checkpoints
+def test_c2_reports_curse_of_depth_s_level_without_deciding_on_it(tmp_path):
+    """Pre's deeper half against Curse of Depth's 0.2: a level in 30-layer LLMs, reported."""
+    world = _fill({"ang_slope_pre": -0.2, "ang_slope_post": 0.1})
+    high = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world))  # pre's deep half about 0.3
+    low = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world, ang_level_pre=0.2))  # about 0.1
+    for result, verdict in ((high, "not supported"), (low, "supported")):
+        level = result.predictions[-1]
+        assert (level["subject"], level["role"], level["verdict"]) == (
+            "pre, deeper half", "diagnostic", verdict)
+        assert level["threshold_source"].startswith("Curse of Depth")
+        assert result.verdict == "supported"  # the level never decides
+
+
+def test_c2_is_decided_at_any_depth_and_unmatched_checkpoints_decide_nothing(tmp_path):
+    """No premise about depth: the seed's mechanism predicts both directions at every depth,
+    graded, so a 6-block model decides C2 (refuted here, both directions failing); checkpoints
     whose losses are not matched leave it undecided, never refuted."""
     world = _fill({"ang_slope_pre": 0.2, "ang_slope_post": -0.3})  # both predictions fail
     shallow = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **world))
-    premise = shallow.predictions[0]
-    assert (premise["subject"], premise["verdict"], premise["values"]) == (
-        "large t", "not supported", [4.0])
-    assert shallow.verdict == "not tested at this scale"
-    assert shallow.needs.startswith("trained pre and post models of 12 blocks or more")
-    assert "Not tested at this scale: large t does not hold here" in shallow.note
-    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 13},
-                                  **world)).predictions[0]["values"] == [7.0]
-    assert CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", settings={"train_blocks": 11},
-                                  **world)).verdict == "not tested at this scale"
+    assert [p["subject"] for p in shallow.predictions] == [
+        "matched loss", "pre", "post vs pre", "pre, deeper half"]
+    assert shallow.verdict == "not supported" and not shallow.needs
     far = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
            "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
     unmatched = CLAIMS["C2"](_Unmatched(tmp_path, far, drop=False, settings=DEEP,
                                         world=world))
-    assert [p["verdict"] for p in unmatched.predictions[:2]] == ["supported", "not supported"]
+    assert unmatched.predictions[0]["verdict"] == "not supported"
     assert unmatched.verdict == "inconclusive"
     edge = dict(far, gap=-0.05, post_val_loss=2.15, matched=True)  # |gap| = tolerance: matched
     assert CLAIMS["C2"](_Unmatched(tmp_path, edge, drop=False, settings=DEEP, world=world)
@@ -54,8 +60,8 @@ def test_c2_at_6_blocks_is_not_tested_and_unmatched_checkpoints_decide_nothing(t
     # seeds are the units: cells matched on their means, with one seed 0.12 nats apart, are not
     one_seed = dict(edge, gap=0.03, seed_gaps=[0.0, 0.0, -0.12, 0.05, 0.02])
     split = CLAIMS["C2"](_Unmatched(tmp_path, one_seed, drop=False, settings=DEEP, world=world))
-    assert split.predictions[1]["values"] == pytest.approx([0.0, 0.0, 0.12, 0.05, 0.02])
-    assert (split.predictions[1]["verdict"], split.verdict) == ("not supported", "inconclusive")
+    assert split.predictions[0]["values"] == pytest.approx([0.0, 0.0, 0.12, 0.05, 0.02])
+    assert (split.predictions[0]["verdict"], split.verdict) == ("not supported", "inconclusive")
     every = dict(one_seed, seed_gaps=[0.0, 0.01, -0.05, 0.05, 0.02])
     assert CLAIMS["C2"](_Unmatched(tmp_path, every, drop=False, settings=DEEP, world=world)
                         ).verdict == "not supported"

@@ -17,29 +17,38 @@ from normlab.study.claims.c03_depth_as_width import MIN_DROP_KL, merge_per_drop
 from normlab.study.context import MatchedPair, ProbedPair, ProbedRun
 from normlab.study.profiles import PROFILES
 
+# pre's deeper half near-identical (angle about 0.1 < 0.2, the premise), or not (about 0.4)
+NEAR, FAR = {"ang_level_pre": 0.1}, {"ang_level_pre": 0.4}
+
 
 def test_c3_normalised_merge(tmp_path):
-    good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0}
+    good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0} | NEAR
     result = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good))
     assert verdicts(result)[:4] == ["supported"] * 4 and result.verdict == "supported"
     assert roles(result) == ["premise", "premise", "premise", "claim", "diagnostic"]
     # at init the fake's pre and post do not differ: the contrast is learned, said so
     assert result.predictions[4]["subject"] == "post vs pre at init"
     assert verdicts(result)[4] == "not supported" and "architectural" not in result.note
-    opposite = {"merge_pre": 0.0, "drop_pre": 0.0, "merge_post": -3.0, "drop_post": 0.0}
+    opposite = {"merge_pre": 0.0, "drop_pre": 0.0, "merge_post": -3.0, "drop_post": 0.0} | NEAR
     refuted = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **opposite))
     assert verdicts(refuted)[3] == "not supported" and refuted.verdict == "not supported"
     # pre's blocks doing too little to be a unit (drop KL 0.01 nats): not decided
     idle = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **(good | {"drop_pre": math.log(0.01)})))
     assert verdicts(idle)[2] == "not supported" and idle.verdict == "inconclusive"
-    # at 6 blocks t = 4..6 is not "large t": reported, not decided, whichever way it goes
+    # pre's deeper half not near-identical (0.4 > 0.2): not tested at this scale, whichever
+    # way the merge goes; at 6 blocks as at 12 (depth itself decides nothing)
     for world in (good, opposite):
-        shallow = CLAIMS["C3"](FakeStudy(tmp_path, **world))
-        assert verdicts(shallow)[0] == "not supported"
-        assert shallow.verdict == "not tested at this scale"
+        for settings in (DEEP, None):
+            apart = CLAIMS["C3"](FakeStudy(tmp_path, settings=settings, **(world | FAR)))
+            assert apart.predictions[0]["subject"] == "near-identical blocks"
+            assert verdicts(apart)[0] == "not supported"
+            assert apart.verdict == "not tested at this scale"
+            assert apart.needs.startswith("trained pre models deep enough")
+        assert CLAIMS["C3"](FakeStudy(tmp_path, **world)).verdict == (
+            "supported" if world is good else "not supported")
     # pre's merges are cheap only because its blocks matter less: the raw merge ratio says
     # "supported", the normalised one does not
-    confounded = {"merge_pre": -3.0, "drop_pre": -3.0, "merge_post": 0.0, "drop_post": 0.0}
+    confounded = {"merge_pre": -3.0, "drop_pre": -3.0, "merge_post": 0.0, "drop_post": 0.0} | NEAR
     result = CLAIMS["C3"](FakeStudy(tmp_path, noise=0.05, settings=DEEP, **confounded))
     assert result.verdict != "supported"
     raw = result.numbers["late_merge_kl"]
@@ -115,10 +124,11 @@ DROP_SEEDS = 4
 
 # -- C3 ----------------------------------------------------------------------------------------
 
-def _deep_blocks(merge: float, drop: float) -> dict[str, list[float]]:
-    """A model whose deep pairs' merge KL is `merge` and whose blocks' drop KL is `drop`."""
+def _deep_blocks(merge: float, drop: float, angle: float = 0.1) -> dict[str, list[float]]:
+    """A model whose deep pairs' merge KL is `merge`, whose blocks' drop KL is `drop` and
+    whose consecutive blocks lie `angle` apart (below 0.2: near-identical)."""
     return {"merge_kl": [merge] * (L - 1), "drop_kl": [drop] * L, "drop_dloss": [drop] * L,
-            "ang_prev": [0.4] * L, "lens_raw": [3.0] * L, "lens_normed": [3.0] * L}
+            "ang_prev": [angle] * L, "lens_raw": [3.0] * L, "lens_normed": [3.0] * L}
 
 
 class _Probed(FakeStudy):
@@ -156,7 +166,8 @@ class _Probed(FakeStudy):
 
 def _seeds(merge: float, drop: float) -> list[dict[str, list[float]]]:
     rng = random.Random(int(merge * 1e4 + drop * 1e3))
-    return [_deep_blocks(merge * math.exp(0.05 * rng.gauss(0, 1)), drop) for _ in range(DROP_SEEDS)]
+    return [_deep_blocks(merge * math.exp(0.05 * rng.gauss(0, 1)), drop,
+                         0.1 * math.exp(0.05 * rng.gauss(0, 1))) for _ in range(DROP_SEEDS)]
 
 
 def test_c3_ratio_is_not_computed_below_the_minimum_drop_kl(tmp_path):

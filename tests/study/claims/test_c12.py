@@ -201,6 +201,13 @@ def test_c12_own_models_measures_every_seed_with_layer_drop(tiny_pairs, tmp_path
     at_init = layer_drop(model_at_init(tiny_pairs[0].run_dir), ctx.probe_batches())["drop_dloss"]
     assert got["init"]["costs"] == pytest.approx(at_init)
     assert res["init_deep_costs"]["pre"][0] == got["init"]["deep_cost"]
+    # the premise: pre's consecutive angular distance over the deeper half of blocks 2..L,
+    # read from the stream probe of the same model
+    from normlab.probe import probe_model
+
+    ang = probe_model(model, ctx.probe_batches(), ("stream",))["per_block"]["ang_prev"]
+    assert len(ang) == 5 and res["pre_late_angles"][0] == pytest.approx(sum(ang[3:]) / 2)
+    assert got["late_angle"] == res["pre_late_angles"][0]
     # a looser match leaves every pair out: inconclusive, and says why
     shifted = [dataclasses_replace(c, val_loss=c.val_loss + (0.5 if c.placement == "post"
                                                                  else 0)) for c in tiny_pairs]
@@ -238,9 +245,13 @@ def planted_c12(monkeypatch):
         pairs, left_out = matched_pairs(checkpoints, 0.05)
         n = len(pairs)
         costs, init = _planted_costs(n)
+        angles = (c12_removable_layers.planted_angle + _noise(0.01, 4)[:n]).tolist()
         return decide_c12(costs, init) | {"per_seed": {}, "left_out": left_out,
                                           "deep_costs": costs, "init_deep_costs": init,
-                                          "tolerance": 0.05}
+                                          "tolerance": 0.05, "pre_late_angles": angles}
+
+    # pre's deeper half near-identical (the premise) unless a test plants it apart
+    monkeypatch.setattr(c12_removable_layers, "planted_angle", 0.1, raising=False)
 
     monkeypatch.setattr(c12_removable_layers, "c12_own_models", own)
     monkeypatch.setattr(c12_removable_layers, "c12_real_models", _no_real_models)
@@ -275,11 +286,13 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
                         "local cache (planted)")
     # no contrast at init (planted): a diagnostic not supported, it leaves the verdict
     assert [(p["subject"], p["role"], p["verdict"]) for p in res.predictions] == [
-        ("large t", "premise", "supported"), ("trained pairs", "premise", "supported"),
+        ("near-identical blocks", "premise", "supported"),
+        ("trained pairs", "premise", "supported"),
         ("pre", "claim", "supported"), ("post vs pre", "claim", "supported"),
         ("post", "diagnostic", "supported"),
         ("post vs pre at init", "diagnostic", "not supported")]
-    assert [p["values"] for p in res.predictions[:2]] == [[7.0], [3.0]]  # block 7 of 12; pairs
+    assert res.predictions[0]["values"] == res.numbers["own_models"]["pre_late_angles"]
+    assert res.predictions[1]["values"] == [3.0]  # pairs
     costs, init = _planted_costs(3)
     assert res.numbers["own_models"]["deep_costs"] == costs
     assert res.numbers["own_models"]["init_deep_costs"] == init
@@ -290,14 +303,15 @@ def test_c12_reports_the_deep_models_tuning_and_its_pairs(planted_c12, tmp_path)
         in fewer.note
     # fewer pairs than the design asks for: the claim is not tested, its predictions reported
     assert fewer.verdict == "not tested at this scale" and fewer.needs.startswith(
-        "pre and post models of 12 blocks or more, both trained past their warmup")
+        "pre and post models deep enough that pre's deeper half is near-identical")
     assert fewer.predictions[1]["verdict"] == "not supported"
     assert fewer.predictions[2]["verdict"] == "supported"
-    # models of 6 blocks: their deeper half is not "large t", whatever the costs say
-    shallow = planted_c12.measure(_planted_ctx(tmp_path, deep_blocks=6), _pretrained(seeds=3))
-    assert shallow.predictions[0]["values"] == [4.0]
-    assert shallow.verdict == "not tested at this scale"
-    assert "Not tested at this scale: large t does not hold here" in shallow.note
+    # pre's deeper half not near-identical (0.4 > 0.2): not tested, whatever the costs say
+    planted_c12.planted_angle = 0.4
+    apart = planted_c12.measure(ctx, _pretrained(seeds=4))
+    assert apart.predictions[0]["verdict"] == "not supported"
+    assert apart.verdict == "not tested at this scale"
+    assert "Not tested at this scale: near-identical blocks does not hold here" in apart.note
 
 
 def _hf_result(name: str) -> dict:
@@ -448,6 +462,10 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
         return {"drop_dloss": curve0 if at_init else curves[Path(run_dir).name], "n_blocks": 8}
 
     monkeypatch.setattr(c12_removable_layers, "own_drop_curve", own_drop_curve)
+    angled = []
+    monkeypatch.setattr(c12_removable_layers, "own_late_angle",
+                        lambda run_dir, batches, step=None, *, device="cpu": angled.append(
+                            (Path(run_dir).name, step, device)) or 0.1)
     ctx = _planted_ctx(tmp_path, match_tolerance=0.1)
     ctx.probe_batches = lambda: ["the probe batches"]
     ctx.device = "cuda"  # the study's device: every curve is measured there
@@ -458,11 +476,15 @@ def test_c12_own_models_measures_each_checkpoint_once_at_its_step(tmp_path, monk
                    for s in range(3) for pl in ("pre", "post")]
     res = c12_removable_layers.c12_own_models(ctx, checkpoints)
     assert res["tolerance"] == 0.1  # the profile's
-    assert cached == ["c12_drop_pre-0", "c12_drop_pre-0_init", "c12_drop_post-0",
-                      "c12_drop_post-0_init", "c12_drop_pre-1_step100", "c12_drop_pre-1_init",
+    assert cached == ["c12_drop_pre-0", "c12_drop_pre-0_init", "c12_angle_pre-0",
+                      "c12_drop_post-0", "c12_drop_post-0_init",
+                      "c12_drop_pre-1_step100", "c12_drop_pre-1_init", "c12_angle_pre-1_step100",
                       "c12_drop_post-1_step100", "c12_drop_post-1_init",
-                      "c12_drop_pre-2_step200", "c12_drop_pre-2_init",
+                      "c12_drop_pre-2_step200", "c12_drop_pre-2_init", "c12_angle_pre-2_step200",
                       "c12_drop_post-2_step200", "c12_drop_post-2_init"]
+    # pre's deeper-half angle at the same checkpoint, on the study's device; kept pairs only
+    assert angled == [("pre-0", None, "cuda"), ("pre-1", 100, "cuda"), ("pre-2", 200, "cuda")]
+    assert res["pre_late_angles"] == [0.1]  # seed 2's pair: seeds 0 and 1 have no deep cost
     assert read[0] == ("pre-0", None, False, ["the probe batches"])
     assert read[1] == ("pre-0", None, True, ["the probe batches"])  # its model at step 0
     assert read[4][:3] == ("pre-1", 100, False) and read[5][:3] == ("pre-1", None, True)
@@ -700,6 +722,7 @@ def test_c12_own_models_keeps_every_seed_the_old_median_rule_left_out(monkeypatc
         return {"drop_dloss": _drop_curve(0.01) if at_init else trained[name], "n_blocks": L}
 
     monkeypatch.setattr(c12, "own_drop_curve", curve)
+    monkeypatch.setattr(c12, "own_late_angle", lambda *a, **k: 0.1)
     ctx = _Ctx()
     res = c12.c12_own_models(ctx, _pairs())
     assert res["left_out"] == [] and sorted(res["per_seed"]) == list(range(DROP_SEEDS))
@@ -729,13 +752,17 @@ def test_c12_measure_decides_on_the_deep_half_cost(monkeypatch, tmp_path):
         raise CheckpointNotFound("not in the local cache (planted)")
 
     monkeypatch.setattr(c12, "own_drop_curve", curve)
+    angles = iter([0.1, 0.12, 0.09, 0.11])  # pre's deeper half, per pair: near-identical
+    monkeypatch.setattr(c12, "own_late_angle", lambda *a, **k: next(angles))
     monkeypatch.setattr(c12, "c12_real_models", no_real)
     ctx = FakeStudy(tmp_path)
     ctx.probe_batches = lambda seq_len=None: []
     res = c12.measure(ctx, _pairs())
     assert res.verdict == "supported", res.note
     assert [p["subject"] for p in res.predictions] == [
-        "large t", "trained pairs", "pre", "post vs pre", "post", "post vs pre at init"]
+        "near-identical blocks", "trained pairs", "pre", "post vs pre", "post",
+        "post vs pre at init"]
+    assert res.predictions[0]["values"] == [0.1, 0.12, 0.09, 0.11]
     assert res.numbers["pairs"] == DROP_SEEDS
     assert res.effect.name == "deep-half drop cost (nats): post - pre"
     assert res.numbers["own_models"]["init_deep_costs"]["post"] == [0.0] * DROP_SEEDS

@@ -38,7 +38,7 @@ from normlab.study.schema import Pretrained
 C14 = REGISTRY["C14"].measure
 
 
-DEEP = {"khop_depths": (12, 24)}  # depths where the seed's "large t" holds
+DEEP = {"khop_depths": (12, 24)}  # deep k-hop models
 
 
 def test_hops_solved_counts_the_run_of_solved_hop_counts_from_one():
@@ -54,13 +54,16 @@ def test_a_profile_without_khop_depths_does_not_run_c14(tmp_path):
     assert result.verdict == "not run" and "long profile" in result.note
 
 
-def test_at_two_and_three_blocks_c14_is_not_tested_at_this_scale(tmp_path, recorded_words):
+def test_at_two_and_three_blocks_c14_is_decided_without_a_premise_about_depth(
+        tmp_path, recorded_words):
+    """No fixed "large t" (the seed's mechanism is graded): the long profile's 2-3 blocks
+    decide C14 in the world where the sources hold, once the task separates the depths."""
     result = C14(FakeStudy(tmp_path, 0.01, "long"))
-    assert result.verdict == "not tested at this scale"
+    assert result.verdict == "supported", result.note
     recorded_words("c14_long_profile", result)
-    premise = next(p for p in result.predictions if p["subject"] == "large t")
-    assert premise["verdict"] == "not supported"
-    # everything is still measured and reported, per placement and depth
+    assert [p["subject"] for p in result.predictions if p["role"] == "premise"] == [
+        "calibration: pre, 3 - 2 blocks"]
+    # everything is measured and reported, per placement and depth
     by = result.numbers["by_placement"]
     assert set(by) == {"pre", "post", "deepnorm", "mix", "lns"} and set(by["pre"]) == {"2", "3"}
     assert by["post"]["3"]["hops_solved_per_seed"] == [2.0] * 5
@@ -188,15 +191,14 @@ def test_deep_matched_pair_without_a_trained_seed_is_not_found(tmp_path):
     assert not pair.found and "no seed" in pair.reason
 
 
-def test_c2_reads_large_t_from_the_probed_models_depth(tmp_path):
+def test_c2_is_decided_at_the_probed_models_depth_whatever_it_is(tmp_path):
+    """C2 has no premise about depth: standard's 6-block and long's 12-block probes decide it
+    alike in the same world."""
     world = {"ang_slope_pre": -0.2, "ang_slope_post": 0.0}
     shallow = REGISTRY["C2"].measure(FakeStudy(tmp_path, 0.01, "standard", **world))
     deep = REGISTRY["C2"].measure(FakeStudy(tmp_path, 0.01, "long", **world))
-    premise = {r.verdict: next(p for p in r.predictions if p["subject"] == "large t")
-               for r in (shallow, deep)}
-    assert shallow.verdict == "not tested at this scale"
-    assert deep.verdict != "not tested at this scale"
-    assert premise[deep.verdict]["verdict"] == "supported"
+    assert shallow.verdict == deep.verdict == "supported"
+    assert not any(p["subject"] == "large t" for r in (shallow, deep) for p in r.predictions)
 
 
 def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypatch):
