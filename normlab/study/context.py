@@ -187,6 +187,10 @@ class MatchedPair:
         if self.gap is None:
             return self.reason
         state = "matched" if self.matched else "NOT matched"
+        apart = [f"seed {i} {g:+.3f}" for i, g in enumerate(self.seed_gaps)
+                 if self.tolerance is not None and abs(g) > self.tolerance]
+        if self.matched and apart:  # the means within the tolerance, a seed outside it
+            state = f"matched on the mean, NOT in every seed ({', '.join(apart)})"
         where = f" ({self.blocks}-block trajectories, mean over seeds)" if self.blocks else ""
         return (f"Checkpoints at matched loss{where}: pre at lr {self.pre_lr:g} (val "
                 f"{self.pre_val_loss:.3f}), post at lr {self.post_lr:g} (val "

@@ -289,3 +289,18 @@ def test_make_claim_combines_by_role():
     premised = claim([_direction("p", yes, "premise"), _direction("d", yes, "diagnostic")])
     assert premised.verdict == "inconclusive"
     assert "p (premise): supported if" in premised.rule
+
+
+def test_the_note_names_the_seeds_outside_the_tolerance_when_the_means_match():
+    """Seeds are the units: cells matched on their means with a seed 0.123 nats apart (the
+    standard profile's case) say so, and name it."""
+    from normlab.study.context import MatchedPair
+
+    pair = MatchedPair(True, tolerance=0.05, pre_lr=1.5e-3, post_lr=1.5e-3, pre_val_loss=2.451,
+                       post_val_loss=2.490, gap=-0.038, runs={"pre": ("a",), "post": ("b",)},
+                       seed_gaps=(-0.003, -0.046, 0.013, -0.123))
+    assert ("gap -0.038 nats, matched on the mean, NOT in every seed (seed 3 -0.123) "
+            "(tolerance 0.05).") in pair.note()
+    every = MatchedPair(True, tolerance=0.05, pre_lr=1e-3, post_lr=1e-3, pre_val_loss=2.2,
+                        post_val_loss=2.21, gap=-0.01, seed_gaps=(-0.01, 0.05))
+    assert "gap -0.010 nats, matched (tolerance 0.05)." in every.note()  # 0.05: within
