@@ -7,7 +7,7 @@ pasted from (`normlab report DIR --markdown`) all read these rows.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,24 @@ def _pred_words(p: Mapping[str, Any]) -> str:
     return f"{p.get('subject', '')} {_value(eff)} (expected {expected})"
 
 
+# how a ladder claim's derivation says a prediction was computed from the rung's own measured
+# quantities (the source's mechanism, not its numbers: normlab.study.claims.c04_*, c08_*)
+_OWN = ("own measured", "rung's own", "this rung's")
+
+
+def _own_quantities(deciding: Sequence[Mapping[str, Any]]) -> str:
+    """What a finding adds where a deciding prediction is the source's mechanism evaluated
+    with the measured block's own quantities: on normlab's block it holds as the mechanism
+    predicts, which may be far from the source's law (C4's 1/sqrt(L) is absent where the
+    block's stream does not grow)."""
+    own = [p for p in deciding if any(k in str(p.get("derivation") or "") for k in _OWN)]
+    if not own:
+        return ""
+    return ("; off the source's setting these are the source's mechanism with each rung's own "
+            "quantities, not its law: " + "; ".join(f"{p.get('subject', '')} "
+                                                   f"({p.get('derivation')})" for p in own))
+
+
 def finding(claim: Mapping[str, Any]) -> str:
     """One plain line for a claim, from its study.json entry only: "holds", "does not hold",
     "departs at rung X", "not tested here: needs ...", "undecided" or "not run", with the
@@ -134,6 +152,8 @@ def finding(claim: Mapping[str, Any]) -> str:
                  and p.get("verdict") != "supported"]
         head = "undecided: " + ("; ".join(_pred_words(p) for p in open_) if open_
                                 else (claim.get("note") or "no prediction measured"))
+    if verdict in ("supported", "not supported"):
+        head += _own_quantities(deciding)
     if claim.get("departure") and " departs when " in claim["departure"] and verdict in (
             "supported", "not supported", "inconclusive"):
         head += f"; along the ladder: {claim['departure']}"

@@ -156,6 +156,18 @@ def test_each_finding_is_one_plain_line_from_the_claim_s_numbers():
     assert finding(short) == "**C9** t: not tested here: large t 4 (expected > 6); needs 12 blocks"
     ladder = refuted | {"departure": "pre departs when mlp changed (mlp)"}
     assert finding(ladder).endswith("; along the ladder: pre departs when mlp changed (mlp)")
+    # a prediction evaluated with each rung's own quantities (C4's pre on normlab's block):
+    # the line says it holds as the mechanism predicts, not as the source's law
+    own = pred("pre", "supported", -0.03) | {
+        "derivation": "on every rung from that rung's own measured E||x_L||^2 slope"}
+    mechanism = held | {"predictions": [pred("post", "supported", 0.04), own]}
+    assert finding(mechanism).endswith(
+        "; off the source's setting these are the source's mechanism with each rung's own "
+        "quantities, not its law: pre (on every rung from that rung's own measured "
+        "E\\|\\|x_L\\|\\|^2 slope)")
+    plain = held | {"predictions": [pred("post", "supported", 0.04) | {
+        "derivation": "the bound's exponent 0 on every rung"}]}
+    assert "mechanism" not in finding(plain)
 
 
 def test_a_resumed_study_records_each_part_and_the_total(tmp_path):

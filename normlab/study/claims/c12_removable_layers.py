@@ -205,7 +205,7 @@ def decide_c12(costs: Mapping[str, Sequence[float]],
     ci = {"pre": _interval(pre), "post": _interval(post), "post - pre": _interval(diff)}
     verdict = combine(preds)
     if len(diff) < 2:
-        reason = f"{len(diff)} matched pair(s); at least 2 are needed"
+        reason = f"{len(diff)} matched pair(s); at least 2 are needed for an interval"
     elif verdict == "supported":
         reason = (f"pre's deep blocks cost less than {m:g} nats to drop, and post's more than "
                   f"pre's by more than {m:g}")

@@ -399,7 +399,7 @@ def test_c12_needs_paired_costs_and_names_one_pair():
                                          r"costs \(paired\)$"):
         decide_c12({"pre": [0.0, 0.001], "post": [0.15]})
     res = decide_c12({"pre": [0.0], "post": [0.15]})
-    assert res["reason"] == "1 matched pair(s); at least 2 are needed"
+    assert res["reason"] == "1 matched pair(s); at least 2 are needed for an interval"
     assert res["smallest_detectable"] is None
 
 
