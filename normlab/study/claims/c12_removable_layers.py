@@ -250,13 +250,12 @@ def c12_predictions(costs: Mapping[str, Sequence[float]],
     return rows
 
 
-def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None, *,
-                   at_init: bool = False, device: str = "cpu") -> dict[str, Any]:
-    """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
-    checkpoint or at a ``step`` whose weights it kept; with ``at_init``, of the run's own model
-    at step 0 (`normlab.study.experiments.model_at_init`); measured on ``device``."""
+def _checkpoint_on(run_dir: Path, batches: Sequence[Any], step: int | None, at_init: bool,
+                   device: str) -> tuple[Any, Any, list]:
+    """A run's model (its last checkpoint, a kept ``step``, or with ``at_init`` its own model at
+    step 0: `normlab.study.experiments.model_at_init`) on ``device``, with ``batches`` cut to
+    its context and moved there: ``(cfg, model, batches)``."""
     from normlab.probe.inputs import on_device
-    from normlab.probe.interventions import layer_drop
     from normlab.train import load_trained_model, read_run_config
 
     if at_init:
@@ -266,7 +265,18 @@ def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = Non
     else:
         cfg, model = load_trained_model(run_dir, step=step)
     seq = cfg.model.max_seq_len
-    model, batches = on_device(model, [(x[:, :seq], y[:, :seq]) for x, y in batches], device)
+    model, moved = on_device(model, [(x[:, :seq], y[:, :seq]) for x, y in batches], device)
+    return cfg, model, moved
+
+
+def own_drop_curve(run_dir: Path, batches: Sequence[Any], step: int | None = None, *,
+                   at_init: bool = False, device: str = "cpu") -> dict[str, Any]:
+    """Drop-cost curve (``layer_drop``'s ``drop_dloss``) of a trained run, at its last
+    checkpoint or at a ``step`` whose weights it kept; with ``at_init``, of the run's own model
+    at step 0; measured on ``device``."""
+    from normlab.probe.interventions import layer_drop
+
+    cfg, model, batches = _checkpoint_on(run_dir, batches, step, at_init, device)
     return {"drop_dloss": layer_drop(model, batches)["drop_dloss"],
             "n_blocks": cfg.model.n_blocks}
 
@@ -276,12 +286,9 @@ def own_late_angle(run_dir: Path, batches: Sequence[Any], step: int | None = Non
     """Mean angular distance between consecutive blocks over the deeper half
     (`common.late_angle`) of a trained run at its last checkpoint or a kept ``step``, on
     ``device``: C12's premise reads it on pre's matched checkpoints."""
-    from normlab.probe import on_device, probe_model
-    from normlab.train import load_trained_model
+    from normlab.probe import probe_model
 
-    cfg, model = load_trained_model(run_dir, step=step)
-    seq = cfg.model.max_seq_len
-    model, batches = on_device(model, [(x[:, :seq], y[:, :seq]) for x, y in batches], device)
+    _cfg, model, batches = _checkpoint_on(run_dir, batches, step, False, device)
     return late_angle(probe_model(model, batches, ("stream",))["per_block"])
 
 
