@@ -17,10 +17,13 @@ claim's rule is tested without training or building a model.
   `final_norm_measures` (above) and C14's k-hop measurements (below).
 - **The k-hop task** (`khop_tuned`, `khop_accuracy`): `khop_<placement>@<blocks>` the accuracy
   per hop count (default `KHOP`, the world where the sources hold) plus noise per seed;
-  `stalled_khop_<placement>` every seed stalled. C14's calibration rung (`khop_calibration`):
-  `khopcal@<blocks>` pre's accuracy per hop count 1..16 in the source's setting (default: one
-  minus Sanford et al.'s released errors, the world where the rung passes) plus noise.
-- **Matched-loss probes** (`trained_probes`, `init_probes`): per placement and seed,
+  `stalled_khop_<placement>` every seed stalled; `stable_khop_<placement>` how much its loss
+  still fell over the quarter before the wsd decay (C14's plateau premise; spread 0.001).
+  C14's calibration rung (`khop_calibration`): `khopcal@<blocks>` pre's accuracy per hop count
+  1..16 in the source's setting (default: one minus Sanford et al.'s released errors, the world
+  where the rung passes) plus noise.
+- **Matched-loss probes** (`trained_probes`, `init_probes`, `same_lr_probes`: see each): per
+  placement and seed,
   `ang_slope_<pl>` the slope of the angle to the previous block and `ang_level_<pl>` its level
   at block 2 (default 0.4, above C3's and C12's near-identity line), `merge_<pl>` / `drop_<pl>` the
   log of the merge and drop KLs, `lens_gap_<pl>` the logit-lens gap through the final norm and
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,8 @@ NONLINEAR_LR = 5e-4
 FIG3_DEPTH = 6
 # The k-hop world where the sources hold (C14): accuracy per hop count 1..3 by (placement, depth);
 # deeper solves more (Sanford et al.), post solves more than pre at each depth (the seed).
-KHOP = {("pre", 2): [1.0, 0.6, 0.5], ("pre", 3): [1.0, 0.95, 0.65],
+KHOP = {("pre", 1): [0.9, 0.4, 0.3], ("post", 1): [0.9, 0.4, 0.3],  # no gap: nothing to merge
+        ("pre", 2): [1.0, 0.6, 0.5], ("pre", 3): [1.0, 0.95, 0.65],
         ("post", 2): [1.0, 0.75, 0.6], ("post", 3): [1.0, 1.0, 0.8],
         ("pre", 12): [1.0, 0.6, 0.5], ("pre", 24): [1.0, 0.95, 0.65],
         ("post", 12): [1.0, 0.75, 0.6], ("post", 24): [1.0, 1.0, 0.8]}
@@ -106,6 +111,7 @@ class FakeStudy:
         self.late_rng = random.Random(1)  # its own draws: the losses' stay as they were
         self.stable_rng = random.Random(2)  # C9's stable-phase fall: its own draws too
         self._stable: dict[int, float] = {}  # per record: its planted stable-phase fall
+        self.khop_rng = random.Random(3)  # C14's plateau falls: their own draws
         self.fig_dir = tmp / "figures"
         self.fig_dir.mkdir(exist_ok=True)
         self.runs_root = tmp / "runs"
@@ -185,9 +191,9 @@ class FakeStudy:
                               "warmup": warmup})
         return {lr: self._records(family, lr, warmup) for lr in lrs}
 
-    def late_improvement(self, records, frac: float = 0.25, end: int | None = None
-                         ) -> list[float]:
-        self.requests.append({"kind": "late", "frac": frac, "end": end})
+    def late_improvement(self, records, frac: float = 0.25, end: int | None = None,
+                         steps: int | None = None) -> list[float]:
+        self.requests.append({"kind": "late", "frac": frac, "end": end, "steps": steps})
         table = self._late if end is None else self._stable
         return [table.get(id(r), math.nan) for r in records]
 
@@ -222,6 +228,10 @@ class FakeStudy:
         recs = tuple(RunRecord(f"khop-{placement}-{blocks}-{s}", s,
                                "stalled" if stalled else "completed", 1.0 if stalled else 0.3,
                                stalled, val_loss=1.0 if stalled else 0.3) for s in range(SEEDS))
+        for r in recs:
+            fall = self.p.get(f"stable_khop_{placement}", 0.0) + 0.001 * self.khop_rng.gauss(
+                0.0, 1.0)
+            self._stable[id(r)] = math.nan if stalled else fall
         warmup = c14_khop_depth.CLAIM.settings(self.profile).khop_warmup
         return TunedGrid(f"khop {placement}", warmup, (3e-3,), {3e-3: recs}, 3e-3, True)
 
@@ -292,6 +302,23 @@ class FakeStudy:
                     {"effective_depth_kl": 3.0, "n_blocks": L}))
             seeds[pl] = tuple(runs)
         return ProbedPair(self._pair(), seeds)
+
+    def same_lr_probes(self) -> ProbedPair:
+        """The same-lr, same-step pair: the world of `trained_probes` drawn again, where a key
+        planted as `same_<key>` (e.g. `same_ang_level_post`) takes the place of `<key>`; both
+        at one lr. `no_same_lr` planted: no lr where both trained."""
+        if "no_same_lr" in self.p:
+            return ProbedPair(MatchedPair(False, reason="no lr of both grids where every seed "
+                                                        "of pre and of post trained"))
+        saved = self.p
+        self.p = {**saved, **{k[len("same_"):]: v for k, v in saved.items()
+                              if k.startswith("same_")}}
+        try:
+            probed = self.trained_probes()
+        finally:
+            self.p = saved
+        return ProbedPair(replace(self._pair(), matched=False, gap=-0.2, pre_val_loss=2.2,
+                                  post_val_loss=2.4, seed_gaps=(-0.2,) * SEEDS), probed.seeds)
 
     def init_probes(self) -> ProbedPair:
         """The same runs' models at step 0: the angle and the stream's norm of the world at

@@ -302,4 +302,8 @@ class StudyContext(Protocol):
     def trained_probes(self) -> ProbedPair: ...
     def init_probes(self) -> ProbedPair:
         """Stream, merge and drop probes of `trained_probes`' runs' own models at step 0."""
+    def same_lr_probes(self) -> ProbedPair:
+        """The trained probes of pre and post trained at one lr and read at the same (last)
+        step (`StudyFolder.same_lr_pair`): a pair that compares placements, not lrs or
+        training stages."""
     def c12_checkpoints(self) -> list[Pretrained]: ...

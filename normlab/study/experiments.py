@@ -472,6 +472,43 @@ class StudyFolder(StudyContext):
             seed_gaps=tuple(gaps), blocks=p.deep_blocks,
             steps={pl: tuple(by[pl][s].step for s in kept) for pl in PRE_POST})
 
+    def same_lr_pair(self) -> MatchedPair:
+        """Pre and post trained at the same lr, compared at the same (last) step: among the
+        lrs of the grids the probe pair comes from (the 6-block tuned grids, or the deep grids
+        with `probe_deep`) where every seed of both placements trained, the one whose worse
+        placement lies least above its own best mean loss (both as near their optimum as one
+        lr allows). Not matched in loss by construction: `matched` says whether every seed
+        lies within the tolerance anyway, and `seed_gaps` how far apart they are."""
+        p = self.profile
+        grids = ({pl: self.deep_grid(pl) for pl in PRE_POST} if p.probe_deep
+                 else {pl: self.tuned(pl) for pl in PRE_POST})
+        blocks = p.deep_blocks if p.probe_deep else None
+        means = {pl: {lr: sum(r.val_loss for r in rs) / len(rs)  # type: ignore[misc]
+                      for lr, rs in g.records.items() if rs and not any(r.failed for r in rs)}
+                 for pl, g in grids.items()}  # type: ignore[union-attr]
+        common = sorted(set(means["pre"]) & set(means["post"]))
+        if not common:
+            return MatchedPair(False, reason="no lr of both grids where every seed of pre and "
+                                             "of post trained", blocks=blocks)
+        best = {pl: min(m.values()) for pl, m in means.items()}
+        lr = min(common, key=lambda x: max(means[pl][x] - best[pl] for pl in PRE_POST))
+        cells = {pl: g.cell(lr) for pl, g in grids.items()}  # type: ignore[union-attr]
+        gaps = tuple(a.val_loss - b.val_loss  # type: ignore[operator]
+                     for a, b in zip(cells["pre"], cells["post"], strict=True))
+        tol = p.match_tolerance
+        return MatchedPair(all(abs(g) <= tol for g in gaps), tolerance=tol, pre_lr=lr,
+                           post_lr=lr, pre_val_loss=means["pre"][lr],
+                           post_val_loss=means["post"][lr],
+                           gap=means["pre"][lr] - means["post"][lr],
+                           runs={pl: tuple(r.run_id for r in c) for pl, c in cells.items()},
+                           seed_gaps=gaps, blocks=blocks)
+
+    def same_lr_probes(self) -> ProbedPair:
+        """Stream, merge, drop and lens probes of `same_lr_pair`'s runs at their last step."""
+        return self._probe_matched(
+            "same_lr_probes", lambda run_dir, step: load_trained_model(run_dir, step=step)[1],
+            ("stream", "merge", "drop", "lens"), self.same_lr_pair())
+
     def trained_probes(self) -> ProbedPair:
         """stream, merge, drop and lens probes of the matched-loss pre and post checkpoints
         (`probe_pair`); cached under a name of its own since the lens gained `lens_free`, so
@@ -490,11 +527,11 @@ class StudyFolder(StudyContext):
                                    ("stream", "merge", "drop"))
 
     def _probe_matched(self, name: str, model_of: Callable[[Path, int | None], Any],
-                       probes: tuple[str, ...]) -> ProbedPair:
-        """`probes` of the model `model_of(run_dir, step)` gives for each run of `probe_pair`
-        (`step`: the kept checkpoint, None for the last), measured on the study's device and
-        cached as `ProbedPair.to_json`."""
-        pair = self.probe_pair()
+                       probes: tuple[str, ...], pair: MatchedPair | None = None) -> ProbedPair:
+        """`probes` of the model `model_of(run_dir, step)` gives for each run of `pair`
+        (default `probe_pair`; `step`: the kept checkpoint, None for the last), measured on the
+        study's device and cached as `ProbedPair.to_json`."""
+        pair = self.probe_pair() if pair is None else pair
         if not pair.found:
             return ProbedPair(pair)
 
@@ -511,7 +548,8 @@ class StudyFolder(StudyContext):
                     for res in [probe_model(*on_device(model_of(self.runs_root / run_id,
                                                                 step), batches, self.device),
                                             probes, seed=seed)])
-            self.log(f"{name}: probed the matched-loss pre and post runs")
+            self.log(f"{name}: probed the pre and post runs (lr {pair.pre_lr:g} and "
+                     f"{pair.post_lr:g})")
             return ProbedPair(pair, seeds).to_json()
         key = f"{name}_{pair.pre_lr:g}_{pair.post_lr:g}"
         if pair.blocks:  # a trajectory pair: which checkpoints were probed is part of the key
@@ -582,6 +620,32 @@ class StudyFolder(StudyContext):
         from normlab.study.claims import deep_families
 
         return deep_families(self.profile, self.claims)
+
+
+def late_improvement(folder: StudyFolder, records: Sequence[RunRecord], frac: float = 0.25,
+                     end: int | None = None, steps: int | None = None) -> list[float]:
+    """Per run (one per seed): how much its validation loss still fell over the last `frac`
+    of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
+    the final loss); nan for a run that failed or has no such evaluation. A run near
+    convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
+    phase), the window of `frac` of the steps ends there instead: the loss at the last
+    evaluation at or before `end - frac * steps` minus the one at or before `end`. `steps`:
+    the runs' length (default: the profile's `steps`; a claim's own runs pass theirs)."""
+    from normlab.train.rundir import read_metrics
+
+    length = folder.profile.steps if steps is None else steps
+    out = []
+    stop = length if end is None else end
+    cut = stop - frac * length
+    for r in records:
+        rows = [m for m in read_metrics(folder.runs_root / r.run_id / "metrics.jsonl")
+                if isinstance(m.get("val_loss"), float)]
+        before = [m["val_loss"] for m in rows if m["step"] <= cut]
+        at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
+        final = r.val_loss if end is None else (at_end[-1] if at_end else None)
+        ok = before and isinstance(final, float) and not r.failed
+        out.append(before[-1] - final if ok else math.nan)
+    return out
 
 
 def trajectory(run_dir: Path) -> list[tuple[int | None, float]]:

@@ -29,6 +29,7 @@ from planted_runs import (
 )
 
 from normlab.study.claims.c10_transfer import c10_predictions
+from normlab.study.claims.common import same_lr_words
 from normlab.study.context import MatchedPair, RunRecord, TunedGrid
 from normlab.study.experiments import trajectory_pair
 from normlab.study.profiles import PROFILES
@@ -425,3 +426,79 @@ def test_the_matched_pair_records_each_seed_s_gap(tmp_path, monkeypatch):
     assert pair.gap == pytest.approx(sum(pair.seed_gaps) / 3)
     assert MatchedPair.from_json(pair.to_json()) == pair
     assert "seed_gaps" not in MatchedPair(False, reason="x").to_json()
+
+
+def test_the_same_lr_pair_is_the_common_lr_nearest_both_optima(tmp_path, monkeypatch):
+    """The same-lr, same-step pair: among the lrs where every seed of both placements trained,
+    the one whose worse placement lies least above its own best mean; failed cells are no
+    candidates; no such lr gives no pair, with the reason; the deep grids with probe_deep."""
+    from normlab.study.experiments import StudyFolder
+
+    lrs = (1e-3, 2e-3, 4e-3, 8e-3)
+    p = replace(PROFILES["tiny"], lrs=lrs, max_lr_extensions=0)
+    # pre's best at 8e-3 (post failed there), post's at 1e-3; at 2e-3 pre is 0.3 above its
+    # best and post 0.1, at 4e-3 pre 0.1 and post 0.2: 4e-3 has the smaller worse excess
+    means = {"pre": {1e-3: 2.5, 2e-3: 2.3, 4e-3: 2.1, 8e-3: 2.0},
+             "post": {1e-3: 2.0, 2e-3: 2.1, 4e-3: 2.2, 8e-3: 3.3}}
+    failed = {("post", 8e-3)}
+
+    def grid(self, family, warmup=None, blocks=None):
+        recs = {lr: tuple(RunRecord(f"{family}-{lr:g}-{s}", s, "completed", means[family][lr]
+                                    + 0.01 * s, (family, lr) in failed,
+                                    val_loss=means[family][lr] + 0.01 * s * (family == "pre"))
+                          for s in range(3)) for lr in lrs}
+        return TunedGrid(family, 0, lrs, recs, 1e-3, False)
+
+    monkeypatch.setattr(StudyFolder, "tuned", grid)
+    ctx = StudyFolder(tmp_path, p, log=lambda _m: None)
+    pair = ctx.same_lr_pair()
+    assert (pair.pre_lr, pair.post_lr) == (4e-3, 4e-3) and pair.blocks is None
+    assert pair.runs == {"pre": ("pre-0.004-0", "pre-0.004-1", "pre-0.004-2"),
+                         "post": ("post-0.004-0", "post-0.004-1", "post-0.004-2")}
+    assert pair.seed_gaps == pytest.approx((-0.1, -0.09, -0.08))
+    assert pair.matched is False  # 0.1 nats apart in a seed: not matched, and said so
+    assert "Same lr and step" in same_lr_words(pair) and "lr 0.004" in same_lr_words(pair)
+    failed |= {("pre", lr) for lr in lrs[:3]}
+    none = ctx.same_lr_pair()
+    assert not none.found and "every seed of pre and of post trained" in none.reason
+    # with probe_deep, the deep grids at deep_blocks
+    asked = []
+    deep = replace(p, probe_deep=True, deep_blocks=12)
+    failed.clear()
+    monkeypatch.setattr(StudyFolder, "deep_grid",
+                        lambda self, pl: asked.append(pl) or grid(self, pl))
+    pair = StudyFolder(tmp_path / "deep", deep, log=lambda _m: None).same_lr_pair()
+    assert sorted(asked) == ["post", "pre"] and pair.blocks == 12 and pair.pre_lr == 4e-3
+
+
+def test_late_improvement_reads_each_runs_evaluations_over_its_own_length(tmp_path):
+    """The shared convergence reading (C9's and C14's premises): the validation loss at the
+    last evaluation at or before the window's start minus the one at its end; the window a
+    quarter of the runs' own length (`steps`, a claim's own runs) ending at the run's end or
+    at `end` (a wsd run's stable end); nan for a failed run or one with no evaluation early
+    enough."""
+    import json
+
+    from normlab.study.experiments import StudyFolder, late_improvement
+
+    folder = StudyFolder(tmp_path, PROFILES["quick"], lambda _m: None)
+    losses = {100: 1.0, 200: 0.8, 300: 0.7, 400: 0.65, 480: 0.64, 500: 0.6}
+    for name in ("a", "b"):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        rows = [{"step": s, "val_loss": v} for s, v in losses.items()] + [{"step": 50,
+                                                                         "loss": 3.0}]
+        (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ok = RunRecord("a", 0, "completed", 0.6, False, val_loss=0.6)
+    failed = RunRecord("b", 1, "diverged", 5.5, True, val_loss=None)
+    # 500 steps: the window 375..500 reads 300 (0.7) against the final 0.6
+    got = late_improvement(folder, [ok, failed], 0.25, None, 500)
+    assert got[0] == pytest.approx(0.1) and math.isnan(got[1])
+    # ending at a stable end of 480: from 355 (the 300 evaluation) to 480 (0.64)
+    assert late_improvement(folder, [ok], 0.25, 480, 500) == [pytest.approx(0.06)]
+    # a run of 2000 steps ending at 480: its window starts at -20, before every evaluation
+    assert math.isnan(late_improvement(folder, [ok], 0.25, 480, 2000)[0])
+    # by default the profile's own length
+    assert folder.profile.steps != 500
+    assert late_improvement(folder, [ok]) == late_improvement(folder, [ok], 0.25, None,
+                                                              folder.profile.steps)

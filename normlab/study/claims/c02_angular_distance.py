@@ -3,6 +3,8 @@ Post-Norm they stay apart (the seed argument; Curse of Depth; Gromov et al. 2024
 
 from __future__ import annotations
 
+from typing import Any
+
 from normlab.probe import figures as probe_figures
 from normlab.probe.fits import mean_ci
 from normlab.study.claims.common import (
@@ -10,6 +12,7 @@ from normlab.study.claims.common import (
     NEAR_IDENTICAL,
     NEAR_IDENTICAL_WHY,
     NO_SIZE,
+    SAME_LR_WHY,
     _late_mean,
     _rel,
     _seed_mean_curves,
@@ -18,6 +21,7 @@ from normlab.study.claims.common import (
     late_angle,
     matched_gap,
     probed_deep,
+    same_lr_words,
     slope_over_depth,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
@@ -56,6 +60,11 @@ CLAIM = Claim(
             "(a level in their setting: reported)",
             Rule("direction", "<", NEAR_IDENTICAL, origin=NEAR_IDENTICAL_WHY),
             role="diagnostic"),
+        PredictionSpec(
+            "post vs pre, same lr and step", "late angular distance(post) - late(pre), both "
+            "trained at one lr and read at their last step", SAME_LR_WHY,
+            Rule("direction", ">", 0.0, origin="the seed argument: " + NO_SIZE),
+            role="diagnostic"),
     ),
 )
 
@@ -77,20 +86,33 @@ def measure(ctx: StudyContext) -> ClaimResult:
     at_init = ctx.init_probes()
     init = {p: [late_angle(s.per_block) for s in at_init.seeds[p]] for p in ("pre", "post")}
     change = {p: [a - b for a, b in zip(late[p], init[p], strict=True)] for p in ("pre", "post")}
+    same = ctx.same_lr_probes()
+    numbers: dict[str, Any] = {}
+    if same.found:
+        late_same = {p: [late_angle(s.per_block) for s in same.seeds[p]] for p in ("pre", "post")}
+        predictions.append(CLAIM.predict("post vs pre, same lr and step", [
+            b - a for a, b in zip(late_same["pre"], late_same["post"], strict=True)]))
+        numbers["late_angle_same_lr"] = {p: mean_ci(v) for p, v in late_same.items()}
     curves = _seed_mean_curves(ctx, tp, ("ang_prev",))
-    return claim_result(
+    result = claim_result(
         CLAIM,
         "Angular distance arccos(cos)/pi between the streams after blocks l and l+1 (blocks 2 to "
         "L; block 1 is compared with the embedding), on trained checkpoints at matched loss, per "
         "seed; the deeper half's mean for the comparison. What training changed is reported as "
-        "trained minus each run's own model at step 0 (the value at init restates C1).",
+        "trained minus each run's own model at step 0 (the value at init restates C1); the "
+        "contrast is also read on pre and post trained at one lr and read at their last step "
+        "(a diagnostic).",
         predictions,
         {"late_angle_trained": {p: mean_ci(v) for p, v in late.items()},
          "late_angle_trained_minus_init": {p: mean_ci(v) for p, v in change.items()},
          "late_angle_init": {p: mean_ci(v) for p, v in init.items()},
-         "matched_pair": tp.pair.to_json()},
+         "matched_pair": tp.pair.to_json(), **numbers,
+         "same_lr_pair": same.pair.to_json()},
         _rel(ctx, probe_figures.plot_per_block(curves, "ang_prev", ctx.fig_dir / "c2_angle.svg")),
         note=tp.pair.note())
+    # after the verdict's own words: the same-lr pair is a diagnostic beside them
+    result.note = " ".join(x for x in (result.note, same_lr_words(same.pair)) if x)
+    return result
 
 
 CLAIM = CLAIM.bind(measure, deep_grids=probed_deep)

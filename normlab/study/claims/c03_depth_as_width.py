@@ -37,6 +37,7 @@ from normlab.study.claims.common import (
     MATCHED,
     NEAR_IDENTICAL_NEEDS,
     NO_SIZE,
+    SAME_LR_WHY,
     _late_mean,
     _rel,
     _seed_mean_curves,
@@ -46,6 +47,7 @@ from normlab.study.claims.common import (
     matched_gap,
     near_identical_premise,
     probed_deep,
+    same_lr_words,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import StudyContext
@@ -90,6 +92,10 @@ CLAIM = Claim(
         PredictionSpec(
             "post vs pre at init", _RATIO + ", each run's model at step 0",
             "a contrast already present at init is architectural, not learned (reported)",
+            Rule("direction", ">", 0.0, origin=NO_SIZE), role="diagnostic"),
+        PredictionSpec(
+            "post vs pre, same lr and step", _RATIO + ", both trained at one lr and read at "
+            "their last step", SAME_LR_WHY,
             Rule("direction", ">", 0.0, origin=NO_SIZE), role="diagnostic"),
     ),
 )
@@ -166,12 +172,26 @@ def measure(ctx: StudyContext) -> ClaimResult:
     else:
         notes.append("at init: the init probes carry no merge and drop KLs, so no init value "
                      "is reported")
+    same = ctx.same_lr_probes()
+    if same.found:
+        m = min(len(same.seeds["pre"]), len(same.seeds["post"]))
+        ratio_same = {p: [merge_per_drop(s.per_block) for s in same.seeds[p][:m]]
+                      for p in ("pre", "post")}
+        drop_same = {p: [late_drop_kl(s.per_block) for s in same.seeds[p][:m]]
+                     for p in ("pre", "post")}
+        predictions.append(CLAIM.predict("post vs pre, same lr and step",
+                                         _contrast(ratio_same)))
+        numbers |= {"late_merge_per_drop_same_lr": {p: mean_ci(v) for p, v in
+                                                    ratio_same.items()},
+                    "late_drop_kl_same_lr": {p: mean_ci(v) for p, v in drop_same.items()}}
+        notes.append(_below_minimum(drop_same, "same lr and step"))
+    numbers["same_lr_pair"] = same.pair.to_json()
     curves = _seed_mean_curves(ctx, tp, ("merge_kl", "drop_dloss"))
     figs = _rel(ctx, probe_figures.plot_per_block(curves, "merge_kl",
                                                   ctx.fig_dir / "c3_merge.svg"))
     figs += _rel(ctx, probe_figures.plot_per_block(curves, "drop_dloss",
                                                    ctx.fig_dir / "c3_drop.svg"))
-    return claim_result(
+    result = claim_result(
         CLAIM,
         "On trained checkpoints at matched loss: for the late pairs (t, t+1), KL(original || "
         "merged) of the output distribution when block t+1 reads block t's branch inputs, "
@@ -179,8 +199,12 @@ def measure(ctx: StudyContext) -> ClaimResult:
         "t+1 dropped), the blocks' own cost: the share of what the deep blocks do that the "
         f"merge loses, computed only where that drop KL is at least {MIN_DROP_KL:g} nats; "
         "effect per seed: log(ratio post / ratio pre). Both raw numbers (merge KL, drop KL and "
-        "drop loss) are reported, and the same numbers on each run's model at step 0.",
+        "drop loss) are reported, and the same numbers on each run's model at step 0 and on "
+        "pre and post trained at one lr and read at their last step (a diagnostic).",
         predictions, numbers, figs, note="; ".join(x for x in notes if x))
+    # after the verdict's own words: the same-lr pair is a diagnostic beside them
+    result.note = " ".join(x for x in (result.note, same_lr_words(same.pair)) if x)
+    return result
 
 
 CLAIM = CLAIM.bind(measure, deep_grids=probed_deep)

@@ -13,8 +13,6 @@ falling or not, and the claim on the final loss after the decay (docs/study.md, 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +31,8 @@ from normlab.study.claims.common import (
     claim_result,
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
-from normlab.study.context import RunRecord, StudyContext
-from normlab.study.experiments import StudyFolder
+from normlab.study.context import StudyContext
+from normlab.study.experiments import late_improvement
 from normlab.study.profiles import Profile
 from normlab.study.schema import ClaimResult
 from normlab.train.schedules import stable_end
@@ -141,30 +139,6 @@ CLAIM = Claim(
 
 
 # -- C9's own measurement, run on the study's folder (`StudyContext.own`) -----------------------
-def late_improvement(folder: StudyFolder, records: Sequence[RunRecord], frac: float = 0.25,
-                     end: int | None = None) -> list[float]:
-    """Per run (one per seed): how much its validation loss still fell over the last `frac`
-    of the run (the loss at the last evaluation at or before `(1 - frac)` of the steps minus
-    the final loss); nan for a run that failed or has no such evaluation. A run near
-    convergence has stopped falling. With `end` (a step: a wsd run's end of the stable
-    phase), the window of `frac` of the steps ends there instead: the loss at the last
-    evaluation at or before `end - frac * steps` minus the one at or before `end`."""
-    from normlab.train.rundir import read_metrics
-
-    out = []
-    stop = folder.profile.steps if end is None else end
-    cut = stop - frac * folder.profile.steps
-    for r in records:
-        rows = [m for m in read_metrics(folder.runs_root / r.run_id / "metrics.jsonl")
-                if isinstance(m.get("val_loss"), float)]
-        before = [m["val_loss"] for m in rows if m["step"] <= cut]
-        at_end = [m["val_loss"] for m in rows if m["step"] <= stop]
-        final = r.val_loss if end is None else (at_end[-1] if at_end else None)
-        ok = before and isinstance(final, float) and not r.failed
-        out.append(before[-1] - final if ok else math.nan)
-    return out
-
-
 def grids(profile: Profile) -> tuple[tuple[str, bool], ...]:
     """The grids C9 tunes in `profile`: the families of the pairings its `same_inits` name."""
     inits = CLAIM.settings(profile).same_inits

@@ -27,8 +27,18 @@ Predictions (`CLAIM`), written before the runs:
   mechanism is graded (a relative update falling like 1/sqrt(t)), so it predicts a gap at every
   depth, smaller at small depth, and the statement is at equal depth *and training budget*:
   the hop gap is decided at the depths and budget measured.
+- premise *trained to a plateau* (measured, about scale; fifth edition, the design review's
+  proposal): the k-hop runs train under the wsd schedule, and at every depth compared the
+  validation loss of pre and of post fell by less than the study's comparable-loss margin (0.02
+  nats) over the quarter of the run that ends where the decay begins, as C9's convergence
+  premise reads it; otherwise a gap may be learning speed, not depth.
 - claim, per depth: hop score post - pre > 0 (each at its tuned lr, per seed).
-- diagnostics, per depth: each successor (DeepNorm, Mix-LN, LayerNorm Scaling) - pre.
+- diagnostics, per depth: each successor (DeepNorm, Mix-LN, LayerNorm Scaling) - pre; with
+  `khop_control`, post - pre at 1 block, where there are no consecutive blocks to merge, so a
+  gap there is a placement offset the seed's mechanism does not predict.
+- the result in blocks (reported, not decided): each placement's *pre-equivalent depth*, its
+  hop score placed on pre's ladder of seed-mean hop scores by depth (linear between the depths
+  measured); the seed's "effectively shallower" puts post's above its own depth.
 
 In the long profile (2-3 blocks) a gap is decided at the small depths the seed's graded
 mechanism makes it small at; docs/study.md (C14) says what that scale cannot show.
@@ -50,10 +60,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from normlab.config import RunConfig
+from normlab.config import RunConfig, TrainConfig
 from normlab.probe.fits import mean_ci
 from normlab.study import figures
 from normlab.study.claims.common import (
+    COMPARABLE,
     _bracket_note,
     _rel,
     claim_result,
@@ -61,7 +72,7 @@ from normlab.study.claims.common import (
 )
 from normlab.study.claims.spec import Claim, PredictionSpec, Rule
 from normlab.study.context import RunRecord, StudyContext, TunedGrid, WorkPlan
-from normlab.study.experiments import Grid, StudyFolder, record
+from normlab.study.experiments import Grid, StudyFolder, late_improvement, record
 from normlab.study.khop_source import (
     MAX_HOPS,
     SOLVED_ERROR,
@@ -71,8 +82,12 @@ from normlab.study.khop_source import (
     solved_depths,
 )
 from normlab.study.schema import ClaimResult
+from normlab.train.schedules import stable_end
 
 SOLVED = 0.9  # a hop count is solved at this validation accuracy
+# the plateau premise's window: a quarter of the run, ending where the wsd decay begins (C9's)
+PLATEAU_FRAC = 0.25
+CONTROL_DEPTH = 1  # no consecutive blocks to merge
 assert math.isclose(SOLVED, 1 - SOLVED_ERROR)  # the calibration rung's level is the same
 _SANFORD = "Sanford, Hsu and Telgarsky 2024 (2402.09268)"
 # The authors' released per-hop errors (github.com/chsanford/hop-induction-heads at 5735bca,
@@ -111,6 +126,9 @@ class Settings:
     khop_warmup: int = 100
     khop_seeds: int = 3
     khop_eval_batches: int = 8
+    # pre and post also at 1 block (where no consecutive blocks can merge): a gap there is a
+    # placement offset; pre's 1-block score extends its ladder for the pre-equivalent depth
+    khop_control: bool = False
     # the calibration rung (docs/study.md, C14): before the placements are compared, pre is
     # trained in Sanford et al.'s own setting (their released configs: width 128, 4 heads,
     # depths 2-6, 99 tokens over 4 letters, hops 0-16, batch 32, their targets and optimizer;
@@ -132,12 +150,12 @@ SETTINGS = {
                      khop_heads=2, khop_seq_len=12, khop_max_hops=2, khop_steps=8,
                      khop_batch_size=8, khop_lrs=(3e-3,), khop_warmup=2, khop_seeds=2,
                      khop_eval_batches=1),
-    "long": Settings(khop_depths=(2, 3)),
+    "long": Settings(khop_depths=(2, 3), khop_control=True),
     # designed before any of its runs (docs/study.md, "The gpu profile")
     "gpu": Settings(khop_depths=(2, 3, 4, 6), khop_placements=("pre", "post"), khop_width=128,
                     khop_heads=4, khop_seq_len=64, khop_max_hops=8, khop_steps=3000,
                     khop_batch_size=32, khop_lrs=(1e-3, 3e-3), khop_warmup=150, khop_seeds=4,
-                    khop_calibration=True),
+                    khop_calibration=True, khop_control=True),
 }
 
 CLAIM = Claim(
@@ -157,7 +175,9 @@ CLAIM = Claim(
     settings_class=Settings, per_profile=SETTINGS,
     needs=("k-hop models at depths the task separates (pre's hop score rising from the "
            "shallowest depth to the deepest), on hop counts those depths need (by Sanford et "
-           "al.'s relation), each placement tuned on its own grid"),
+           "al.'s relation), each placement tuned on its own grid and trained to a plateau "
+           f"(its validation loss falling by less than {COMPARABLE:g} nats over a quarter of "
+           "the run before the wsd decay)"),
     predictions=(
         PredictionSpec("calibration", "hop score of pre: deepest - shallowest depth",
                        "Sanford et al.: the hops a trained transformer solves grow with its "
@@ -165,6 +185,19 @@ CLAIM = Claim(
                        Rule("direction", ">", 0.0,
                             origin=_SANFORD + ": the relation's direction; its sizes hold at "
                                               "its own scale only: 0"),
+                       role="premise", scale=True),
+        PredictionSpec("trained to a plateau",
+                       "val loss fall over a quarter of the run at the constant peak lr, "
+                       "ending where the wsd decay begins, the worst of pre and post over the "
+                       "depths compared (per seed)",
+                       "the design review (before the pilot's runs): at small depth and a "
+                       "short budget a gap may be learning speed, not depth; the seed's "
+                       "'effectively shallower' is about trained models",
+                       Rule("direction", "<", COMPARABLE,
+                            origin="C9's convergence premise, the same window and margin: the "
+                                   f"loss no longer falls by {COMPARABLE:g} nats (the study's "
+                                   "comparable-loss margin) over a quarter of the run, read "
+                                   "at the end of the stable phase (before the anneal)"),
                        role="premise", scale=True),
         PredictionSpec("post vs pre, {blocks} blocks",
                        "hop score (mean accuracy over hop counts) post - pre",
@@ -176,6 +209,12 @@ CLAIM = Claim(
                        "the seed's successors aim to use Pre-LN's deep blocks better "
                        "(reported)", Rule("direction", ">", 0.0, origin="no size: 0"),
                        role="diagnostic"),
+        PredictionSpec("post vs pre, 1 block (control)",
+                       "hop score (mean accuracy over hop counts) post - pre at 1 block",
+                       "the control: one block has no consecutive blocks to merge, so the "
+                       "seed's mechanism predicts no gap there; a gap is a placement offset "
+                       "the gaps at depth are to be read against (reported)",
+                       Rule("direction", ">", 0.0, origin="no size: 0"), role="diagnostic"),
     ),
 )
 
@@ -184,7 +223,9 @@ CLAIM = Claim(
 def khop_config(folder: StudyFolder, placement: str, lr: float, seed: int, blocks: int
                 ) -> RunConfig:
     """One k-hop run (`data.task: khop`) at the profile's k-hop size: letters
-    `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init."""
+    `khop_alphabet`, hop counts 1..`khop_max_hops`, each placement's own default init, under
+    the wsd schedule with an evaluation every tenth of the run (the plateau premise reads the
+    end of the stable phase)."""
     p = CLAIM.settings(folder.profile)
     steps = p.khop_steps
     return folder.placed([
@@ -195,10 +236,19 @@ def khop_config(folder: StudyFolder, placement: str, lr: float, seed: int, block
         "data.task=khop", f"data.khop_alphabet={p.khop_alphabet}", "data.khop_min_hops=1",
         f"data.khop_max_hops={p.khop_max_hops}", f"data.seq_len={p.khop_seq_len}",
         f"train.steps={steps}", f"train.batch_size={p.khop_batch_size}", f"train.lr={lr}",
-        f"train.warmup={p.khop_warmup}", f"train.seed={seed}",
-        f"train.eval_every={max(1, steps // 4)}",
+        f"train.warmup={p.khop_warmup}", f"train.seed={seed}", "train.schedule=wsd",
+        f"train.eval_every={max(1, steps // 10)}",
         f"train.eval_batches={p.khop_eval_batches}",
         f"train.log_every={max(1, steps // 10)}"])
+
+
+def khop_cells(p: Settings) -> list[tuple[str, int]]:
+    """The (placement, depth) cells C14 trains: every placement at every depth, and with
+    `khop_control` pre and post at `CONTROL_DEPTH` too."""
+    cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths]
+    if p.khop_control and p.khop_depths and CONTROL_DEPTH not in p.khop_depths:
+        cells += [(pl, CONTROL_DEPTH) for pl in ("pre", "post") if pl in p.khop_placements]
+    return cells
 
 
 def khop_tuned(folder: StudyFolder, placement: str, blocks: int) -> TunedGrid:
@@ -210,8 +260,7 @@ def khop_tuned(folder: StudyFolder, placement: str, blocks: int) -> TunedGrid:
     key = f"khop:{placement}:{blocks}"
     if key in folder.memo:
         return folder.memo[key]
-    cells = [(pl, d) for pl in p.khop_placements for d in p.khop_depths
-             if f"khop:{pl}:{d}" not in folder.memo]
+    cells = [(pl, d) for pl, d in khop_cells(p) if f"khop:{pl}:{d}" not in folder.memo]
     if (placement, blocks) not in cells:
         cells.append((placement, blocks))
     seeds = range(p.khop_seeds)
@@ -293,6 +342,63 @@ def hop_score(acc: Mapping[int, float]) -> float:
     """Mean accuracy over the hop counts (nan if any is missing)."""
     values = list(acc.values())
     return sum(values) / len(values) if values else math.nan
+
+
+def place_on_ladder(ladder: Mapping[int, float], score: float) -> tuple[float | None, str]:
+    """Where a hop score lies on pre's ladder (depth -> pre's seed-mean hop score), in blocks:
+    linear between the two measured depths whose scores enclose it. `(None, why)` when it
+    cannot be placed: `below` or `beyond` the ladder's ends, `ladder not rising` (a ladder
+    that does not rise strictly with depth places a score at more than one depth), or `not
+    measured` (nan)."""
+    depths = sorted(ladder)
+    values = [ladder[d] for d in depths]
+    if len(depths) < 2 or math.isnan(score) or any(math.isnan(v) for v in values):
+        return None, "not measured"
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        return None, "ladder not rising"
+    if score < values[0]:
+        return None, "below"
+    if score > values[-1]:
+        return None, "beyond"
+    for d0, d1, v0, v1 in zip(depths, depths[1:], values, values[1:], strict=False):
+        if score <= v1:
+            return d0 + (score - v0) / (v1 - v0) * (d1 - d0), ""
+    raise AssertionError("unreachable: the score lies within the ladder")
+
+
+def pre_equivalent_depths(scores: Mapping[tuple[str, int], Sequence[float]]
+                          ) -> dict[str, dict[str, Any]]:
+    """Each non-pre placement's *pre-equivalent depth* at each depth (C14's result in
+    blocks): per seed, its hop score placed on pre's ladder of seed-mean hop scores over
+    every depth pre was trained at (`place_on_ladder`), with the mean and interval over the
+    seeds placed and how many were not, and why."""
+    ladder = {d: sum(v) / len(v) for (pl, d), v in scores.items() if pl == "pre" and v}
+    out: dict[str, dict[str, Any]] = {}
+    for (pl, d), values in sorted(scores.items()):
+        if pl == "pre":
+            continue
+        placed = [place_on_ladder(ladder, v) for v in values]
+        why = [w for _x, w in placed if w]
+        out.setdefault(pl, {})[str(d)] = {
+            **mean_ci([x for x, _w in placed if x is not None]),
+            "per_seed": [x for x, _w in placed], "not_placed": {w: why.count(w)
+                                                                for w in sorted(set(why))}}
+    return out
+
+
+def equivalent_words(equiv: Mapping[str, Mapping[str, Any]], ladder: Sequence[int]) -> str:
+    """Post's pre-equivalent depths in one sentence, for the claim's note."""
+    parts = []
+    for d, e in sorted(equiv.get("post", {}).items(), key=lambda kv: int(kv[0])):
+        lo, hi = e["ci95"]
+        value = ("not placed" if e["n"] == 0 else f"{e['mean']:.2f}" if e["n"] == 1 or
+                 math.isnan(lo) else f"{e['mean']:.2f} [{lo:.2f}, {hi:.2f}]")
+        left = ", ".join(f"{n} {w}" for w, n in e["not_placed"].items())
+        where = f"at {d} blocks" if d != str(CONTROL_DEPTH) else "at 1 block (the control)"
+        parts.append(f"{where} {value}" + (f" ({left})" if left else ""))
+    return ("Post's pre-equivalent depth (its hop score on pre's ladder over "
+            f"{', '.join(map(str, ladder))} blocks; above its own depth if pre is effectively "
+            f"shallower): {'; '.join(parts)}.") if parts else ""
 
 
 def calibration_decision(ours: Mapping[int, Mapping[int, float]],
@@ -382,7 +488,7 @@ def measure(ctx: StudyContext) -> ClaimResult:
     # the calibration rung first: the source's table in its own setting
     cal = calibration_rung(ctx) if p.khop_calibration else None
     grids: dict[tuple[str, int], TunedGrid] = {
-        (pl, d): ctx.own(khop_tuned, pl, d) for pl in p.khop_placements for d in depths}
+        (pl, d): ctx.own(khop_tuned, pl, d) for pl, d in khop_cells(p)}
     acc = {key: ctx.own(khop_accuracy, g.best) for key, g in grids.items()}
     score = {key: [hop_score(a) for a in runs] for key, runs in acc.items()}
     solved = {key: [float(hops_solved(a)) for a in runs] for key, runs in acc.items()}
@@ -391,13 +497,25 @@ def measure(ctx: StudyContext) -> ClaimResult:
         return [y - x for x, y in zip(a, b, strict=True)]
 
     predictions = []
+    compared = {"pre", "post"} <= set(p.khop_placements)
     if "pre" in p.khop_placements and len(depths) > 1:
         predictions.append(CLAIM.predict("calibration", diff(score["pre", depths[0]],
                                                              score["pre", depths[-1]]),
                                          subject=f"calibration: pre, {depths[-1]} - "
                                                  f"{depths[0]} blocks"))
+    end = stable_end(TrainConfig(steps=p.khop_steps, schedule="wsd"))
+    if compared:
+        falls = [ctx.own(late_improvement, grids[pl, d].best, PLATEAU_FRAC, end, p.khop_steps)
+                 for pl in ("pre", "post") for d in depths]
+        predictions.append(CLAIM.predict("trained to a plateau", [
+            math.nan if any(math.isnan(x) for x in seed) else max(seed)
+            for seed in zip(*falls, strict=True)]))
+    if compared and ("post", CONTROL_DEPTH) in grids and CONTROL_DEPTH not in depths:
+        predictions.append(CLAIM.predict(
+            "post vs pre, 1 block (control)",
+            diff(score["pre", CONTROL_DEPTH], score["post", CONTROL_DEPTH])))
     for d in depths:
-        if {"pre", "post"} <= set(p.khop_placements):
+        if compared:
             predictions.append(CLAIM.predict(
                 "post vs pre, {blocks} blocks", diff(score["pre", d], score["post", d]),
                 subject=f"post vs pre, {d} blocks"))
@@ -407,10 +525,15 @@ def measure(ctx: StudyContext) -> ClaimResult:
                     "{placement} vs pre, {blocks} blocks", diff(score["pre", d], score[pl, d]),
                     subject=f"{pl} vs pre, {d} blocks"))
     hops = range(1, p.khop_max_hops + 1)
+    trained = sorted({d for _pl, d in grids})
+    ladder = sorted(d for pl, d in grids if pl == "pre")
+    equivalent = pre_equivalent_depths(score)
     numbers: dict[str, Any] = {
         "task": {"alphabet": p.khop_alphabet, "hops": [1, p.khop_max_hops],
                  "seq_len": p.khop_seq_len, "width": p.khop_width, "steps": p.khop_steps,
-                 "seeds": p.khop_seeds, "solved_at": SOLVED},
+                 "seeds": p.khop_seeds, "solved_at": SOLVED, "schedule": "wsd",
+                 "plateau_window": [end - PLATEAU_FRAC * p.khop_steps, end]},
+        "pre_equivalent_depth": {"ladder_depths": ladder, "by_placement": equivalent},
         "paper_hops_solved": {str(d): k for d, k in PAPER_SOLVED.items()},
         "by_placement": {
             pl: {str(d): {"lr": grids[pl, d].best_lr, "bracketed": grids[pl, d].bracketed,
@@ -419,22 +542,24 @@ def measure(ctx: StudyContext) -> ClaimResult:
                           "hops_solved_per_seed": solved[pl, d],
                           "accuracy_by_hop": {str(k): mean_ci([a[k] for a in acc[pl, d]])
                                               for k in hops}}
-                 for d in depths}
+                 for d in trained if (pl, d) in grids}
             for pl in p.khop_placements},
         # each cell's outcomes, per lr, are in the tuning records
         "tuning": {f"{pl}, {d} blocks": g.numbers() for (pl, d), g in grids.items()}}
     if cal is not None:
         numbers["calibration"] = cal
-    bars = {f"{pl}, {d} blocks": mean_ci(score[pl, d]) for d in depths
-            for pl in p.khop_placements}
+    bars = {f"{pl}, {d} blocks": mean_ci(score[pl, d]) for d in trained
+            for pl in p.khop_placements if (pl, d) in grids}
     fig = figures.plot_bars(bars, ctx.fig_dir / "c14_khop.svg",
                             ylabel=f"hop score (mean accuracy, hops 1-{p.khop_max_hops})",
                             title=f"k-hop task, each at its tuned lr, {p.khop_seeds} seeds")
     # only the compared placements' failure leaves the claim undecided
     stalled = sorted({pl for (pl, _d), g in grids.items() if g.all_stalled
                       and pl in ("pre", "post")})
+    note = " ".join(x for x in (_bracket_note(*grids.values()),
+                                equivalent_words(equivalent, ladder)) if x)
     result = claim_result(CLAIM, method, predictions, numbers, _rel(ctx, fig), stalled=stalled,
-                          note=_bracket_note(*grids.values()),
+                          note=note,
                           calibration=None if cal is None else cal["status"])
     if cal is None:
         return result
@@ -456,11 +581,10 @@ def work(plan: WorkPlan) -> None:
     own = CLAIM.settings(plan.profile)
     if not own.khop_depths:
         return
-    for pl in own.khop_placements:
-        for d in own.khop_depths:
-            plan.grid(f"khop {pl}, {d} blocks", own.khop_warmup, own.khop_lrs,
-                      lambda lr, pl=pl, d=d: [khop_config(plan.folder, pl, lr, s, d)
-                                              for s in range(own.khop_seeds)])
+    for pl, d in khop_cells(own):
+        plan.grid(f"khop {pl}, {d} blocks", own.khop_warmup, own.khop_lrs,
+                  lambda lr, pl=pl, d=d: [khop_config(plan.folder, pl, lr, s, d)
+                                          for s in range(own.khop_seeds)])
     if own.khop_calibration:  # pre in Sanford et al.'s setting
         plan.runs([khop_calibration_config(plan.folder, s, d)
                    for d in load_table().depths(WIDTH) for s in range(own.khop_cal_seeds)])

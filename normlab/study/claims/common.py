@@ -169,6 +169,22 @@ MATCHED = PredictionSpec(
     role="premise")
 
 
+SAME_LR_WHY = ("a pair that compares placements, not lrs or training stages: both trained at "
+               "one lr where both train, read at the same (last) step; reported beside the "
+               "matched-loss pair, never deciding")
+
+
+def same_lr_words(pair: MatchedPair) -> str:
+    """The same-lr, same-step pair (`StudyContext.same_lr_probes`) in one sentence, for a
+    claim's note."""
+    if not pair.found or pair.gap is None:
+        return f"No same-lr pair: {pair.reason}." if pair.reason else ""
+    where = f"{pair.blocks}-block " if pair.blocks else ""
+    return (f"Same lr and step (a diagnostic): {where}pre and post both at lr "
+            f"{pair.pre_lr:g}, their last step (val {pair.pre_val_loss:.3f} and "
+            f"{pair.post_val_loss:.3f}: gap {pair.gap:+.3f} nats).")
+
+
 def matched_gap(pair: MatchedPair) -> list[float]:
     """The matched pair's loss gaps as a setting's values, one per seed (the cells' mean gap
     where the pair records none; nan when no pair was found)."""

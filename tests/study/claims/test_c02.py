@@ -22,7 +22,7 @@ def test_c2_breaks_each_claim_prediction_in_turn(tmp_path):
         expected[1 + k] = "not supported"
         assert [p["verdict"] for p in result.predictions][:3] == expected, k
         assert [p["role"] for p in result.predictions] == ["premise", "claim", "claim",
-                                                           "diagnostic"]
+                                                           "diagnostic", "diagnostic"]
         assert result.verdict == "not supported"
 
 
@@ -32,7 +32,7 @@ def test_c2_reports_curse_of_depth_s_level_without_deciding_on_it(tmp_path):
     high = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world))  # pre's deep half about 0.3
     low = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world, ang_level_pre=0.2))  # about 0.1
     for result, verdict in ((high, "not supported"), (low, "supported")):
-        level = result.predictions[-1]
+        level = result.predictions[3]
         assert (level["subject"], level["role"], level["verdict"]) == (
             "pre, deeper half", "diagnostic", verdict)
         assert level["threshold_source"].startswith("Curse of Depth")
@@ -46,7 +46,7 @@ def test_c2_is_decided_at_any_depth_and_unmatched_checkpoints_decide_nothing(tmp
     world = _fill({"ang_slope_pre": 0.2, "ang_slope_post": -0.3})  # both predictions fail
     shallow = CLAIMS["C2"](FakeStudy(tmp_path, 0.01, "quick", **world))
     assert [p["subject"] for p in shallow.predictions] == [
-        "matched loss", "pre", "post vs pre", "pre, deeper half"]
+        "matched loss", "pre", "post vs pre", "pre, deeper half", "post vs pre, same lr and step"]
     assert shallow.verdict == "not supported" and not shallow.needs
     far = {"matched": False, "tolerance": 0.05, "pre_lr": 1e-3, "post_lr": 4e-3,
            "pre_val_loss": 2.2, "post_val_loss": 2.4, "gap": 0.2}
@@ -89,3 +89,22 @@ def test_c2_reads_the_init_angles_from_block_two_like_the_trained_ones(tmp_path)
     # blocks 2..L: 0.1 .. 0.5, deeper half 0.3, 0.4, 0.5
     assert c2["late_angle_init"]["pre"]["mean"] == pytest.approx(0.4)
     assert c2["late_angle_trained_minus_init"]["post"]["mean"] == pytest.approx(0.4 - 0.4)
+
+
+def test_c2_reports_the_same_lr_same_step_pair_beside_the_matched_one(tmp_path):
+    """Pre and post trained at one lr and read at their last step: the contrast there is a
+    diagnostic (placements compared, not lrs or stages), with the pair named in the note; it
+    never moves the verdict, and without such a pair the note says why."""
+    world = _fill({"ang_slope_pre": -0.2, "ang_slope_post": 0.1})
+    agree = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world))
+    apart = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world, same_ang_level_post=0.05))
+    none = CLAIMS["C2"](_study("C2", tmp_path, 0.01, **world, no_same_lr=True))
+    for result, verdict in ((agree, "supported"), (apart, "not supported")):
+        same = result.predictions[-1]
+        assert (same["subject"], same["role"], same["verdict"]) == (
+            "post vs pre, same lr and step", "diagnostic", verdict)
+        assert result.verdict == "supported"
+        assert "Same lr and step (a diagnostic)" in result.note and "gap -0.200" in result.note
+        assert set(result.numbers["late_angle_same_lr"]) == {"pre", "post"}
+    assert not any("same lr" in p["subject"] for p in none.predictions)
+    assert none.verdict == "supported" and "No same-lr pair: no lr of both grids" in none.note

@@ -25,7 +25,8 @@ def test_c3_normalised_merge(tmp_path):
     good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0} | NEAR
     result = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good))
     assert verdicts(result)[:4] == ["supported"] * 4 and result.verdict == "supported"
-    assert roles(result) == ["premise", "premise", "premise", "claim", "diagnostic"]
+    assert roles(result) == ["premise", "premise", "premise", "claim", "diagnostic",
+                             "diagnostic"]
     # at init the fake's pre and post do not differ: the contrast is learned, said so
     assert result.predictions[4]["subject"] == "post vs pre at init"
     assert verdicts(result)[4] == "not supported" and "architectural" not in result.note
@@ -278,3 +279,49 @@ def test_the_matched_pair_is_probed_on_the_study_s_device(tmp_path, monkeypatch)
     cfg = ModelConfig(placement="pre", n_blocks=2, d_model=16, n_heads=2, max_seq_len=64)
     probed = ctx._probe_matched("x", lambda _run, _step: build_model(cfg, seed=0), ("stream",))
     assert asked == ["cuda", "cuda"] and probed.found
+
+
+def test_c3_reports_the_same_lr_same_step_pair_beside_the_matched_one(tmp_path):
+    """The merge/drop contrast of pre and post trained at one lr and read at their last step:
+    a diagnostic, its drop-cost minimum applied as to the matched pair's (named in the note)."""
+    good = {"merge_pre": -3.0, "drop_pre": 0.0, "merge_post": 0.0, "drop_post": 0.0} | NEAR
+    result = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good))
+    same = result.predictions[5]
+    assert (same["subject"], same["role"], same["verdict"]) == (
+        "post vs pre, same lr and step", "diagnostic", "supported")
+    reversed_ = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good, same_merge_pre=0.0,
+                                       same_merge_post=-3.0))
+    assert reversed_.predictions[5]["verdict"] == "not supported"
+    assert reversed_.verdict == "supported"  # a diagnostic: the verdict is the matched pair's
+    idle = CLAIMS["C3"](FakeStudy(tmp_path, settings=DEEP, **good,
+                                  same_drop_pre=math.log(0.01)))
+    assert "same lr and step: the merge/drop ratio is not computed" in idle.note
+    assert idle.verdict == "supported"
+    assert "Same lr and step (a diagnostic)" in result.note
+
+
+def test_the_same_lr_probes_read_the_same_lr_pairs_runs_at_their_last_step(tmp_path,
+                                                                            monkeypatch):
+    """`same_lr_probes` probes the runs of `same_lr_pair` (not the matched pair's), each at
+    its last checkpoint, with the trained probes' set, cached under a name of its own."""
+    from normlab.config import ModelConfig
+    from normlab.nn import build_model
+    from normlab.study import experiments
+    from normlab.study.experiments import StudyFolder
+
+    loaded = []
+    cfg = ModelConfig(placement="pre", n_blocks=2, d_model=16, n_heads=2, max_seq_len=64)
+    monkeypatch.setattr(experiments, "load_trained_model", lambda run_dir, step=None: (
+        loaded.append((run_dir.name, step)), build_model(cfg, seed=0)))
+    same = MatchedPair(False, pre_lr=2e-3, post_lr=2e-3, gap=-0.2,
+                       runs={"pre": ("p0", "p1"), "post": ("q0", "q1")})
+    other = MatchedPair(True, pre_lr=1e-3, post_lr=4e-3, runs={"pre": ("x",), "post": ("y",)})
+    monkeypatch.setattr(StudyFolder, "same_lr_pair", lambda self: same)
+    monkeypatch.setattr(StudyFolder, "probe_pair", lambda self: other)
+    ctx = StudyFolder(tmp_path, PROFILES["tiny"], log=lambda _m: None)
+    probed = ctx.same_lr_probes()
+    assert loaded == [("p0", None), ("p1", None), ("q0", None), ("q1", None)]
+    assert probed.pair == same and [r.run_id for r in probed.seeds["post"]] == ["q0", "q1"]
+    assert {"lens_raw", "merge_kl", "drop_kl", "ang_prev"} <= set(probed.seeds["pre"][0]
+                                                                   .per_block)
+    assert [f.name for f in (tmp_path / "cache").iterdir()] == ["same_lr_probes_0.002_0.002.json"]

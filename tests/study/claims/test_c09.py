@@ -152,7 +152,7 @@ def test_c9_s_premise_is_read_at_the_end_of_the_stable_phase_not_after_the_annea
     end = stable_end(TrainConfig(steps=p.steps, schedule="wsd"))
     assert end == p.steps - round(0.2 * p.steps) == 320
     assert [r for r in ctx.requests if r["kind"] == "late"] == [
-        {"kind": "late", "frac": 0.25, "end": end}] * 2
+        {"kind": "late", "frac": 0.25, "end": end, "steps": None}] * 2
     assert result.numbers["schedule"] == {"name": "wsd", "decay_frac": 0.2,
                                           "stable_end_step": 320, "steps": p.steps,
                                           "premise_window": [220.0, 320]}

@@ -26,8 +26,11 @@ from normlab.study.claims.c14_khop_depth import (
     hops_solved,
     khop_accuracy,
     khop_calibration_config,
+    khop_cells,
     khop_config,
     khop_tuned,
+    place_on_ladder,
+    pre_equivalent_depths,
 )
 from normlab.study.context import MatchedPair, RunRecord, TunedGrid
 from normlab.study.experiments import StudyFolder
@@ -62,13 +65,103 @@ def test_at_two_and_three_blocks_c14_is_decided_without_a_premise_about_depth(
     assert result.verdict == "supported", result.note
     recorded_words("c14_long_profile", result)
     assert [p["subject"] for p in result.predictions if p["role"] == "premise"] == [
-        "calibration: pre, 3 - 2 blocks"]
+        "calibration: pre, 3 - 2 blocks", "trained to a plateau"]
     # everything is measured and reported, per placement and depth
     by = result.numbers["by_placement"]
-    assert set(by) == {"pre", "post", "deepnorm", "mix", "lns"} and set(by["pre"]) == {"2", "3"}
+    assert set(by) == {"pre", "post", "deepnorm", "mix", "lns"}
+    assert set(by["pre"]) == set(by["post"]) == {"1", "2", "3"}  # with the 1-block control
+    assert set(by["mix"]) == {"2", "3"}
     assert by["post"]["3"]["hops_solved_per_seed"] == [2.0] * 5
     assert by["pre"]["2"]["hops_solved_per_seed"] == [1.0] * 5
     assert result.numbers["paper_hops_solved"]["3"] == 3
+
+
+def test_a_run_still_learning_before_the_decay_leaves_c14_not_tested(tmp_path):
+    """The plateau premise: pre or post whose loss still fell by 0.02 nats or more over the
+    quarter before the wsd decay, at any depth compared, leaves C14 not tested at this scale
+    (a gap may be learning speed); read from each cell's tuned runs at the stable end."""
+    from normlab.config import TrainConfig
+    from normlab.train.schedules import stable_end
+
+    for fall in ({"stable_khop_post": 0.05}, {"stable_khop_pre": 0.03}):
+        ctx = FakeStudy(tmp_path, 0.01, "long", **fall)
+        result = C14(ctx)
+        assert result.verdict == "not tested at this scale", fall
+        plateau = next(p for p in result.predictions if p["subject"] == "trained to a plateau")
+        assert plateau["verdict"] == "not supported"
+        steps = 1200  # the long profile's k-hop runs
+        end = stable_end(TrainConfig(steps=steps, schedule="wsd"))
+        asked = [r for r in ctx.requests if r["kind"] == "late"]
+        assert asked == [{"kind": "late", "frac": 0.25, "end": end, "steps": steps}] * 4
+    # a successor still learning does not count: only the compared placements
+    assert C14(FakeStudy(tmp_path, 0.01, "long", stable_khop_mix=0.5)).verdict == "supported"
+    assert C14(FakeStudy(tmp_path, 0.01, "long", stable_khop_post=0.015)).verdict == "supported"
+
+
+def test_the_control_at_one_block_is_a_diagnostic_beside_the_gaps(tmp_path):
+    """With `khop_control` pre and post also train at 1 block, where nothing can merge: their
+    gap there is reported as a diagnostic and never decides; a gap at 1 block as large as at
+    depth leaves the verdict alone but is there to read."""
+    offset = {"khop_post@1": [1.0, 0.75, 0.6]}
+    for world in ({}, offset):
+        result = C14(FakeStudy(tmp_path, 0.01, "long", **world))
+        control = next(p for p in result.predictions
+                       if p["subject"] == "post vs pre, 1 block (control)")
+        assert control["role"] == "diagnostic" and result.verdict == "supported"
+    assert control["verdict"] == "supported"  # the offset, measured
+    off = C14(FakeStudy(tmp_path, 0.01, "long", settings={"khop_control": False}))
+    assert not any("control" in p["subject"] for p in off.predictions)
+    assert "1" not in off.numbers["by_placement"]["pre"]
+
+
+def test_the_cells_add_pre_and_post_at_one_block_only_with_the_control():
+    from normlab.study.claims.c14_khop_depth import SETTINGS, Settings
+
+    assert khop_cells(Settings(khop_depths=(2, 3), khop_placements=("pre", "post", "mix"),
+                               khop_control=True)) == [
+        ("pre", 2), ("pre", 3), ("post", 2), ("post", 3), ("mix", 2), ("mix", 3),
+        ("pre", 1), ("post", 1)]
+    assert khop_cells(Settings(khop_depths=(1, 2), khop_placements=("pre",),
+                               khop_control=True)) == [("pre", 1), ("pre", 2)]
+    assert khop_cells(Settings(khop_depths=(), khop_control=True)) == []
+    assert SETTINGS["long"].khop_control and SETTINGS["gpu"].khop_control
+
+
+def test_a_hop_score_is_placed_on_pres_ladder_in_blocks():
+    ladder = {1: 0.2, 2: 0.5, 4: 0.9}
+    assert place_on_ladder(ladder, 0.5) == (2.0, "")
+    assert place_on_ladder(ladder, 0.35) == (pytest.approx(1.5), "")
+    assert place_on_ladder(ladder, 0.8) == (pytest.approx(3.5), "")  # 2 blocks between 2 and 4
+    assert place_on_ladder(ladder, 0.2) == (1.0, "") and place_on_ladder(ladder, 0.9) == (4.0, "")
+    assert place_on_ladder(ladder, 0.1) == (None, "below")
+    assert place_on_ladder(ladder, 0.95) == (None, "beyond")
+    assert place_on_ladder({1: 0.2, 2: 0.6, 3: 0.5}, 0.55) == (None, "ladder not rising")
+    assert place_on_ladder({1: 0.2, 2: 0.2}, 0.2) == (None, "ladder not rising")
+    assert place_on_ladder(ladder, math.nan) == (None, "not measured")
+    assert place_on_ladder({2: 0.5}, 0.5) == (None, "not measured")
+
+
+def test_pre_equivalent_depths_place_each_seed_on_pres_mean_ladder():
+    scores = {("pre", 1): [0.1, 0.3], ("pre", 2): [0.5, 0.5], ("pre", 3): [0.8, 1.0],
+              ("post", 2): [0.35, 0.7], ("post", 3): [0.95, 1.0], ("mix", 2): [0.1, 0.5]}
+    out = pre_equivalent_depths(scores)  # pre's ladder: 0.2, 0.5, 0.9
+    assert set(out) == {"post", "mix"}
+    assert out["post"]["2"]["per_seed"] == [pytest.approx(1.5), pytest.approx(2.5)]
+    assert out["post"]["2"]["mean"] == pytest.approx(2.0) and out["post"]["2"]["n"] == 2
+    assert out["post"]["3"]["per_seed"] == [None, None]
+    assert out["post"]["3"]["not_placed"] == {"beyond": 2} and out["post"]["3"]["n"] == 0
+    assert out["mix"]["2"]["not_placed"] == {"below": 1} and out["mix"]["2"]["mean"] == 2.0
+
+
+def test_the_study_reports_posts_pre_equivalent_depth(tmp_path):
+    result = C14(FakeStudy(tmp_path, 0.0, "long"))
+    eq = result.numbers["pre_equivalent_depth"]
+    assert eq["ladder_depths"] == [1, 2, 3]
+    # the world: pre 0.533, 0.7, 0.867 by depth; post 0.783 at 2 blocks, 0.933 at 3
+    assert eq["by_placement"]["post"]["2"]["mean"] == pytest.approx(2.5)
+    assert eq["by_placement"]["post"]["3"]["not_placed"] == {"beyond": 5}
+    assert "Post's pre-equivalent depth" in result.note and "at 2 blocks 2.50" in result.note
+    assert "at 3 blocks not placed (5 beyond)" in result.note
 
 
 def test_where_the_sources_hold_c14_is_supported(tmp_path, recorded_words):
@@ -119,7 +212,13 @@ def test_khop_config_is_the_feasibility_searchs_run(tmp_path):
     folder = StudyFolder(tmp_path, PROFILES["long"], lambda _m: None)
     ours = khop_config(folder, "pre", 3e-3, 1, 3)
     assert ours.data.task == "khop" and ours.model.vocab_size == 4 + 3
-    assert ours.run_id() == search.configs(search.SIZES["S2"], 3, 1).run_id()
+    # since the fifth edition the study's runs take the wsd schedule and evaluate every tenth
+    # of the run (the plateau premise); everything else is the searched run
+    assert ours.train.schedule == "wsd" and ours.train.eval_every == 120
+    theirs = search.configs(search.SIZES["S2"], 3, 1)
+    same = ours.model_copy(update={"train": ours.train.model_copy(update={
+        "schedule": theirs.train.schedule, "eval_every": theirs.train.eval_every})})
+    assert same.run_id() == theirs.run_id()
 
 
 def test_khop_accuracy_reads_each_runs_summary(tmp_path):
@@ -209,7 +308,7 @@ def test_khop_grids_are_tuned_together_each_on_its_own_cells(tmp_path, monkeypat
 
     profile = with_settings(PROFILES["long"], khop_placements=("pre", "post"),
                             khop_depths=(2, 3), khop_lrs=(1e-3, 2e-3, 4e-3), khop_seeds=2,
-                            max_lr_extensions=1)
+                            max_lr_extensions=1, khop_control=False)
     p = REGISTRY["C14"].settings(profile)
     folder = StudyFolder(tmp_path, profile, lambda _m: None)
     batches: list[list] = []
@@ -344,7 +443,7 @@ def test_a_failed_calibration_leaves_c14_undecided(tmp_path):
     assert result.numbers["calibration"]["misses"] == [4, 5, 6]
     assert result.note.startswith("Calibration failed")
     # the placements are still measured and reported
-    assert set(result.numbers["by_placement"]["post"]) == {"12", "24"}
+    assert set(result.numbers["by_placement"]["post"]) == {"1", "12", "24"}  # with the control
 
 
 def test_an_unreadable_calibration_leaves_a_decided_c14_inconclusive(tmp_path):
