@@ -80,7 +80,8 @@ def run_one(path: str, tests: list[str], max_children: int, globs: list[str]) ->
         _pytest.nodes.Node._nodeid = property(lambda node: node.nodeid)
     others = [str(p) for p in Path("normlab").rglob("*.py") if str(p) != path]
     mutmut.config = mm.Config(
-        also_copy=[Path("tests/"), Path("docs/"), Path("pyproject.toml")],  # docs: tests read it
+        # docs and scripts: tests read them (C14 reuses the k-hop feasibility search's sizes)
+        also_copy=[Path("tests/"), Path("docs/"), Path("scripts/"), Path("pyproject.toml")],
         do_not_mutate=others,
         max_stack_depth=-1,
         debug=False,
