@@ -391,8 +391,8 @@ def equivalent_words(equiv: Mapping[str, Mapping[str, Any]], ladder: Sequence[in
     parts = []
     for d, e in sorted(equiv.get("post", {}).items(), key=lambda kv: int(kv[0])):
         lo, hi = e["ci95"]
-        value = ("not placed" if e["n"] == 0 else f"{e['mean']:.2f}" if e["n"] == 1 or
-                 math.isnan(lo) else f"{e['mean']:.2f} [{lo:.2f}, {hi:.2f}]")
+        value = ("not placed" if e["n"] == 0 else f"{e['mean']:.2f}" if e["n"] == 1
+                 else f"{e['mean']:.2f} [{lo:.2f}, {hi:.2f}]")
         left = ", ".join(f"{n} {w}" for w, n in e["not_placed"].items())
         where = f"at {d} blocks" if d != str(CONTROL_DEPTH) else "at 1 block (the control)"
         parts.append(f"{where} {value}" + (f" ({left})" if left else ""))

@@ -22,6 +22,7 @@ from normlab.study.claims.c14_khop_depth import (
     CAL_HOPS,
     PAPER_SOLVED,
     calibration_decision,
+    equivalent_words,
     hop_score,
     hops_solved,
     khop_accuracy,
@@ -498,3 +499,19 @@ def test_the_newer_placements_take_part_where_a_profile_lists_them(tmp_path):
     rows = tuned_grids([("C14", result.numbers)]).rows
     assert {row.family.split(",")[0] for row in rows} >= {"pre", "siamese", "olmo2"}
     assert all(row.cells for row in rows)
+
+
+def test_the_note_gives_posts_pre_equivalent_depths_in_order_of_depth():
+    equiv = {"post": {
+        "12": {"mean": 13.0, "ci95": [12.5, 13.5], "n": 2, "not_placed": {"below": 1,
+                                                                          "beyond": 2}},
+        "2": {"mean": 2.5, "ci95": [math.nan, math.nan], "n": 1, "not_placed": {}},
+        "1": {"mean": math.nan, "ci95": [math.nan, math.nan], "n": 0,
+              "not_placed": {"ladder not rising": 3}}},
+        "mix": {"2": {"mean": 9.0, "ci95": [9.0, 9.0], "n": 3, "not_placed": {}}}}
+    assert equivalent_words(equiv, [1, 2, 12]) == (
+        "Post's pre-equivalent depth (its hop score on pre's ladder over 1, 2, 12 blocks; above "
+        "its own depth if pre is effectively shallower): at 1 block (the control) not placed "
+        "(3 ladder not rising); at 2 blocks 2.50; at 12 blocks 13.00 [12.50, 13.50] (1 below, "
+        "2 beyond).")
+    assert equivalent_words({"mix": equiv["mix"]}, [1, 2]) == ""
