@@ -19,10 +19,11 @@ class ConfigError(ValueError):
     """A config that cannot be built; the message names each offending field."""
 
 
-class YamlLoader(yaml.SafeLoader):
-    """The safe loader, except that `1e-3` (no dot; a string in YAML 1.1) reads as a float, as a
-    learning rate written that way means, and that a key given twice in one mapping is an error
-    (PyYAML would keep the last value silently, so `lr` set twice would hide one setting)."""
+class _NormlabYaml:
+    """What normlab's loaders change of the safe loader: `1e-3` (no dot; a string in YAML 1.1)
+    reads as a float, as a learning rate written that way means, and a key given twice in one
+    mapping is an error (PyYAML would keep the last value silently, so `lr` set twice would hide
+    one setting)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_seen: dict[Any, yaml.Node] = {}
@@ -42,15 +43,31 @@ class YamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+class YamlLoader(_NormlabYaml, yaml.SafeLoader):
+    """The safe loader with normlab's changes (`_NormlabYaml`), in pure Python: its error
+    messages are the ones `yaml_problem` puts in plain words."""
+
+
+class _FastYamlLoader(_NormlabYaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """The same with libyaml's parser where PyYAML was built with it: a run's config.yaml in
+    about a sixth of the pure-Python parser's time (a group of hundreds of runs reads each
+    one's at its start)."""
+
+for _loader in (YamlLoader, _FastYamlLoader):
+    _loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
 
 
 def read_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
+    """The YAML document in `text`, read fast; a document that does not read is read again in
+    pure Python, so that the error raised is the one `yaml_problem` knows."""
+    try:
+        return yaml.load(text, Loader=_FastYamlLoader)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError:
+        return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
 def read_yaml_file(path: Path, what: str = "config file",

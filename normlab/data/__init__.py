@@ -8,6 +8,7 @@ from normlab.data.batches import (
     TextData,
     TokenArray,
     eval_batches,
+    stacked_batch,
 )
 from normlab.data.corpus import (
     CORPUS_CREDIT,
@@ -46,4 +47,5 @@ __all__ = [
     "load_works",
     "shakespeare_works",
     "split_works",
+    "stacked_batch",
 ]

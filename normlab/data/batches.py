@@ -229,6 +229,30 @@ class BatchSampler:
     __call__ = batch
 
 
+def stacked_batch(samplers: Sequence[Any], steps: Sequence[int]) -> Batch:
+    """Each sampler's batch of its step, stacked: ``(x, y)`` of shape ``[members, batch_size,
+    seq_len]``, as a stacked group trains (`normlab.train.group`). Samplers that gather on one
+    device from one token array (`BatchSampler.to`) copy all their window starts there at once
+    and gather them in one indexing, the same windows their `batch` gives: on a GPU a group's
+    batch costs a few launches, not a few per member. Other samplers give their batches one by
+    one, stacked."""
+    first = samplers[0]
+    if (first.__class__ is BatchSampler and first.device is not None
+            and all(s.__class__ is BatchSampler and s.device == first.device
+                    and s.tokens is first.tokens and s.seq_len == first.seq_len
+                    and s.batch_size == first.batch_size for s in samplers)):
+        starts = torch.from_numpy(np.stack([s.offsets(step)
+                                            for s, step in zip(samplers, steps, strict=True)]))
+        if first.device.type == "cuda":  # copied without waiting for the device
+            starts = starts.pin_memory()
+        starts = starts.to(first.device, non_blocking=True)
+        tokens = first.tokens.on_device(first.device)
+        full = tokens[starts[..., None] + first._window_on_device].long()
+        return full[..., :-1].contiguous(), full[..., 1:].contiguous()
+    pairs = [s.batch(step) for s, step in zip(samplers, steps, strict=True)]
+    return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+
+
 def eval_batches(
     tokens: TokenArray, batch_size: int, seq_len: int, n_batches: int, seed: int
 ) -> list[Batch]:

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import torch
 
 from normlab.config import ModelConfig, RunConfig
-from normlab.data import BatchSampler, RunData, load_run_data
+from normlab.data import BatchSampler, RunData, load_run_data, stacked_batch
 from normlab.data.khop import IGNORE
 from normlab.nn import build_model, capture
 from normlab.nn.model import NormTransformer
@@ -410,10 +410,8 @@ class _GroupLoop(RunLoop):
 
     # -- the step ---------------------------------------------------------------------------------
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        pairs = [m.sampler.batch(m.step) for m in self.active]
-        x = torch.stack([p[0] for p in pairs]).to(self.device, non_blocking=True)
-        y = torch.stack([p[1] for p in pairs]).to(self.device, non_blocking=True)
-        return x, y
+        x, y = stacked_batch([m.sampler for m in self.active], [m.step for m in self.active])
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
     def gradients(self, lrs: list[float], stats_due: list[bool]
                   ) -> tuple[list[float], list[float]]:

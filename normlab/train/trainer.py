@@ -30,6 +30,7 @@ import json
 import sys
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -643,8 +644,8 @@ class RunMember(Member):
     repairs: list[str] = field(default_factory=list)  # said in its summary (see train_run)
     threads: int | None = None  # the CPU thread count its checkpoint recorded
 
-    @property
-    def run_id(self) -> str:
+    @cached_property
+    def run_id(self) -> str:  # (a hash of the frozen config: once, not at every record)
         return self.cfg.run_id()
 
     @classmethod

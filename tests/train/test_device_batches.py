@@ -50,3 +50,29 @@ def test_an_array_too_large_for_the_device_stays_on_the_host(monkeypatch):
     host = BatchSampler(tokens, 4, 16, seed=0)
     assert host.to("cpu") is host
     assert tokens._on_device == {}
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
+def test_a_groups_batch_is_each_members_batch_gathered_at_once(dtype, monkeypatch):
+    """`stacked_batch`: members on one device and array (their own seeds and steps) are gathered
+    in one indexing, giving each one's own batch; the one-by-one path is not taken."""
+    tokens = array(dtype)
+    samplers = [BatchSampler(tokens, 6, 32, seed=s).to("cpu") for s in (0, 1, 5)]
+    steps = [4, 4, 900]
+    want = [s.batch(step) for s, step in zip(samplers, steps, strict=True)]
+    monkeypatch.setattr(BatchSampler, "batch", lambda *_: pytest.fail("gathered one by one"))
+    x, y = batches.stacked_batch(samplers, steps)
+    assert x.shape == y.shape == (3, 6, 32) and x.is_contiguous() and y.is_contiguous()
+    assert torch.equal(x, torch.stack([w[0] for w in want]))
+    assert torch.equal(y, torch.stack([w[1] for w in want]))
+
+
+def test_other_samplers_are_stacked_one_by_one():
+    """Host samplers (a CPU group's), or samplers of different arrays, give their own batches."""
+    a, b = array(np.uint8), array(np.uint16)
+    for samplers in ([BatchSampler(a, 4, 16, seed=0), BatchSampler(a, 4, 16, seed=1)],
+                     [BatchSampler(a, 4, 16, seed=0).to("cpu"),
+                      BatchSampler(b, 4, 16, seed=0).to("cpu")]):
+        x, y = batches.stacked_batch(samplers, [3, 8])
+        assert torch.equal(x[1], samplers[1].batch(8)[0]) and torch.equal(y[0],
+                                                                           samplers[0].batch(3)[1])
