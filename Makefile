@@ -61,6 +61,10 @@ gpu-check:
 MUTATE_STAMP := $(VENV)/.installed-mutate
 $(MUTATE_STAMP): $(STAMP)
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mutate]'
+	# mutmut's wheel also installs its own test suite as a top-level package `tests`, which
+	# shadows this checkout's tests/ (a folder without __init__.py) in every later `make test`
+	# ("No module named 'tests.nn'"): removed, it is not part of mutmut
+	rm -rf "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tests"
 	touch $(MUTATE_STAMP)
 
 .PHONY: mutate
