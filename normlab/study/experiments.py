@@ -409,12 +409,7 @@ class StudyFolder(StudyContext):
         cells where no seed stalled or diverged: the checkpoints the trained probes compare
         (C1-C3, C13) and C10 fine-tunes, so that both placements reached a comparable loss."""
         pre, post = self.tuned("pre"), self.tuned("post")
-
-        def ok(t: TunedGrid) -> dict[float, float]:
-            return {lr: sum(r.val_loss for r in rs) / len(rs)  # type: ignore[misc]
-                    for lr, rs in t.records.items() if not any(r.failed for r in rs)}
-
-        a, b = ok(pre), ok(post)
+        a, b = trained_means(pre), trained_means(post)
         if not a or not b:
             side = "pre" if not a else "post"
             return MatchedPair(False, reason=f"{side} stalled or diverged at every lr")
@@ -483,9 +478,7 @@ class StudyFolder(StudyContext):
         grids = ({pl: self.deep_grid(pl) for pl in PRE_POST} if p.probe_deep
                  else {pl: self.tuned(pl) for pl in PRE_POST})
         blocks = p.deep_blocks if p.probe_deep else None
-        means = {pl: {lr: sum(r.val_loss for r in rs) / len(rs)  # type: ignore[misc]
-                      for lr, rs in g.records.items() if rs and not any(r.failed for r in rs)}
-                 for pl, g in grids.items()}  # type: ignore[union-attr]
+        means = {pl: trained_means(g) for pl, g in grids.items()}  # type: ignore[arg-type]
         common = sorted(set(means["pre"]) & set(means["post"]))
         if not common:
             return MatchedPair(False, reason="no lr of both grids where every seed of pre and "
@@ -620,6 +613,13 @@ class StudyFolder(StudyContext):
         from normlab.study.claims import deep_families
 
         return deep_families(self.profile, self.claims)
+
+
+def trained_means(grid: TunedGrid) -> dict[float, float]:
+    """lr -> the mean validation loss of a grid's cells where no seed stalled or diverged: the
+    cells a pair of placements may be taken from (`matched_pair`, `same_lr_pair`)."""
+    return {lr: sum(r.val_loss for r in rs) / len(rs)  # type: ignore[misc]
+            for lr, rs in grid.records.items() if rs and not any(r.failed for r in rs)}
 
 
 def late_improvement(folder: StudyFolder, records: Sequence[RunRecord], frac: float = 0.25,
