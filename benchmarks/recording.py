@@ -24,10 +24,14 @@ def new_report(args: Any, **fields: Any) -> dict[str, Any]:
     return report
 
 
-def record(args: Any, report: dict[str, Any], markdown: Callable[[dict], str]) -> None:
+def record(args: Any, report: dict[str, Any], markdown: Callable[[dict], str], *,
+           quiet: bool = False) -> None:
+    """Write `report` to `args.out` (JSON) and its Markdown beside it (not with --quick);
+    `quiet`: without saying so (a benchmark that records as it goes)."""
     if args.quick:
         return
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     args.out.with_suffix(".md").write_text(markdown(report))
-    print(f"recorded in {args.out} and {args.out.with_suffix('.md')}")
+    if not quiet:
+        print(f"recorded in {args.out} and {args.out.with_suffix('.md')}")

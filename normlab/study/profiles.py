@@ -157,9 +157,10 @@ PROFILES: dict[str, Profile] = {
 }
 
 # What a `sized_for="gpu"` profile would cost on one GPU, said where no GPU is found: the
-# projection of docs/study.md's design, until a recorded run measures it.
+# design of docs/study.md and what its first run on a GPU measured.
 GPU_COST = {
-    "gpu": "projected 15-20 minutes on one H200, at most 8 minutes a part (docs/study.md, "
-           "\"The gpu profile\": from recorded step times, not yet measured)",
+    "gpu": "designed for 15-20 minutes on one GPU, at most 8 minutes a part; on one H100 its "
+           "post-ends-better part alone was estimated at 17 minutes from measured step times, "
+           "so it needs resizing (docs/study.md, \"The gpu profile\")",
     "full": "hours on one GPU (estimated on the GPU before it starts)",
 }

@@ -102,3 +102,15 @@ def test_train_deterministic_resumes_bit_exact(tmp_path, precision):
     assert_identical(*train_twice(tmp_path, f"train.precision={precision}",
                                   "train.deterministic=true"))
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_muon_trains_and_resumes_bit_exact_on_the_gpu(tmp_path, precision):
+    """`train.optimizer: muon` (torch.optim.Muon for the blocks' matrices, AdamW for the rest,
+    `normlab.train.optim`) on CUDA: the loss falls, and an interrupted run resumes bit for bit
+    (both optimizers' states land on the GPU)."""
+    a, b = train_twice(tmp_path, f"train.precision={precision}", "train.optimizer=muon",
+                       "train.lr=2e-3")
+    assert_identical(a, b)
+    losses = [r["train_loss"] for r in logged(a) if "train_loss" in r]
+    assert losses[-1] < losses[0] - 0.5, losses

@@ -83,7 +83,7 @@ def test_a_profile_sized_for_a_gpu_asks_before_it_runs_on_a_cpu(tmp_path, monkey
     text = " ".join(r.output.split())
     assert f"--profile {profile} is sized for a GPU" in text and "no CUDA GPU" in text
     assert "give --device cpu to run it on the CPU anyway" in text
-    assert ("projected 15-20 minutes on one H200" in text) == (profile == "gpu")
+    assert ("estimated at 17 minutes" in text) == (profile == "gpu")
     assert not (tmp_path / "s").exists()  # nothing written
     # asked for explicitly, it runs there (stopped here before it trains anything)
     import normlab.study.runner as runner
