@@ -4,14 +4,19 @@ another (issue 44's targets).
 Two measurements, both in bf16 as `precision: auto` trains on a GPU:
 
 1. **The engine** (`train_group` and `train_run`, the trainers themselves): for each depth and
-   width, one run alone, then groups of G runs (lrs log-spaced) for each G of `--groups`, each
+   width, one run alone, then groups of G runs (an lr x seed grid) for each G of `--groups`, each
    for `--steps` steps. Step times come from the trainers' own metrics.jsonl (they exclude
    checkpoints and evaluation), the first `--skip` steps left out (allocation, lazy init). Runs
    one after another each train at the lone run's rate, so the sequential baseline's tokens/s is
    the lone run's. Reported per group: its step time, tokens/s of all its runs, their ratio to
    the lone run's, the share of the measured bf16 GEMM peak (`normlab.train.perf`), and the
    device's peak memory. A group that does not fit says so and is not a data point.
-2. **The stacked step alone**, at one shape (`--graph-shape`): a forward, backward and
+2. **Where a group's step goes** (`--profile-shape`, 64 runs of 6 blocks at width 64): torch's
+   profiler over `--profile-steps` steps of the engine's own loop, after `--skip`, each step's
+   phases labelled (the batch, the forward and backward, the optimizer's update, the records
+   after it; what is left is the loop's per-member bookkeeping), and the operators that took the
+   most time.
+3. **The stacked step alone**, at one shape (`--graph-shape`): a forward, backward and
    `StackedAdamW` step timed eager, under `torch.compile` (default mode) and under
    `torch.compile(mode="reduce-overhead")` (CUDA graphs), with the CUDA kernels launched per step
    counted by torch's profiler: the numbers that choose how the engine should cut launches.
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 from recording import new_report, record
@@ -36,6 +42,7 @@ from recording import new_report, record
 from normlab.config import load_run_config
 from normlab.nn import build_model
 from normlab.nn.stacked import StackedTransformer
+from normlab.train import group as group_engine
 from normlab.train import train_run
 from normlab.train.group import train_group
 from normlab.train.logging import read_metrics
@@ -47,15 +54,22 @@ from normlab.train.stacked_adamw import StackedAdamW
 MAX_STEPS = 1_000_000  # never reached: runs stop by interrupt_at
 
 
+GRID_LRS = 8  # a group is an lr x seed grid, as the study's: 8 lrs, the seeds filling the rest
+
+
 def configs(blocks: int, width: int, members: int, args) -> list:
-    lrs = [1e-4 * (30 ** (i / max(1, members - 1))) for i in range(members)]
+    """`members` runs of one shape as an lr x seed grid (run i: lr i mod 8, log-spaced 1e-4 to
+    3e-3, seed i div 8): the members that share an lr share the optimizer's call, as a study's
+    grid does (a group of all-distinct lrs would cost the optimizer one call per member)."""
+    lrs = [1e-4 * (30 ** (i / (GRID_LRS - 1))) for i in range(GRID_LRS)]
     return [load_run_config(None, [
         "model.placement=pre", f"model.n_blocks={blocks}", f"model.d_model={width}",
         f"model.n_heads={max(1, width // 64)}", f"model.max_seq_len={args.seq_len}",
         f"data.seq_len={args.seq_len}", f"train.batch_size={args.batch}",
         f"train.steps={MAX_STEPS}", "train.eval_every=0", "train.eval_batches=1",
-        "train.log_every=1", "train.warmup=10", f"train.lr={lr:.4g}",
-        f"train.precision={args.precision}", f"train.device={args.device}"]) for lr in lrs]
+        "train.log_every=1", "train.warmup=10", f"train.lr={lrs[i % GRID_LRS]:.4g}",
+        f"train.seed={i // GRID_LRS}", f"train.precision={args.precision}",
+        f"train.device={args.device}"]) for i in range(members)]
 
 
 def median_step(root: Path, cfg, skip: int) -> float:
@@ -124,6 +138,59 @@ def engine_rows(blocks: int, width: int, args, tmp: Path, peak_tflops: float) ->
               + (f"peak {rows[-1]['peak_gib']:.1f} GiB" if args.device == "cuda" else ""),
               flush=True)
     return rows
+
+
+# the phases of a group's step (`normlab.train.group._GroupLoop`), labelled for the profiler
+PHASES = {"train_step": "step (all of it)", "batch": "batch", "gradients": "forward and backward",
+          "update": "optimizer update", "after_step": "records after the step"}
+
+
+def profiled_group(args, tmp: Path) -> dict:
+    """Torch's profiler over steps `--skip`+1 .. `--skip`+`--profile-steps` of a group of the
+    profile shape trained by the engine itself: each phase's time a step and the operators'
+    table."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    blocks, width, members = args.profile_shape
+    cfgs = configs(blocks, width, members, args)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    prof = profile(activities=acts)
+    first, last = args.skip + 1, args.skip + args.profile_steps
+    seen = {"steps": 0}
+    loop = group_engine._GroupLoop
+
+    def labelled(name: str):
+        original = getattr(loop, name)
+
+        def wrapper(self, *a, **k):
+            if name == "train_step":
+                seen["steps"] += 1
+                if seen["steps"] == first:
+                    prof.start()
+            with record_function(PHASES[name]):
+                out = original(self, *a, **k)
+            if name == "train_step" and seen["steps"] == last:
+                if args.device == "cuda":
+                    torch.cuda.synchronize()
+                prof.stop()
+            return out
+        return wrapper
+
+    with contextlib.ExitStack() as patches:
+        for name in PHASES:
+            patches.enter_context(mock.patch.object(loop, name, labelled(name)))
+        train_group(cfgs, tmp / "profiled", interrupt_at=last + 1)
+    events = {e.key: e for e in prof.key_averages()}
+    phases = {label: events[label].cpu_time_total / 1e3 / args.profile_steps
+              for label in PHASES.values() if label in events}
+    device_sort = next((k for k in ("self_device_time_total", "self_cuda_time_total")
+                        if args.device == "cuda"), None)
+    table = prof.key_averages().table(sort_by=device_sort or "self_cpu_time_total",
+                                      row_limit=args.profile_rows, max_name_column_width=60)
+    print(f"  profile of {members} x {blocks} blocks x width {width}, ms a step: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
+    return {"blocks": blocks, "width": width, "members": members,
+            "steps": args.profile_steps, "phases_ms": phases, "table": table}
 
 
 def stacked_step(cfg, members: int, device: torch.device, mode: str):
@@ -224,6 +291,13 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['blocks']} | {r['width']} | {r['group']}"
                      f"{' (alone)' if r['engine'] == 'run' else ''} | {r['step_ms']:.2f} | "
                      f"{r['tokens_per_s']:,.0f} | {r['ratio']:.1f} | {r['mfu']:.2%} | {mem} |")
+    if report.get("profile"):
+        p = report["profile"]
+        lines += ["", f"## Where a group's step goes: {p['members']} runs of {p['blocks']} blocks "
+                  f"at width {p['width']}, {p['steps']} steps profiled", "",
+                  "| phase | ms a step (host wall, torch profiler) |", "|---|---:|",
+                  *(f"| {k} | {v:.2f} |" for k, v in p["phases_ms"].items()), "", "```",
+                  p["table"].rstrip(), "```"]
     if report["graph"]:
         lines += ["", "## The stacked step alone: eager, compiled, CUDA graphs", "",
                   "| mode | step (ms) | tokens/s | kernel launches | first 3 steps (s) |",
@@ -255,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", nargs="*", default=["eager", "default", "reduce-overhead"],
                     help="the stacked step's modes (none: skip that measurement)")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--profile-shape", type=int, nargs=3, default=[6, 64, 64],
+                    metavar=("BLOCKS", "WIDTH", "RUNS"))
+    ap.add_argument("--profile-steps", type=int, default=5,
+                    help="steps profiled (0: no profile)")
+    ap.add_argument("--profile-rows", type=int, default=30)
     ap.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     ap.add_argument("--quick", action="store_true", help="tiny, on the CPU, records nothing")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_stacked_gpu.json"))
@@ -263,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         args.device, args.widths, args.blocks, args.groups = "cpu", [32], [2], [2, 3]
         args.seq_len, args.batch, args.steps, args.skip, args.repeats = 16, 2, 6, 2, 2
         args.graph_shape, args.modes, args.precision = [2, 32, 2], ["eager"], "fp32"
+        args.profile_shape, args.profile_steps, args.profile_rows = [2, 32, 3], 2, 8
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_stacked_gpu.py: no CUDA GPU on this machine, so nothing was measured "
               "(--quick runs its logic on the CPU)")
@@ -275,11 +355,15 @@ def main(argv: list[str] | None = None) -> int:
         "seq_len", "batch", "steps", "skip", "precision")}, peak_tflops=peak,
         results=[], graph=[])
     # recorded after each measurement, so a run stopped at its time limit keeps what it measured;
-    # the stacked step's modes come after the first depth, before the slower deep groups
+    # the profile and the stacked step's modes come after the first depth, before the slower
+    # deep groups
     with tempfile.TemporaryDirectory() as tmp:
         for k, blocks in enumerate(args.blocks):
             for width in args.widths:
                 report["results"] += engine_rows(blocks, width, args, Path(tmp), peak)
+                record(args, report, markdown, quiet=True)
+            if k == 0 and args.profile_steps:
+                report["profile"] = profiled_group(args, Path(tmp))
                 record(args, report, markdown, quiet=True)
             if k == 0 and args.modes:
                 report["graph"] = graph_rows(args)

@@ -49,7 +49,7 @@ export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="$here${PYTHONPATH:+:$PYTH
 export NORMLAB_COMMIT=${NORMLAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 
 run 200 "$py" benchmarks/gpu_check_all.py --stages tests --budget 190 --out-dir "$res/tests"
-run 200 "$py" benchmarks/bench_stacked_gpu.py --steps 30 --skip 8 --out "$res/bench_stacked_gpu.json"
+run 260 "$py" benchmarks/bench_stacked_gpu.py --steps 30 --skip 8 --out "$res/bench_stacked_gpu.json"
 run 200 "$py" benchmarks/gpu_check_all.py --stages placements peers --budget 190 \
     --out-dir "$res/benchmarks"
 minutes=$(( ($(left) - 40) / 60 ))
