@@ -5,7 +5,9 @@
 #   1. tests/gpu                     (make gpu-check's tests stage: is normlab correct on the GPU)
 #   2. bench_stacked_gpu.py          (is the stacked engine fast there: groups vs runs alone)
 #   3. gpu_check.py and gpu_peers.py (make gpu-check's benchmark stages: GPT-2 small, compiled)
-#   4. one part of the gpu study     (with the seconds left, resumable: `normlab study` again
+#   4. the whole test suite          (`pytest -n` on every core, as `make test` runs it; the
+#                                     optional packages the machine lacks skip with their hint)
+#   5. one part of the gpu study     (with the seconds left, resumable: `normlab study` again
 #                                     with the same --out continues it)
 #
 #   bash benchmarks/gpu_lease.sh OUT_DIR [DEADLINE_S] [STUDY_PART]
@@ -52,6 +54,7 @@ run 200 "$py" benchmarks/gpu_check_all.py --stages tests --budget 190 --out-dir 
 run 260 "$py" benchmarks/bench_stacked_gpu.py --steps 30 --skip 8 --out "$res/bench_stacked_gpu.json"
 run 200 "$py" benchmarks/gpu_check_all.py --stages placements peers --budget 190 \
     --out-dir "$res/benchmarks"
+run 240 "$py" -m pytest -q -n "$(nproc)" -p no:cacheprovider --junitxml="$res/test_suite.xml"
 minutes=$(( ($(left) - 40) / 60 ))
 if (( minutes >= 1 )); then
     run $(( minutes * 60 + 30 )) "$py" -m normlab study --profile gpu --device cuda --part "$part" \
