@@ -76,3 +76,30 @@ def test_other_samplers_are_stacked_one_by_one():
         x, y = batches.stacked_batch(samplers, [3, 8])
         assert torch.equal(x[1], samplers[1].batch(8)[0]) and torch.equal(y[0],
                                                                            samplers[0].batch(3)[1])
+
+
+def test_a_group_of_one_and_a_mismatched_group():
+    """One member gathers its own batch; steps that do not match the samplers one for one are
+    refused on either path, never paired up short."""
+    tokens = array(np.uint8)
+    alone = [BatchSampler(tokens, 4, 16, seed=2).to("cpu")]
+    x, y = batches.stacked_batch(alone, [6])
+    assert torch.equal(x[0], alone[0].batch(6)[0]) and torch.equal(y[0], alone[0].batch(6)[1])
+    for samplers in ([BatchSampler(tokens, 4, 16, seed=s).to("cpu") for s in (0, 1)],
+                     [BatchSampler(tokens, 4, 16, seed=s) for s in (0, 1)]):
+        with pytest.raises(ValueError):
+            batches.stacked_batch(samplers, [3])
+        with pytest.raises(ValueError):
+            batches.stacked_batch(samplers, [3, 4, 5])
+
+
+def test_an_array_exactly_at_the_device_limit_goes_to_the_device(monkeypatch):
+    tokens = array(np.uint16)
+    monkeypatch.setattr(batches, "DEVICE_TOKENS_MAX_BYTES", tokens.device_bytes())
+    assert BatchSampler(tokens, 4, 16, seed=0).to("cpu").device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(("dtype", "held"), [(np.uint8, torch.uint8), (np.uint16, torch.int32),
+                                             (np.uint32, torch.int64)])
+def test_the_device_copy_holds_ids_in_the_narrowest_type_torch_indexes(dtype, held):
+    assert array(dtype).on_device(torch.device("cpu")).dtype == held
