@@ -214,41 +214,40 @@ class BatchSampler:
     def batch(self, step: int) -> Batch:
         """Return ``(x, y)``: contiguous ``int64`` tensors, shape ``[batch_size, seq_len]``, on the
         CPU (or on the sampler's device: `to`)."""
-        if self.device is not None:
-            starts = torch.from_numpy(self.offsets(step))
-            if self.device.type == "cuda":  # copied without waiting for the device
-                starts = starts.pin_memory()
-            starts = starts.to(self.device, non_blocking=True)
-            tokens = self.tokens.on_device(self.device)
-            full = tokens[starts[:, None] + self._window_on_device].long()
-            return full[:, :-1].contiguous(), full[:, 1:].contiguous()
-        windows = self.tokens.data[self.offsets(step)[:, None] + self._window]
-        full = torch.from_numpy(windows.astype(np.int64, copy=False))
-        return full[:, :-1].contiguous(), full[:, 1:].contiguous()
+        return self.windows(self.offsets(step))
 
     __call__ = batch
+
+    def windows(self, starts: np.ndarray) -> Batch:
+        """``(x, y)`` of the windows that begin at `starts` (int64, any shape: ``[batch_size]``
+        for a step, ``[members, batch_size]`` for a group), each ``starts.shape + [seq_len]``,
+        gathered from the host array or, after `to`, from its copy on the device."""
+        if self.device is not None:
+            on_host = torch.from_numpy(starts)
+            if self.device.type == "cuda":  # copied without waiting for the device
+                on_host = on_host.pin_memory()
+            there = on_host.to(self.device, non_blocking=True)
+            tokens = self.tokens.on_device(self.device)
+            full = tokens[there[..., None] + self._window_on_device].long()
+        else:
+            full = torch.from_numpy(self.tokens.data[starts[..., None] + self._window]
+                                    .astype(np.int64, copy=False))
+        return full[..., :-1].contiguous(), full[..., 1:].contiguous()
 
 
 def stacked_batch(samplers: Sequence[Any], steps: Sequence[int]) -> Batch:
     """Each sampler's batch of its step, stacked: ``(x, y)`` of shape ``[members, batch_size,
-    seq_len]``, as a stacked group trains (`normlab.train.group`). Samplers that gather on one
-    device from one token array (`BatchSampler.to`) copy all their window starts there at once
-    and gather them in one indexing, the same windows their `batch` gives: on a GPU a group's
-    batch costs a few launches, not a few per member. Other samplers give their batches one by
-    one, stacked."""
+    seq_len]``, as a stacked group trains (`normlab.train.group`). Samplers of one token array and
+    one shape, gathering in one place (the host, or one device: `BatchSampler.to`), draw their
+    window starts each from its own seed and step and gather them all in one indexing: the same
+    windows their `batch` gives, in a few operations rather than a few per member (on a GPU, a
+    few launches). Other samplers give their batches one by one, stacked."""
     first = samplers[0]
-    if (first.__class__ is BatchSampler and first.device is not None
-            and all(s.__class__ is BatchSampler and s.device == first.device
-                    and s.tokens is first.tokens and s.seq_len == first.seq_len
-                    and s.batch_size == first.batch_size for s in samplers)):
-        starts = torch.from_numpy(np.stack([s.offsets(step)
-                                            for s, step in zip(samplers, steps, strict=True)]))
-        if first.device.type == "cuda":  # copied without waiting for the device
-            starts = starts.pin_memory()
-        starts = starts.to(first.device, non_blocking=True)
-        tokens = first.tokens.on_device(first.device)
-        full = tokens[starts[..., None] + first._window_on_device].long()
-        return full[..., :-1].contiguous(), full[..., 1:].contiguous()
+    if all(s.__class__ is BatchSampler and s.device == first.device
+           and s.tokens is first.tokens and s.seq_len == first.seq_len
+           and s.batch_size == first.batch_size for s in samplers):
+        return first.windows(np.stack([s.offsets(step)
+                                       for s, step in zip(samplers, steps, strict=True)]))
     pairs = [s.batch(step) for s, step in zip(samplers, steps, strict=True)]
     return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
 

@@ -52,12 +52,16 @@ def test_an_array_too_large_for_the_device_stays_on_the_host(monkeypatch):
     assert tokens._on_device == {}
 
 
+@pytest.mark.parametrize("where", ["host", "device"])
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint32])
-def test_a_groups_batch_is_each_members_batch_gathered_at_once(dtype, monkeypatch):
-    """`stacked_batch`: members on one device and array (their own seeds and steps) are gathered
-    in one indexing, giving each one's own batch; the one-by-one path is not taken."""
+def test_a_groups_batch_is_each_members_batch_gathered_at_once(dtype, where, monkeypatch):
+    """`stacked_batch`: members of one array gathering in one place (the host, or the device),
+    each with its own seed and step, are gathered in one indexing, giving each one's own batch;
+    the one-by-one path is not taken."""
     tokens = array(dtype)
-    samplers = [BatchSampler(tokens, 6, 32, seed=s).to("cpu") for s in (0, 1, 5)]
+    samplers = [BatchSampler(tokens, 6, 32, seed=s) for s in (0, 1, 5)]
+    if where == "device":
+        samplers = [s.to("cpu") for s in samplers]
     steps = [4, 4, 900]
     want = [s.batch(step) for s, step in zip(samplers, steps, strict=True)]
     monkeypatch.setattr(BatchSampler, "batch", lambda *_: pytest.fail("gathered one by one"))
@@ -68,9 +72,10 @@ def test_a_groups_batch_is_each_members_batch_gathered_at_once(dtype, monkeypatc
 
 
 def test_other_samplers_are_stacked_one_by_one():
-    """Host samplers (a CPU group's), or samplers of different arrays, give their own batches."""
+    """Samplers of different arrays, or one on the host and one on the device, give their own
+    batches, stacked."""
     a, b = array(np.uint8), array(np.uint16)
-    for samplers in ([BatchSampler(a, 4, 16, seed=0), BatchSampler(a, 4, 16, seed=1)],
+    for samplers in ([BatchSampler(a, 4, 16, seed=0), BatchSampler(a, 4, 16, seed=1).to("cpu")],
                      [BatchSampler(a, 4, 16, seed=0).to("cpu"),
                       BatchSampler(b, 4, 16, seed=0).to("cpu")]):
         x, y = batches.stacked_batch(samplers, [3, 8])
@@ -103,3 +108,11 @@ def test_an_array_exactly_at_the_device_limit_goes_to_the_device(monkeypatch):
                                              (np.uint32, torch.int64)])
 def test_the_device_copy_holds_ids_in_the_narrowest_type_torch_indexes(dtype, held):
     assert array(dtype).on_device(torch.device("cpu")).dtype == held
+
+
+def test_a_mismatched_group_of_samplers_gathered_one_by_one_is_refused():
+    a, b = array(np.uint8), array(np.uint16)
+    samplers = [BatchSampler(a, 4, 16, seed=0), BatchSampler(b, 4, 16, seed=0)]
+    for steps in ([3], [3, 4, 5]):
+        with pytest.raises(ValueError):
+            batches.stacked_batch(samplers, steps)
