@@ -30,15 +30,21 @@ from normlab.train.logging import read_metrics
 MAX_STEPS = 1_000_000  # never reached: chunks stop by interrupt_at, so no final evaluation
 
 
+def decoder_run(blocks: int, width: int, seq_len: int, batch: int, device: str, *sets: str):
+    """A pre-LN decoder run of this shape (heads = width/64) that logs every step and never ends
+    by itself (runs stop by `interrupt_at`, so no final evaluation), with `sets` on top."""
+    return load_run_config(None, [
+        "model.placement=pre", f"model.n_blocks={blocks}", f"model.d_model={width}",
+        f"model.n_heads={max(1, width // 64)}", f"model.max_seq_len={seq_len}",
+        f"data.seq_len={seq_len}", f"train.batch_size={batch}",
+        f"train.steps={MAX_STEPS}", "train.eval_every=0", "train.eval_batches=1",
+        "train.log_every=1", "train.warmup=10", f"train.device={device}", *sets])
+
+
 def configs(width: int, args) -> list:
     lrs = [1e-4 * (30 ** (i / max(1, args.members - 1))) for i in range(args.members)]
-    return [load_run_config(None, [
-        "model.placement=pre", f"model.n_blocks={args.blocks}", f"model.d_model={width}",
-        f"model.n_heads={max(1, width // 64)}", f"model.max_seq_len={args.seq_len}",
-        f"data.seq_len={args.seq_len}", f"train.batch_size={args.batch}",
-        f"train.steps={MAX_STEPS}", "train.eval_every=0", "train.eval_batches=1",
-        "train.log_every=1", "train.warmup=10", f"train.lr={lr:.3g}",
-        f"train.device={args.device}"]) for lr in lrs]
+    return [decoder_run(args.blocks, width, args.seq_len, args.batch, args.device,
+                        f"train.lr={lr:.3g}") for lr in lrs]
 
 
 def step_times(root: Path, cfgs, first_steps: set[int]) -> list[list[float]]:

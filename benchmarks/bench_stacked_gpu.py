@@ -37,9 +37,9 @@ from pathlib import Path
 from unittest import mock
 
 import torch
+from bench_batched import decoder_run
 from recording import new_report, record
 
-from normlab.config import load_run_config
 from normlab.nn import build_model
 from normlab.nn.stacked import StackedTransformer
 from normlab.train import group as group_engine
@@ -51,9 +51,6 @@ from normlab.train.perf import gemm_peak_tflops, steady_step_seconds, train_flop
 from normlab.train.precision import precision_context
 from normlab.train.stacked_adamw import StackedAdamW
 
-MAX_STEPS = 1_000_000  # never reached: runs stop by interrupt_at
-
-
 GRID_LRS = 8  # a group is an lr x seed grid, as the study's: 8 lrs, the seeds filling the rest
 
 
@@ -62,14 +59,9 @@ def configs(blocks: int, width: int, members: int, args) -> list:
     3e-3, seed i div 8): the members that share an lr share the optimizer's call, as a study's
     grid does (a group of all-distinct lrs would cost the optimizer one call per member)."""
     lrs = [1e-4 * (30 ** (i / (GRID_LRS - 1))) for i in range(GRID_LRS)]
-    return [load_run_config(None, [
-        "model.placement=pre", f"model.n_blocks={blocks}", f"model.d_model={width}",
-        f"model.n_heads={max(1, width // 64)}", f"model.max_seq_len={args.seq_len}",
-        f"data.seq_len={args.seq_len}", f"train.batch_size={args.batch}",
-        f"train.steps={MAX_STEPS}", "train.eval_every=0", "train.eval_batches=1",
-        "train.log_every=1", "train.warmup=10", f"train.lr={lrs[i % GRID_LRS]:.4g}",
-        f"train.seed={i // GRID_LRS}", f"train.precision={args.precision}",
-        f"train.device={args.device}"]) for i in range(members)]
+    return [decoder_run(blocks, width, args.seq_len, args.batch, args.device,
+                        f"train.lr={lrs[i % GRID_LRS]:.4g}", f"train.seed={i // GRID_LRS}",
+                        f"train.precision={args.precision}") for i in range(members)]
 
 
 def median_step(root: Path, cfg, skip: int) -> float:
