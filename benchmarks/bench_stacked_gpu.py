@@ -72,6 +72,12 @@ def median_step(root: Path, cfg, skip: int) -> float:
     return statistics.median(times)
 
 
+def why(summary: dict) -> str:
+    """What stopped a run that neither finished nor was interrupted, from its summary."""
+    said = ": ".join(str(summary[k]) for k in ("reason", "message") if summary.get(k))
+    return f"{summary['outcome']}" + (f" ({said[:300]})" if said else "")
+
+
 def reset_peak(device: str) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -92,7 +98,7 @@ def engine_rows(blocks: int, width: int, args, tmp: Path, peak_tflops: float) ->
     lone = train_run(cfgs[0], tmp / f"lone{blocks}x{width}", progress=False,
                      interrupt_at=args.steps)
     if lone["outcome"] not in ("interrupted", "completed"):
-        return [{**base, "group": 1, "engine": "run", "error": lone.get("error", lone["outcome"])}]
+        return [{**base, "group": 1, "engine": "run", "error": why(lone)}]
     lone_step = median_step(tmp / f"lone{blocks}x{width}", cfgs[0], args.skip)
     lone_tps = tokens / lone_step
     rows = [{**base, "group": 1, "engine": "run", "step_ms": lone_step * 1e3,
@@ -115,8 +121,7 @@ def engine_rows(blocks: int, width: int, args, tmp: Path, peak_tflops: float) ->
             continue
         failed = [s for s in out.values() if s["outcome"] not in ("interrupted", "completed")]
         if failed:
-            rows.append({**base, "group": g, "engine": "stacked",
-                         "error": str(failed[0].get("error", failed[0]["outcome"]))[:300]})
+            rows.append({**base, "group": g, "engine": "stacked", "error": why(failed[0])})
             print(f"    group of {g:>3}: failed: {rows[-1]['error']}", flush=True)
             continue
         step = median_step(root, cfgs[0], args.skip)

@@ -53,6 +53,7 @@ class _FastYamlLoader(_NormlabYaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader
     about a sixth of the pure-Python parser's time (a group of hundreds of runs reads each
     one's at its start)."""
 
+
 for _loader in (YamlLoader, _FastYamlLoader):
     _loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",

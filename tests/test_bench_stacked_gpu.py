@@ -41,3 +41,9 @@ def test_quick_run_measures_the_engine_the_profile_and_the_step(bench, capsys):
         assert phase in profile, phase
     assert "| step (all of it) |" in out and "aten::" in out
     assert "stacked step           eager" in out
+
+
+def test_a_failed_run_says_why(bench):
+    assert bench.why({"outcome": "failed", "reason": "OutOfMemoryError", "message": "CUDA out"}) \
+        == "failed (OutOfMemoryError: CUDA out)"
+    assert bench.why({"outcome": "diverged", "reason": None}) == "diverged"
