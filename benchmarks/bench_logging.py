@@ -15,6 +15,14 @@ in alternating order, so a machine whose load drifts (this one is shared) hits b
     overhead       (the larger of step and norms cost + writing cost) / K, as a share of a step:
                    statistics are taken every K = `--every` steps (the default cadence)
 
+A second measurement, **a group's records** (`--members`, 64): what a stacked group's host
+spends on the records of its members, against the way they were written before, in the same
+run: one logged step (a record of 5 scalars per member through `MetricsLog`, which now flushes
+metrics.jsonl at most once a second and before each checkpoint, and sends a record's scalars to
+TensorBoard as one event) against a flush and one TensorBoard event per scalar per record; and a
+group's start (each member's config.yaml, written with libyaml's emitter by `write_yaml`)
+against PyYAML's pure-Python emitter, which writes the same text.
+
 Records results in benchmarks/results/ (bench_logging.json and .md).
 
     python benchmarks/bench_logging.py                # default shape and a deep narrow one
@@ -25,19 +33,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+import yaml
 from recording import new_report, record
 
-from normlab.config import ModelConfig
+from normlab.config import ModelConfig, load_run_config
 from normlab.nn import build_model, capture
 from normlab.train.logging import MetricsLog
 from normlab.train.optim import param_groups
 from normlab.train.trainer import block_stats
+from normlab.userinput import write_yaml
 
 # name: (blocks, width, heads, batch, seq_len); "default" is ModelConfig's and TrainConfig's
 SHAPES = {"default": (6, 256, 4, 16, 128), "deep": (24, 64, 2, 8, 64), "tiny": (2, 32, 2, 4, 32)}
@@ -54,6 +65,57 @@ def write_seconds(record: dict, tmp: Path, repeats: int = 50) -> float:
     seconds = (time.perf_counter() - t0) / repeats
     log.close()
     return seconds
+
+
+class PerRecordLog(MetricsLog):
+    """`MetricsLog.write` as it was: a flush per record, one TensorBoard event per scalar."""
+
+    def write(self, record: dict) -> None:
+        if self._file is None:
+            self._file = self.path.open("a")
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        tb = self._writer()
+        for key, value in record.items():
+            if key != "step":
+                tb.add_scalar(key.replace(".", "/"), value, record["step"])
+
+
+def group_records(members: int, steps: int, tmp: Path) -> dict:
+    """Seconds a group of `members` spends writing one logged step's records (best of two
+    passes of `steps` steps, old and new interleaved) and writing the members' config.yaml."""
+    def logged_step_seconds(kind: type[MetricsLog], name: str) -> float:
+        logs = [kind(tmp / name / f"m{i}" / "metrics.jsonl", tb_dir=tmp / name / f"m{i}" / "tb")
+                for i in range(members)]
+        for log in logs:
+            log.path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        for step in range(1, steps + 1):
+            for i, log in enumerate(logs):
+                log.write({"step": step, "train_loss": 2.0 + i / members, "lr": 1e-3,
+                           "grad_norm": 0.5, "time_s": 0.06, "tokens_per_s": 17000.0})
+        seconds = (time.perf_counter() - t0) / steps
+        for log in logs:
+            log.close()
+        return seconds
+
+    before, now = [], []
+    for k in range(2):
+        before.append(logged_step_seconds(PerRecordLog, f"before{k}"))
+        now.append(logged_step_seconds(MetricsLog, f"now{k}"))
+    data = load_run_config(None, ["train.lr=1e-3"]).to_dict()
+
+    def yaml_seconds(dump) -> float:
+        t0 = time.perf_counter()
+        for _ in range(members):
+            dump(data)
+        return time.perf_counter() - t0
+
+    pure = yaml_seconds(lambda d: yaml.safe_dump(d, sort_keys=False))
+    fast = yaml_seconds(write_yaml)
+    return {"members": members, "steps": steps, "logged_step_s_before": min(before),
+            "logged_step_s": min(now), "logged_step_ratio": min(before) / min(now),
+            "configs_s_pure_python": pure, "configs_s": fast, "configs_ratio": pure / fast}
 
 
 def measure(shape: str, args, tmp: Path) -> dict:
@@ -135,6 +197,18 @@ def markdown(report: dict) -> str:
             f"{r['norms_cost']:.2%} | {r['writing_cost']:.2%} | "
             f"{r['cost_per_stats_step']:.2%} | **{r['overhead']:.2%}** (ratio "
             f"{1 + r['overhead']:.4f}) |")
+    g = report.get("group_records")
+    if g:
+        lines += [
+            "", f"**A group's records** ({g['members']} members, best of two passes of "
+            f"{g['steps']} logged steps; a record of 5 scalars per member):", "",
+            "| what | before | now | ratio |", "|---|---:|---:|---:|",
+            f"| one logged step's records (flush and TensorBoard event per scalar, before) | "
+            f"{g['logged_step_s_before'] * 1e3:.1f} ms | {g['logged_step_s'] * 1e3:.1f} ms | "
+            f"**{g['logged_step_ratio']:.1f}x** |",
+            f"| the members' config.yaml text (pure-Python emitter, before) | "
+            f"{g['configs_s_pure_python'] * 1e3:.0f} ms | {g['configs_s'] * 1e3:.0f} ms | "
+            f"**{g['configs_ratio']:.1f}x** |"]
     return "\n".join(lines) + "\n"
 
 
@@ -148,15 +222,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="rounds of two timed steps")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=None, help="torch threads [torch's default]")
+    ap.add_argument("--members", type=int, default=64, help="a group's size for its records")
+    ap.add_argument("--group-steps", type=int, default=20, help="logged steps timed per pass")
     ap.add_argument("--quick", action="store_true", help="tiny shapes, seconds, records nothing")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/bench_logging.json"))
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.shapes, args.rounds = ["tiny"], 6
+        args.shapes, args.rounds, args.members, args.group_steps = ["tiny"], 6, 4, 3
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        g = group_records(args.members, args.group_steps, Path(tmp) / "group")
+        print(f"a group of {g['members']}: one logged step's records "
+              f"{g['logged_step_s'] * 1e3:.1f} ms (before {g['logged_step_s_before'] * 1e3:.1f} "
+              f"ms, {g['logged_step_ratio']:.1f}x); config.yaml text {g['configs_s'] * 1e3:.0f} "
+              f"ms (before {g['configs_s_pure_python'] * 1e3:.0f} ms, {g['configs_ratio']:.1f}x)",
+              flush=True)
         for shape in args.shapes:
             r = measure(shape, args, Path(tmp))
             results.append(r)
@@ -165,7 +247,7 @@ def main() -> None:
                   f"writing {r['writing_cost']:.2%}; every {args.every} steps: overhead "
                   f"{r['overhead']:.2%} of a step (ratio {1 + r['overhead']:.4f})", flush=True)
     report = new_report(args, every=args.every, warmup=args.warmup, rounds=args.rounds,
-                        results=results)
+                        results=results, group_records=g)
     record(args, report, markdown)
 
 if __name__ == "__main__":

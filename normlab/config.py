@@ -32,6 +32,7 @@ from normlab.userinput import (
     parse_yaml_text,
     read_yaml,
     read_yaml_file,
+    write_yaml,
 )
 
 NormKind = Literal["layernorm", "rmsnorm", "dyt", "derf", "identity", "batchnorm"]
@@ -787,7 +788,7 @@ class RunConfig(_Frozen):
         return json.loads(self.model_dump_json())
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return write_yaml(self.to_dict())
 
     def run_id(self) -> str:
         """Readable prefix plus a hash of the resolved config: same config, same folder.

@@ -62,6 +62,13 @@ for _loader in (YamlLoader, _FastYamlLoader):
     )
 
 
+def write_yaml(data: Any) -> str:
+    """`data` as YAML in the order given, as `yaml.safe_dump(data, sort_keys=False)` writes it,
+    with libyaml's emitter where PyYAML was built with it: about a tenth of the pure-Python
+    emitter's time (a group of hundreds of runs writes each one's config.yaml at its start)."""
+    return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+
+
 def read_yaml(text: str) -> Any:
     """The YAML document in `text`, read fast; a document that does not read is read again in
     pure Python, so that the error raised is the one `yaml_problem` knows."""

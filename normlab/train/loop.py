@@ -198,6 +198,10 @@ class TrainLoop:
     def begin(self) -> None:
         """Before the first step (the records that say the members are training)."""
 
+    def sync_records(self, row: int) -> None:
+        """Put the records of the active member of `row` on the disk (before its checkpoint:
+        a resume continues from the records the checkpoint's step had)."""
+
     def checkpoint(self, row: int) -> None:
         """Save the active member of `row` (to continue it from its step)."""
 
@@ -243,6 +247,7 @@ class TrainLoop:
                 ended = [r for r, m in enumerate(self.active) if m.step >= m.tc.steps]
                 for r in ended:  # stopped after its last checkpoint, before it was recorded
                     if self.checkpoints:
+                        self.sync_records(r)
                         self.checkpoint(r)
                     self.end_trained(self.active[r])
                 self.drop(ended)
@@ -252,6 +257,7 @@ class TrainLoop:
                     stopping = [r for r, reason in enumerate(reasons) if reason]
                     for r in stopping:
                         if self.checkpoints:
+                            self.sync_records(r)
                             self.checkpoint(r)
                         self.end(self.active[r], "interrupted", reason=reasons[r])
                     self.drop(stopping)
@@ -312,6 +318,7 @@ class TrainLoop:
                 self.write(m, record | {"time_s": dt,
                                         "tokens_per_s": self.tokens_per_step / dt})
             if self.checkpoints and checkpoint_due(tc, m.step):
+                self.sync_records(r)
                 self.checkpoint(r)
                 if tc.keep_checkpoints and not last[r]:
                     self.keep_weights(r)

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import yaml
 
 import normlab
 from normlab.config import ConfigError, RunConfig, TrainConfig, parse_config
@@ -102,6 +101,7 @@ from normlab.train.rundir import (
 )
 from normlab.train.schedules import extension_lr
 from normlab.train.step import accumulate_gradients, clip_and_step, gradient_norm, set_lr
+from normlab.userinput import write_yaml
 from normlab.warnings import NormlabWarning
 
 ThreadPolicy = Literal["match", "refuse"]
@@ -332,7 +332,7 @@ def write_run_config(run_dir: Path, cfg: RunConfig, meta: dict[str, Any]) -> Non
     if (run_dir / "config.yaml").exists():
         return
     tmp = run_dir / "config.yaml.tmp"
-    tmp.write_text(cfg.to_yaml() + yaml.safe_dump({"meta": meta}, sort_keys=False))
+    tmp.write_text(cfg.to_yaml() + write_yaml({"meta": meta}))
     tmp.replace(run_dir / "config.yaml")
 
 
@@ -688,6 +688,9 @@ class RunLoop(TrainLoop):
     def write(self, m: RunMember, record: dict[str, Any]) -> None:
         m.metrics.write(record)
 
+    def sync_records(self, row: int) -> None:
+        self.active[row].metrics.flush()
+
     def keep_weights(self, row: int) -> None:
         if self.dist.main:
             m = self.active[row]
@@ -709,7 +712,8 @@ class RunLoop(TrainLoop):
             self.dist.barrier()  # (after a failure the others may be inside another collective)
 
     def end_trained(self, m: RunMember) -> None:
-        """`completed`, or `stalled` as `end_of_run` decides it."""
+        """`completed`, or `stalled` as `end_of_run` decides it (from metrics.jsonl too)."""
+        m.metrics.flush()
         outcome, diagnosis = end_of_run(m.final, m.run_dir, m.data.unigram_entropy,
                                         m.tc.stall_margin)
         self.end(m, outcome, **diagnosis, tokens_per_s=tokens_per_s(self, m))

@@ -197,3 +197,54 @@ def test_flat_hparams_keeps_only_scalar_types():
                                    "custom": ["pre", "post"]}, "train": {"compile": False}})
     assert flat == {"model.n_blocks": 2, "model.block_placements": "null",
                     "model.custom": '["pre", "post"]', "train.compile": False}
+
+
+def test_every_logged_scalar_reaches_tensorboard_with_its_step_and_value(tmp_path):
+    s = train_run(tiny(), tmp_path, progress=False)
+    rows = read_metrics(tmp_path / s["run_id"] / "metrics.jsonl")
+    acc = events(tmp_path / s["run_id"])
+    for key in ("train_loss", "lr", "grad_norm", "val_loss"):
+        logged = [(r["step"], r[key]) for r in rows if key in r]
+        assert logged
+        got = acc.Scalars(key)
+        assert [e.step for e in got] == [step for step, _ in logged]
+        assert [e.value for e in got] == pytest.approx([v for _, v in logged], rel=1e-6)
+
+
+def test_records_are_on_the_disk_before_each_checkpoint(tmp_path, monkeypatch):
+    """However long the log waits between flushes, a checkpoint's step finds its record (and
+    every earlier one) in metrics.jsonl: a crash after a checkpoint loses nothing a resume
+    keeps."""
+    from normlab.train import trainer
+    from normlab.train.logging import MetricsLog
+
+    monkeypatch.setattr(MetricsLog, "FLUSH_EVERY_S", 1e9)
+    seen = {}
+    save = trainer.save_checkpoint
+
+    def checked(path, model, optimizer, state):
+        seen[state["step"]] = [r["step"] for r in read_metrics(path.parent / "metrics.jsonl")]
+        return save(path, model, optimizer, state)
+
+    monkeypatch.setattr(trainer, "save_checkpoint", checked)
+    train_run(tiny("train.log_every=1", "train.checkpoint_every=3"), tmp_path, progress=False)
+    assert seen and all(logged == list(range(1, step + 1)) for step, logged in seen.items())
+
+
+def test_metrics_log_flushes_by_time_and_on_request(tmp_path, monkeypatch):
+    from normlab.train.logging import MetricsLog
+
+    clock = [100.0]
+    monkeypatch.setattr("normlab.train.logging.time.monotonic", lambda: clock[0])
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"step": 1, "train_loss": 2.0})  # the first record is flushed at once
+    assert [r["step"] for r in read_metrics(log.path)] == [1]
+    log.write({"step": 2, "train_loss": 1.9})
+    assert [r["step"] for r in read_metrics(log.path)] == [1]
+    clock[0] += MetricsLog.FLUSH_EVERY_S
+    log.write({"step": 3, "train_loss": 1.8})
+    assert [r["step"] for r in read_metrics(log.path)] == [1, 2, 3]
+    log.write({"step": 4, "train_loss": 1.7})
+    log.flush()
+    assert [r["step"] for r in read_metrics(log.path)] == [1, 2, 3, 4]
+    log.close()
